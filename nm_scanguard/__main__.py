@@ -1,0 +1,3 @@
+from nm_scanguard.daemon import main
+
+raise SystemExit(main())

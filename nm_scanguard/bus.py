@@ -1,0 +1,88 @@
+"""Thin helpers over the low-level message API shared by dbus-fast and dbus-next.
+
+We talk to NetworkManager and wpa_supplicant with plain method calls instead of proxy objects:
+proxies need an Introspect round trip per object, and NM re-creates objects all the time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Iterable
+
+from .dbuslib import Message, MessageBus, MessageType, Variant
+
+CALL_TIMEOUT = 10.0
+
+
+class BusError(Exception):
+    """A D-Bus error reply (or a timeout), with the error name kept for callers to test."""
+
+    def __init__(self, name: str, text: str) -> None:
+        super().__init__(f"{name}: {text}" if text else name)
+        self.name = name
+        self.text = text
+
+
+def unwrap(value: Any) -> Any:
+    """Variants all the way down become plain Python values."""
+    if isinstance(value, Variant):
+        return unwrap(value.value)
+    if isinstance(value, dict):
+        return {k: unwrap(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unwrap(v) for v in value]
+    return value
+
+
+async def call(
+    bus: MessageBus,
+    destination: str,
+    path: str,
+    interface: str,
+    member: str,
+    signature: str = "",
+    body: Iterable[Any] = (),
+    timeout: float = CALL_TIMEOUT,
+) -> list[Any]:
+    msg = Message(
+        destination=destination, path=path, interface=interface, member=member,
+        signature=signature, body=list(body),
+    )
+    try:
+        reply = await asyncio.wait_for(bus.call(msg), timeout)
+    except asyncio.TimeoutError:
+        raise BusError("org.freedesktop.DBus.Error.Timeout",
+                       f"{destination} did not answer {member} within {timeout:g} s") from None
+    if reply.message_type == MessageType.ERROR:
+        text = reply.body[0] if reply.body and isinstance(reply.body[0], str) else ""
+        raise BusError(reply.error_name or "unknown", text)
+    return list(reply.body)
+
+
+async def get_property(bus: MessageBus, destination: str, path: str, interface: str, name: str) -> Any:
+    (value,) = await call(bus, destination, path, "org.freedesktop.DBus.Properties", "Get", "ss",
+                          [interface, name])
+    return unwrap(value)
+
+
+async def get_all(bus: MessageBus, destination: str, path: str, interface: str) -> dict[str, Any]:
+    (values,) = await call(bus, destination, path, "org.freedesktop.DBus.Properties", "GetAll", "s",
+                           [interface])
+    return unwrap(values)
+
+
+async def set_property(bus: MessageBus, destination: str, path: str, interface: str, name: str,
+                       value: Variant) -> None:
+    await call(bus, destination, path, "org.freedesktop.DBus.Properties", "Set", "ssv",
+               [interface, name, value])
+
+
+async def add_match(bus: MessageBus, rule: str) -> None:
+    await call(bus, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+               "AddMatch", "s", [rule])
+
+
+async def name_has_owner(bus: MessageBus, name: str) -> bool:
+    (owned,) = await call(bus, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                          "NameHasOwner", "s", [name])
+    return bool(owned)

@@ -1,0 +1,257 @@
+"""One activated Wi-Fi interface: sample counters, ask the policy, suspend or restore bgscan."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from . import policy as P
+from .config import Settings
+from .nm import WifiDevice
+from .policy import Policy
+from .rates import RateMeter, Rates
+from .supplicant import SupplicantError
+
+if TYPE_CHECKING:
+    from .daemon import Daemon
+
+log = logging.getLogger(__name__)
+
+
+class Guard:
+    def __init__(self, daemon: "Daemon", dev: WifiDevice, settings: Settings) -> None:
+        self.daemon = daemon
+        self.dev = dev
+        self.ifname = dev.ifname
+        self.policy = Policy(settings)
+        self.meter = RateMeter()
+        self.rates: Rates | None = None
+        self.iface_path: str | None = None  # wpa_supplicant's object for this interface
+        self.network: str | None = None  # the network whose bgscan we suspended
+        self.saved: str | None = None  # and the value we found there
+        self.no_bgscan: str | None = None  # why there is nothing to suspend, if so
+        self.scans_guarding = 0
+        self.scans_idle = 0
+        self.state = P.IDLE
+        self.reason = "connected"
+        self.since = time.time()
+        self._task: asyncio.Task | None = None
+        self._error: str | None = None
+        self._busy = asyncio.Lock()
+
+    # ---- life cycle -----------------------------------------------------------------------
+
+    @property
+    def settings(self) -> Settings:
+        return self.policy.settings
+
+    @property
+    def engaged(self) -> bool:
+        return self.network is not None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"guard-{self.ifname}")
+
+    async def stop(self) -> None:
+        """Stop sampling and give back whatever we suspended."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        async with self._busy:
+            await self._release("the guard stopped")
+
+    def update(self, dev: WifiDevice, settings: Settings) -> None:
+        if dev.connection_uuid != self.dev.connection_uuid:
+            self.no_bgscan = None
+        self.dev = dev
+        self.policy.update_settings(settings)
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.sample_interval)
+            try:
+                await self.step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # keep guarding whatever one step did
+                log.exception("%s: unexpected error while sampling; carrying on", self.ifname)
+
+    # ---- one sample -----------------------------------------------------------------------
+
+    async def step(self) -> None:
+        counters = self.daemon.counters.read(self.ifname)
+        if counters is None:
+            self._fail(f"{self.ifname}: interface has vanished; waiting for NetworkManager to notice")
+            self.meter.reset()
+            self.rates = None
+        else:
+            self.rates = self.meter.update(counters)
+            self.policy.observe(counters.time, self.rates)
+        await self.kick()
+
+    async def kick(self) -> None:
+        """Read the signal if the policy needs it, then act.  Also used when a hold changes."""
+        if self.policy.signal_poll_due(time.monotonic()):
+            rssi = await self._signal()
+            self.policy.observe_signal(time.monotonic(), rssi)
+        await self.reconcile()
+
+    async def _signal(self) -> int | None:
+        try:
+            iface = await self._iface()
+        except SupplicantError:
+            return None
+        return await self.daemon.supplicant.signal(iface)
+
+    async def reconcile(self) -> None:
+        """Make wpa_supplicant match what the policy wants; safe to call at any time."""
+        async with self._busy:
+            try:
+                if self.policy.want_engaged and not self.engaged:
+                    await self._engage()
+                elif not self.policy.want_engaged and self.engaged:
+                    await self._release(self.policy.reason)
+                self._error = None
+            except SupplicantError as e:
+                self._fail(f"{self.ifname}: {e}")
+            self._publish()
+
+    def hold_changed(self, held: bool) -> None:
+        self.policy.set_held(held)
+
+    # ---- engage / release -----------------------------------------------------------------
+
+    async def _iface(self) -> str:
+        if self.iface_path is None:
+            self.iface_path = await self.daemon.supplicant.interface(self.ifname)
+        return self.iface_path
+
+    async def _engage(self) -> None:
+        sup = self.daemon.supplicant
+        net = await sup.current_network(await self._iface())
+        if net is None:
+            self.no_bgscan = "not associated in wpa_supplicant"
+            return
+        value = await sup.get_bgscan(net)
+        if value is None or value == "":
+            why = "the network has no bgscan (BSSID-locked profile or AP mode)" if value is None \
+                else "bgscan is already off on this network"
+            if self.no_bgscan != why:
+                log.info("%s: nothing to suspend: %s", self.ifname, why)
+            self.no_bgscan = why
+            return
+        try:
+            self.daemon.journal.record(net, self.ifname, value)
+        except OSError as e:
+            raise SupplicantError(
+                f"cannot write {self.daemon.journal.path} ({e}); not suspending bgscan, since it "
+                "could not be restored after a crash. Check the state directory's permissions"
+            ) from None
+        try:
+            await sup.set_bgscan(net, "")
+        except SupplicantError:
+            self.daemon.journal.forget(net)
+            raise
+        self.network, self.saved, self.no_bgscan = net, value, None
+        log.info("%s: bgscan suspended on %s (was \"%s\"): %s", self.ifname, net, value,
+                 self.policy.reason)
+
+    async def _release(self, why: str) -> None:
+        net, value = self.network, self.saved
+        if net is None or value is None:
+            return
+        await self.daemon.restore(net, value, self.ifname)
+        self.network = self.saved = None
+        log.info("%s: bgscan restored to \"%s\": %s", self.ifname, value, why)
+
+    async def network_changed(self, net: str | None) -> None:
+        """wpa_supplicant's CurrentNetwork changed (NM re-activated, or we lost the AP)."""
+        if self.engaged and net != self.network:
+            async with self._busy:
+                await self._release("wpa_supplicant switched to another network object")
+        self.no_bgscan = None
+        await self.reconcile()
+
+    def supplicant_restarted(self) -> None:
+        """A new wpa_supplicant has fresh networks from NM: nothing of ours is left to restore."""
+        if self.network is not None:
+            self.daemon.journal.forget(self.network)
+        self.network = self.saved = self.iface_path = self.no_bgscan = None
+
+    def count_scan(self) -> None:
+        if self.engaged:
+            self.scans_guarding += 1
+            log.info("%s: a scan ran while guarding (requested by someone else: desktop shell, "
+                     "nmcli, geoclue?); bgscan cannot stop those", self.ifname)
+        else:
+            self.scans_idle += 1
+        self.daemon.changed(self)
+
+    # ---- reporting ------------------------------------------------------------------------
+
+    def _fail(self, message: str) -> None:
+        if message != self._error:
+            log.warning("%s", message)
+            self._error = message
+
+    def _publish(self) -> None:
+        state = self.policy.state
+        if state in (P.GUARDING, P.HELD) and not self.engaged and self.no_bgscan:
+            state = P.NO_BGSCAN
+        if state != self.state:
+            self.state, self.since = state, time.time()
+            self.reason = self.no_bgscan if state == P.NO_BGSCAN else self.policy.reason
+            self.daemon.state_changed(self, state, self.reason)
+        self.daemon.changed(self)
+
+    def status(self) -> dict[str, Any]:
+        r = self.rates
+        return {
+            "interface": self.ifname,
+            "state": self.state,
+            "reason": self.reason,
+            "since": self.since,
+            "rx_bps": r.rx_bps if r else 0.0,
+            "tx_bps": r.tx_bps if r else 0.0,
+            "pps": r.pps if r else 0.0,
+            "signal_dbm": self.policy.signal,
+            "suspended_bgscan": self.saved or "",
+            "network": self.network or "",
+            "scans_guarding": self.scans_guarding,
+            "scans_idle": self.scans_idle,
+            "connection_id": self.dev.connection_id,
+            "connection_uuid": self.dev.connection_uuid,
+            "error": self._error or "",
+            "settings": self.settings.values(),
+            "settings_sources": {k: self.settings.source(k) for k in self.settings.values()},
+        }
+
+    def status_line(self) -> str:
+        if self.state in (P.GUARDING, P.HELD):
+            mbit = self.rates.mbit if self.rates else 0.0
+            text = f"{self.ifname}: {self.state} {mbit:.0f} Mbit/s for {_duration(time.time() - self.since)}"
+            text += ", bgscan suspended" if self.engaged else ", bgscan NOT suspended"
+            n = self.scans_guarding
+            text += f", {n} scan{'s' if n != 1 else ''}" + (" it could not stop" if n else "")
+            return text
+        if self.state == P.WEAK:
+            sig = f"{self.policy.signal:.0f} dBm" if self.policy.signal is not None else "weak"
+            return f"{self.ifname}: signal {sig}, bgscan left on so it can roam"
+        if self.state == P.NO_BGSCAN:
+            return f"{self.ifname}: busy, {self.no_bgscan}"
+        return f"{self.ifname}: {self.state}"
+
+
+def _duration(seconds: float) -> str:
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"

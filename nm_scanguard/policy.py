@@ -1,0 +1,119 @@
+"""The decision: should bgscan be suspended on this interface right now?
+
+Pure and level-triggered: the policy is fed rates, signal readings and holds with the time they
+were taken, and says what *should* be (`want_engaged`, `state`, `reason`).  The daemon compares
+that with what it has done and acts; if an action fails it simply tries again on the next
+sample, so no decision can be lost.
+"""
+
+from __future__ import annotations
+
+from .config import Settings
+from .rates import Rates
+
+IDLE = "idle"
+GUARDING = "guarding"
+HELD = "held"
+WEAK = "released-weak-signal"
+DISABLED = "disabled"
+NO_BGSCAN = "no-bgscan"  # decided by the daemon: the network has no bgscan to suspend
+
+STATES = (IDLE, GUARDING, HELD, WEAK, DISABLED, NO_BGSCAN)
+
+
+class Policy:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.busy = False  # traffic has been high long enough and not yet quiet long enough
+        self.held = False
+        self.weak = False  # signal under the floor, until it is back above floor + hysteresis
+        self.signal: float | None = None
+        self._busy_samples = 0
+        self._quiet_since: float | None = None
+        self._last_poll: float | None = None
+        self._reason = "no traffic yet"
+
+    # ---- inputs ---------------------------------------------------------------------------
+
+    def observe(self, now: float, rates: Rates | None) -> None:
+        """One sample.  `None` (counters reset) counts neither as busy nor as quiet."""
+        if rates is None:
+            return
+        s = self.settings
+        busy = rates.mbit >= s.threshold_mbit or (s.threshold_pps > 0 and rates.pps >= s.threshold_pps)
+        quiet = rates.mbit < s.release_below_mbit and (
+            s.threshold_pps == 0 or rates.pps < s.release_below_pps
+        )
+        self._busy_samples = self._busy_samples + 1 if busy else 0
+        if quiet:
+            if self._quiet_since is None:
+                self._quiet_since = now
+        else:
+            self._quiet_since = None
+
+        if not self.busy and self._busy_samples >= s.engage_after:
+            self.busy = True
+            self._reason = (
+                f"traffic {rates.mbit:.1f} Mbit/s, {rates.pps:.0f} packets/s for "
+                f"{self._busy_samples} samples"
+            )
+        elif self.busy and self._quiet_since is not None and now - self._quiet_since >= s.release_after:
+            self.busy = False
+            self._reason = f"quiet for {now - self._quiet_since:.0f} s"
+            self._last_poll = None  # next engagement starts with a fresh signal reading
+
+    def observe_signal(self, now: float, rssi: float | None) -> None:
+        """A SignalPoll result; `None` means the poll failed and changes nothing."""
+        self._last_poll = now
+        if rssi is None:
+            return
+        self.signal = rssi
+        s = self.settings
+        if rssi < s.signal_floor_dbm and not self.weak:
+            self.weak = True
+            self._reason = f"signal {rssi:.0f} dBm below the floor of {s.signal_floor_dbm:.0f} dBm"
+        elif self.weak and rssi >= s.signal_floor_dbm + s.signal_hysteresis_db:
+            self.weak = False
+            self._reason = (
+                f"signal {rssi:.0f} dBm back above {s.signal_floor_dbm + s.signal_hysteresis_db:.0f} dBm"
+            )
+
+    def set_held(self, held: bool) -> None:
+        if held != self.held:
+            self.held = held
+            self._reason = "held by an application" if held else "last hold released"
+            if not held and not self.busy:
+                self._last_poll = None
+
+    def update_settings(self, settings: Settings) -> None:
+        if settings != self.settings:
+            self.settings = settings
+            self._reason = "settings changed"
+
+    # ---- outputs --------------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        if not self.settings.enabled:
+            return DISABLED
+        if not (self.busy or self.held):
+            return IDLE
+        if self.weak:
+            return WEAK
+        return GUARDING if self.busy else HELD
+
+    @property
+    def want_engaged(self) -> bool:
+        return self.state in (GUARDING, HELD)
+
+    @property
+    def reason(self) -> str:
+        if not self.settings.enabled:
+            return "disabled by settings"
+        return self._reason
+
+    def signal_poll_due(self, now: float) -> bool:
+        """Signal matters only while we want to guard; then read it every poll interval."""
+        if not self.settings.enabled or not (self.busy or self.held):
+            return False
+        return self._last_poll is None or now - self._last_poll >= self.settings.signal_poll_interval

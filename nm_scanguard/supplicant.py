@@ -1,0 +1,104 @@
+"""wpa_supplicant's D-Bus API: find the current network, read and set its bgscan, poll the signal.
+
+Facts this module relies on (checked by tests/contract against the real binary):
+- Network `Properties` Set merges only the keys given.  A dict holding only `bgscan` restarts
+  bgscan live; any other key in the same dict would flush the PMKSA cache, so we never send one.
+- `bgscan` is quoted by wpa_supplicant on write and read back quoted; we strip the quotes so
+  that writing back what we read restores exactly the same setting.
+- `bgscan=""` stops bgscan (and its signal monitor); `"none"` is not a module.
+"""
+
+from __future__ import annotations
+
+from .bus import BusError, call, get_property, set_property
+from .dbuslib import MessageBus, Variant
+
+NAME = "fi.w1.wpa_supplicant1"
+PATH = "/fi/w1/wpa_supplicant1"
+IFACE = NAME + ".Interface"
+NETWORK = NAME + ".Network"
+
+_NOT_RUNNING = (
+    "org.freedesktop.DBus.Error.ServiceUnknown",
+    "org.freedesktop.DBus.Error.NameHasNoOwner",
+    "org.freedesktop.DBus.Error.NoReply",
+    "org.freedesktop.DBus.Error.Timeout",
+)
+
+
+class SupplicantError(Exception):
+    """Something went wrong talking to wpa_supplicant, worded with what to do about it."""
+
+
+class ObjectGone(SupplicantError):
+    """The interface or network object no longer exists (NM removed it, or a restart)."""
+
+
+_GONE = ("UnknownObject", "UnknownMethod", "UnknownInterface")
+
+
+def explain(err: BusError, what: str) -> SupplicantError:
+    if err.name == "org.freedesktop.DBus.Error.AccessDenied":
+        return SupplicantError(
+            f"wpa_supplicant refused {what}: {err.text or err.name}. The service user must be "
+            "root or in group 'netdev' (Debian's D-Bus policy for fi.w1.wpa_supplicant1 allows it)"
+        )
+    if err.name in _NOT_RUNNING:
+        return SupplicantError(f"wpa_supplicant is not reachable for {what} ({err.name}); "
+                               "is wpa_supplicant.service running?")
+    if err.name == NAME + ".InterfaceUnknown":
+        return ObjectGone(f"wpa_supplicant does not manage this interface ({what})")
+    if err.name.endswith(_GONE):
+        return ObjectGone(f"{what}: the object is gone ({err.name})")
+    return SupplicantError(f"wpa_supplicant failed {what}: {err}")
+
+
+def unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        return value[1:-1]
+    return value
+
+
+class Supplicant:
+    def __init__(self, bus: MessageBus) -> None:
+        self.bus = bus
+
+    async def interface(self, ifname: str) -> str:
+        try:
+            (path,) = await call(self.bus, NAME, PATH, NAME, "GetInterface", "s", [ifname])
+        except BusError as e:
+            raise explain(e, f"GetInterface({ifname})") from None
+        return path
+
+    async def current_network(self, iface_path: str) -> str | None:
+        try:
+            path = await get_property(self.bus, NAME, iface_path, IFACE, "CurrentNetwork")
+        except BusError as e:
+            raise explain(e, f"reading CurrentNetwork of {iface_path}") from None
+        return None if path in ("", "/") else path
+
+    async def get_bgscan(self, net_path: str) -> str | None:
+        """The network's bgscan without quotes; None when the network has no bgscan at all."""
+        try:
+            props = await get_property(self.bus, NAME, net_path, NETWORK, "Properties")
+        except BusError as e:
+            raise explain(e, f"reading the properties of {net_path}") from None
+        value = props.get("bgscan")
+        return None if value is None else unquote(value)
+
+    async def set_bgscan(self, net_path: str, value: str) -> None:
+        # Only this one key, ever: see the module docstring.
+        props = Variant("a{sv}", {"bgscan": Variant("s", value)})
+        try:
+            await set_property(self.bus, NAME, net_path, NETWORK, "Properties", props)
+        except BusError as e:
+            raise explain(e, f"setting bgscan on {net_path}") from None
+
+    async def signal(self, iface_path: str) -> int | None:
+        """RSSI in dBm, or None when wpa_supplicant cannot tell (not associated, driver)."""
+        try:
+            (info,) = await call(self.bus, NAME, iface_path, IFACE, "SignalPoll")
+        except BusError:
+            return None
+        rssi = info.get("rssi")
+        return None if rssi is None else int(rssi.value)
