@@ -1,0 +1,612 @@
+"""wpa_supplicant 2.10 mock template for python-dbusmock (``dbusmock --template PATH``).
+
+Mocks the part of ``fi.w1.wpa_supplicant1`` that nm-scanguard uses, behaving like the real
+binary (Debian 12, 2:2.10-12+deb12u3) as checked by tests/contract/test_wpa_supplicant_contract.py.
+Where the mock cannot be checked against the binary without a radio, the behaviour follows
+wpa_supplicant/dbus/dbus_new_handlers.c of 2.10 and the comment says so.
+
+Real behaviour reproduced
+-------------------------
+* ``fi.w1.wpa_supplicant1`` at /fi/w1/wpa_supplicant1: ``GetInterface(s) -> o`` (error
+  ``fi.w1.wpa_supplicant1.InterfaceUnknown``), ``CreateInterface(a{sv}) -> o`` (``Ifname``
+  required, ``Driver`` optional; ``InterfaceExists`` if taken; ``UnknownError`` if no such
+  netdev in /sys/class/net), ``RemoveInterface(o)``; signals ``InterfaceAdded(o, a{sv})`` and
+  ``InterfaceRemoved(o)`` (preceded by ``NetworkRemoved`` for every network of it).
+* Interface objects ``/fi/w1/wpa_supplicant1/Interfaces/N`` (N never reused): properties
+  ``Ifname``, ``Driver``, ``State``, ``Scanning``, ``CurrentNetwork`` ("/" when none),
+  ``CurrentBSS``, ``Networks``, ``BSSs``, ``ApScan``; methods ``AddNetwork(a{sv}) -> o``,
+  ``RemoveNetwork(o)``, ``SelectNetwork(o)``, ``Scan(a{sv})``, ``SignalPoll() -> v``;
+  signals ``NetworkAdded(o, a{sv})``, ``NetworkRemoved(o)``, ``NetworkSelected(o)``,
+  ``ScanDone(b)``.
+* ``SignalPoll`` replies with a *variant* holding ``a{sv}`` (the introspection says ``a{sv}``,
+  the C code wraps it in a variant), keys rssi (i), linkspeed (i, Mbit/s), noise (i),
+  frequency (u), width (s), avg-rssi (i).  When the driver cannot read the signal (not
+  associated, or driver "none") it fails with ``org.freedesktop.DBus.Error.Failed``
+  "Failed to read signal".
+* Network objects ``<iface>/Networks/N`` (N = highest existing id + 1): ``Properties``
+  (a{sv}, all values strings) and ``Enabled`` (b).  Setting ``Properties`` merges only the
+  keys given, in order, and is not atomic (keys before a bad one stay set).  String values are
+  wrapped in double quotes unless the key is in ``DONT_QUOTE``, so ``bgscan`` sent as
+  ``simple:30:-70:86400`` reads back as ``"simple:30:-70:86400"``; sent as ``""`` (empty) it
+  reads back as ``""`` (two quote characters; there is no way back to "absent"); a value sent
+  with its quotes is quoted again.  int32/uint32 values are written in decimal; integer
+  fields reject strings (they get quoted).  ``psk`` is never read back.  A network that never
+  had a ``bgscan`` has no ``bgscan`` key.  Unknown keys and other value types fail with
+  ``org.freedesktop.DBus.Error.InvalidArgs`` "invalid message format".  Keys this mock knows
+  are those of ``NETWORK_FIELDS`` plus ``psk`` (the real one accepts ~200 more).
+  Setting ``Properties`` emits no signal.
+* ``NetworkAdded(o, a{sv})`` is sent while the new network is still a zeroed struct, before
+  defaults and AddNetwork's arguments are applied: its ``Properties`` hold only the integer
+  fields, all "0", and ``Enabled`` is true.  Read ``Properties`` instead of trusting it.  A
+  failing AddNetwork emits ``NetworkAdded`` then ``NetworkRemoved``.
+* Property changes are announced 5 ms later, batched per object, first as
+  ``org.freedesktop.DBus.Properties.PropertiesChanged`` then as the deprecated
+  ``<interface>.PropertiesChanged(a{sv})``, like wpa_supplicant's flush timer.
+  ``SelectNetwork`` sets ``CurrentNetwork`` *without* announcing it (the real one does the same
+  on driver "none"; it announces it once association starts) and enables the selected network,
+  disabling the others (``Enabled`` changes are announced).  Removing the current network
+  announces ``CurrentNetwork: "/"``.
+* Properties Get/GetAll/Set: unknown property (or interface) in Get/Set: ``InvalidArgs``
+  "No such property"; read-only property: ``InvalidArgs`` "Property is read-only"; ``Enabled``
+  set to a non-boolean: ``org.freedesktop.DBus.Error.Failed`` "wrong property type"; GetAll
+  of an interface the object does not have: an empty dict.  Calls on a removed object fail
+  with ``org.freedesktop.DBus.Error.UnknownMethod`` (libdbus's answer for an unknown path, in
+  both).
+* Driver "none" (as the contract test uses on ``lo``): scans fail, i.e. ``Scan`` is accepted
+  and followed by ``ScanDone(false)``; ``SignalPoll`` always fails.  Any other driver: the scan
+  succeeds, ``Scanning`` goes true then false around ``ScanDone(true)``.
+
+Not reproduced: BSS objects, WPS/P2P/mesh interfaces, the real scan retry loop (every second
+while an enabled network is not connected, the real one emits ``ScanDone(false)`` and
+``State``/``Scanning`` changes on driver "none"), key validation beyond psk length and
+integer syntax.
+
+Mock control methods (interface ``org.freedesktop.DBus.Mock`` on /fi/w1/wpa_supplicant1)
+------------------------------------------------------------------------------------------
+``AddWifiInterface(s ifname) -> o``
+    Adds an interface with a working (mock) radio, driver "nl80211", State "disconnected",
+    emitting ``InterfaceAdded`` like CreateInterface.  No netdev check.
+``AddNetworkWithBgscan(o iface, s ssid, s bgscan) -> o``
+    Adds a network the way NetworkManager does (``ssid``, ``key_mgmt`` "WPA-PSK", a psk, and
+    ``bgscan`` unless *bgscan* is "" which means "no bgscan key at all", as NM does for
+    BSSID-locked or AP-mode profiles).  Emits ``NetworkAdded``.  Not selected, not enabled.
+``SetCurrentNetwork(o iface, o network)``
+    Simulates association: enables *network*, then sets ``CurrentNetwork`` to it and
+    ``State`` to "completed", announced together in one PropertiesChanged batch.  With "/",
+    simulates a disconnection: ``CurrentNetwork`` "/" and ``State`` "disconnected".  (A real
+    association spreads this over several batches: associating, associated, 4way_handshake,
+    completed.  Do not rely on seeing both keys in one signal.)
+``SetState(o iface, s state)``
+    Sets and announces ``State`` only.
+``EmitScanDone(o iface)``
+    A scan somebody else asked for (GNOME Shell, nmcli, GeoClue): ``ScanDone(true)``.
+``SetSignal(o iface, i rssi)``
+    What ``SignalPoll`` reports as rssi and avg-rssi (default -50 dBm).
+``SetSignalPollFails(o iface, b fails)``
+    Makes ``SignalPoll`` fail even while "completed".
+``GetPropertiesSets(o network) -> aa{sv}``
+    Every dict sent to ``Properties`` Set on *network*, in order, as the client sent it
+    (values unquoted), e.g. ``[{"bgscan": ""}, {"bgscan": "simple:30:-70:86400"}]``.  The same
+    data is in dbusmock's call log: ``GetMethodCalls("Set")`` on the network object's path
+    returns ``(timestamp, [interface, property, value])`` rows; ``ClearCalls()`` resets it.
+
+Removing networks and interfaces goes through the normal API (``RemoveNetwork`` on the
+interface, ``RemoveInterface``), as NetworkManager does.  To simulate a wpa_supplicant restart,
+stop the mock process and start a new one (the name owner changes).
+"""
+
+import os
+
+import dbus
+from gi.repository import GLib
+
+import dbusmock
+from dbusmock import MOCK_IFACE
+
+BUS_NAME = "fi.w1.wpa_supplicant1"
+MAIN_OBJ = "/fi/w1/wpa_supplicant1"
+MAIN_IFACE = "fi.w1.wpa_supplicant1"
+SYSTEM_BUS = True
+
+INTERFACE_IFACE = MAIN_IFACE + ".Interface"
+NETWORK_IFACE = MAIN_IFACE + ".Network"
+PROPS_IFACE = dbus.PROPERTIES_IFACE
+
+ERR_INVALID_ARGS = "org.freedesktop.DBus.Error.InvalidArgs"
+ERR_FAILED = "org.freedesktop.DBus.Error.Failed"
+ERR_WPA_INVALID_ARGS = MAIN_IFACE + ".InvalidArgs"
+ERR_INTERFACE_UNKNOWN = MAIN_IFACE + ".InterfaceUnknown"
+ERR_INTERFACE_EXISTS = MAIN_IFACE + ".InterfaceExists"
+ERR_NETWORK_UNKNOWN = MAIN_IFACE + ".NetworkUnknown"
+ERR_UNKNOWN_ERROR = MAIN_IFACE + ".UnknownError"
+
+# wpa_supplicant's flush timer for property changes (WPA_DBUS_SEND_PROP_CHANGED_TIMEOUT).
+FLUSH_MS = 5
+
+# Keys whose string values are passed on without quotes (dont_quote[] in dbus_new_handlers.c).
+DONT_QUOTE = frozenset({
+    "key_mgmt", "proto", "pairwise", "auth_alg", "group", "eap", "bssid", "scan_freq",
+    "freq_list", "scan_ssid", "bssid_hint", "bssid_ignore", "bssid_accept", "bssid_blacklist",
+    "bssid_whitelist", "group_mgmt", "ignore_broadcast_ssid", "mesh_basic_rates",
+    "go_p2p_dev_addr", "p2p_client_list", "psk_list", "roaming_consortium",
+    "required_roaming_consortium",
+})
+
+# Fields holding a string: stored from a quoted value or hex bytes, read back quoted (hex if
+# not printable).
+STRING_FIELDS = frozenset({"ssid", "id_str", "bgscan"})
+
+# Every key wpa_supplicant 2.10 lists in a Network's Properties, in its order, with what a
+# network fresh from AddNetwork({}) reads back; None: the key is listed only once set.
+NETWORK_FIELDS = (
+    ("ssid", None), ("scan_ssid", "0"), ("bssid", None), ("mem_only_psk", "0"),
+    ("proto", "WPA RSN"), ("key_mgmt", "WPA-PSK WPA-EAP"), ("bg_scan_period", "-1"),
+    ("pairwise", "CCMP TKIP"), ("group", "CCMP TKIP"), ("auth_alg", None), ("scan_freq", None),
+    ("freq_list", None), ("ht", "1"), ("vht", "1"), ("ht40", "0"), ("max_oper_chwidth", "-1"),
+    ("vht_center_freq1", "0"), ("vht_center_freq2", "0"), ("engine", "0"), ("engine2", "0"),
+    ("machine_engine", "0"), ("machine_ocsp", "0"), ("eapol_flags", "3"), ("sim_num", "1"),
+    ("erp", "0"), ("wep_tx_keyidx", "0"), ("priority", "0"), ("eap_workaround", "-1"),
+    ("fragment_size", "1398"), ("ocsp", "0"), ("ocsp2", "0"), ("mode", "0"), ("no_auto_peer", "0"),
+    ("mesh_fwding", "1"), ("mesh_rssi_threshold", "1"), ("proactive_key_caching", "-1"),
+    ("disabled", "1"), ("id_str", None), ("ieee80211w", "3"), ("ocv", "0"), ("mixed_cell", "0"),
+    ("frequency", "0"), ("fixed_freq", "0"), ("enable_edmg", "0"), ("edmg_channel", "0"),
+    ("acs", "0"), ("dot11MeshMaxRetries", "2"), ("dot11MeshRetryTimeout", "40"),
+    ("dot11MeshConfirmTimeout", "40"), ("dot11MeshHoldingTimeout", "40"), ("wpa_ptk_rekey", "0"),
+    ("wpa_deny_ptk0_rekey", "0"), ("group_rekey", "0"), ("bgscan", None),
+    ("ignore_broadcast_ssid", "0"), ("disable_ht", "0"), ("disable_ht40", "0"),
+    ("disable_sgi", "0"), ("disable_ldpc", "0"), ("ht40_intolerant", "0"), ("tx_stbc", "-1"),
+    ("rx_stbc", "-1"), ("disable_max_amsdu", "-1"), ("ampdu_factor", "-1"),
+    ("ampdu_density", "-1"), ("disable_vht", "0"), ("vht_capa", "0"), ("vht_capa_mask", "0"),
+    ("vht_rx_mcs_nss_1", "-1"), ("vht_rx_mcs_nss_2", "-1"), ("vht_rx_mcs_nss_3", "-1"),
+    ("vht_rx_mcs_nss_4", "-1"), ("vht_rx_mcs_nss_5", "-1"), ("vht_rx_mcs_nss_6", "-1"),
+    ("vht_rx_mcs_nss_7", "-1"), ("vht_rx_mcs_nss_8", "-1"), ("vht_tx_mcs_nss_1", "-1"),
+    ("vht_tx_mcs_nss_2", "-1"), ("vht_tx_mcs_nss_3", "-1"), ("vht_tx_mcs_nss_4", "-1"),
+    ("vht_tx_mcs_nss_5", "-1"), ("vht_tx_mcs_nss_6", "-1"), ("vht_tx_mcs_nss_7", "-1"),
+    ("vht_tx_mcs_nss_8", "-1"), ("ap_max_inactivity", "0"), ("dtim_period", "0"),
+    ("beacon_int", "0"), ("macsec_policy", "0"), ("macsec_integ_only", "0"),
+    ("macsec_replay_protect", "0"), ("macsec_replay_window", "0"), ("macsec_port", "0"),
+    ("mka_priority", "255"), ("update_identifier", "0"), ("mac_addr", "-1"), ("pbss", "0"),
+    ("wps_disabled", "0"), ("fils_dh_group", "0"), ("dpp_netaccesskey_expiry", "0"),
+    ("dpp_pfs", "0"), ("owe_group", "0"), ("owe_only", "0"), ("owe_ptk_workaround", "0"),
+    ("multi_ap_backhaul_sta", "0"), ("ft_eap_pmksa_caching", "0"), ("beacon_prot", "0"),
+    ("transition_disable", "0"), ("sae_pk", "0"),
+)
+_FIELD_DEFAULTS = dict(NETWORK_FIELDS)
+INT_FIELDS = frozenset(k for k, v in NETWORK_FIELDS if v is not None and v.lstrip("-").isdigit())
+
+# Read-only properties per D-Bus interface; the others in the object's props are writable.
+_READ_ONLY = {
+    MAIN_IFACE: {"Interfaces"},
+    INTERFACE_IFACE: {"Ifname", "Driver", "State", "Scanning", "CurrentNetwork", "CurrentBSS",
+                      "Networks", "BSSs"},
+    NETWORK_IFACE: set(),
+}
+
+
+def _error(name, text):
+    return dbus.exceptions.DBusException(text, name=name)
+
+
+def _invalid_network_format():
+    return _error(ERR_INVALID_ARGS, "invalid message format")
+
+
+# --- Network "Properties": what set_network_properties() and wpa_config_set() do ----------
+
+def _config_text(key, value):
+    """The text wpa_supplicant hands to wpa_config_set() for one D-Bus dict entry."""
+    if isinstance(value, dbus.Array) and value.signature == "y":
+        if len(value) == 0:
+            raise _invalid_network_format()
+        return bytes(value).hex()
+    if isinstance(value, dbus.String):
+        return str(value) if key in DONT_QUOTE else f'"{value}"'
+    if isinstance(value, (dbus.Int32, dbus.UInt32)):
+        return str(int(value))
+    raise _invalid_network_format()
+
+
+def _read_back_string(raw):
+    if all(32 <= b < 127 for b in raw):
+        return '"' + raw.decode("ascii") + '"'
+    return raw.hex()
+
+
+def _parse_string(text):
+    if text.startswith('"'):
+        if len(text) < 2 or not text.endswith('"'):
+            raise _invalid_network_format()
+        return text[1:-1].encode("utf-8")
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        raise _invalid_network_format() from None
+
+
+def _apply_network_entry(net, key, value):
+    """Set one key on a mock network the way wpa_supplicant 2.10 does, or raise InvalidArgs."""
+    text = _config_text(key, value)
+    if key == "psk":
+        if text.startswith('"'):
+            if not 8 <= len(text) - 2 <= 63:
+                raise _invalid_network_format()
+        elif len(text) != 64:
+            raise _invalid_network_format()
+        net.wpa_psk = text
+        return
+    if key not in _FIELD_DEFAULTS:
+        raise _invalid_network_format()
+    if key in STRING_FIELDS:
+        raw = _parse_string(text)
+        if key == "ssid" and len(raw) > 32:
+            raise _invalid_network_format()
+        net.wpa_config[key] = _read_back_string(raw)
+    elif key in INT_FIELDS:
+        try:
+            net.wpa_config[key] = str(int(text, 0))
+        except ValueError:
+            raise _invalid_network_format() from None
+    else:
+        if text.startswith('"'):
+            raise _invalid_network_format()
+        net.wpa_config[key] = text
+
+
+def _network_properties(net):
+    return dbus.Dictionary(
+        {k: dbus.String(net.wpa_config[k]) for k, _ in NETWORK_FIELDS
+         if net.wpa_config.get(k) is not None},
+        signature="sv")
+
+
+def _network_enabled(net):
+    return dbus.Boolean(net.wpa_config["disabled"] == "0")
+
+
+def _refresh_network_props(net):
+    net.props[NETWORK_IFACE]["Properties"] = _network_properties(net)
+    net.props[NETWORK_IFACE]["Enabled"] = _network_enabled(net)
+
+
+# --- change announcements -------------------------------------------------------------
+
+def _mark_changed(obj, interface, changes):
+    """Store new property values now, announce them FLUSH_MS later, batched like the real one."""
+    obj.props[interface].update(changes)
+    pending = obj.wpa_pending
+    if not pending:
+        GLib.timeout_add(FLUSH_MS, _flush_changes, obj)
+    pending.setdefault(interface, {}).update(changes)
+
+
+def _flush_changes(obj):
+    pending, obj.wpa_pending = obj.wpa_pending, {}
+    if dbusmock.mockobject.objects.get(obj.path) is not obj:
+        return False  # removed meanwhile
+    for interface, changes in pending.items():
+        values = dbus.Dictionary(changes, signature="sv")
+        obj.EmitSignal(PROPS_IFACE, "PropertiesChanged", "sa{sv}as",
+                       [interface, values, dbus.Array([], signature="s")])
+        obj.EmitSignal(interface, "PropertiesChanged", "a{sv}", [values])
+    return False
+
+
+def _later(ms, fn, *args):
+    def run():
+        fn(*args)
+        return False
+    GLib.timeout_add(ms, run)
+
+
+# --- org.freedesktop.DBus.Properties with wpa_supplicant's errors --------------------------
+
+def _props_get(obj, interface, name):
+    props = obj.props.get(interface, {}) if interface == obj.interface else {}
+    if name not in props:
+        raise _error(ERR_INVALID_ARGS, "No such property")
+    if interface == NETWORK_IFACE and name == "Properties":
+        return _network_properties(obj)
+    return props[name]
+
+
+def _props_get_all(obj, interface):
+    if interface != obj.interface:
+        return dbus.Dictionary({}, signature="sv")
+    if interface == NETWORK_IFACE:
+        _refresh_network_props(obj)
+    return dbus.Dictionary(obj.props[interface], signature="sv")
+
+
+def _props_set(obj, interface, name, value):
+    props = obj.props.get(interface, {}) if interface == obj.interface else {}
+    if name not in props:
+        raise _error(ERR_INVALID_ARGS, "No such property")
+    if name in _READ_ONLY.get(interface, ()):
+        raise _error(ERR_INVALID_ARGS, "Property is read-only")
+    if interface == NETWORK_IFACE and name == "Properties":
+        if not isinstance(value, dbus.Dictionary):
+            raise _invalid_network_format()
+        obj.wpa_sets.append(dbus.Dictionary(value, signature="sv"))
+        try:
+            for key, entry in value.items():
+                _apply_network_entry(obj, str(key), entry)
+        finally:
+            _refresh_network_props(obj)
+        return
+    if interface == NETWORK_IFACE and name == "Enabled":
+        if not isinstance(value, dbus.Boolean):
+            raise _error(ERR_FAILED, "wrong property type")
+        _set_enabled(obj, bool(value))
+        return
+    _mark_changed(obj, interface, {name: value})
+
+
+def _install_properties(obj):
+    obj.wpa_pending = {}
+    obj.AddMethod(PROPS_IFACE, "Get", "ss", "v", _props_get)
+    obj.AddMethod(PROPS_IFACE, "GetAll", "s", "a{sv}", _props_get_all)
+    obj.AddMethod(PROPS_IFACE, "Set", "ssv", "", _props_set)
+
+
+# --- objects --------------------------------------------------------------------------
+
+def _iface(path):
+    obj = dbusmock.mockobject.objects.get(str(path))
+    if obj is None or obj.interface != INTERFACE_IFACE:
+        raise _error(ERR_INTERFACE_UNKNOWN, "wpa_supplicant knows nothing about this interface.")
+    return obj
+
+
+def _network_of(iface, path):
+    """The network object at *path* on *iface*, with wpa_supplicant's error choices."""
+    path = str(path)
+    prefix = iface.path + "/Networks/"
+    if not path.startswith(prefix) or not path[len(prefix):].isdigit():
+        raise _error(ERR_WPA_INVALID_ARGS, "Did not receive correct message arguments.")
+    net = dbusmock.mockobject.objects.get(path)
+    if net is None:
+        raise _error(ERR_NETWORK_UNKNOWN, "There is no such a network in this interface.")
+    return net
+
+
+def _networks(iface):
+    nets = [o for p, o in dbusmock.mockobject.objects.items()
+            if o.interface == NETWORK_IFACE and p.startswith(iface.path + "/Networks/")]
+    return sorted(nets, key=lambda n: n.wpa_id)
+
+
+def _interface_path(main, ifname):
+    for path in main.props[MAIN_IFACE]["Interfaces"]:
+        if dbusmock.mockobject.objects[path].props[INTERFACE_IFACE]["Ifname"] == ifname:
+            return dbus.ObjectPath(path)
+    return None
+
+
+def _add_interface(main, ifname, driver):
+    if _interface_path(main, ifname):
+        raise _error(ERR_INTERFACE_EXISTS, "wpa_supplicant already controls this interface.")
+    path = f"{MAIN_OBJ}/Interfaces/{main.wpa_next_iface}"
+    main.wpa_next_iface += 1
+    props = {
+        "Ifname": dbus.String(ifname), "Driver": dbus.String(driver),
+        "State": dbus.String("disconnected"), "Scanning": dbus.Boolean(False),
+        "CurrentNetwork": dbus.ObjectPath("/"), "CurrentBSS": dbus.ObjectPath("/"),
+        "Networks": dbus.Array([], signature="o"), "BSSs": dbus.Array([], signature="o"),
+        "ApScan": dbus.UInt32(1),
+    }
+    main.AddObject(path, INTERFACE_IFACE, props, [])
+    iface = dbusmock.get_object(path)
+    iface.wpa_rssi = -50
+    iface.wpa_signal_fails = False
+    _install_properties(iface)
+    iface.AddMethod(INTERFACE_IFACE, "AddNetwork", "a{sv}", "o", _iface_add_network)
+    iface.AddMethod(INTERFACE_IFACE, "RemoveNetwork", "o", "", _iface_remove_network)
+    iface.AddMethod(INTERFACE_IFACE, "SelectNetwork", "o", "", _iface_select_network)
+    iface.AddMethod(INTERFACE_IFACE, "Scan", "a{sv}", "", _iface_scan)
+    iface.AddMethod(INTERFACE_IFACE, "SignalPoll", "", "v", _iface_signal_poll)
+    main.props[MAIN_IFACE]["Interfaces"] = dbus.Array(
+        list(main.props[MAIN_IFACE]["Interfaces"]) + [dbus.ObjectPath(path)], signature="o")
+    main.EmitSignal(MAIN_IFACE, "InterfaceAdded", "oa{sv}",
+                    [dbus.ObjectPath(path), dbus.Dictionary(props, signature="sv")])
+    _mark_changed(iface, INTERFACE_IFACE, {"State": dbus.String("disconnected")})
+    return dbus.ObjectPath(path)
+
+
+def _add_network(iface, args):
+    nets = _networks(iface)
+    net_id = max((n.wpa_id for n in nets), default=-1) + 1
+    path = f"{iface.path}/Networks/{net_id}"
+    iface.AddObject(path, NETWORK_IFACE, {"Properties": dbus.Dictionary({}, signature="sv"),
+                                          "Enabled": dbus.Boolean(False)}, [])
+    net = dbusmock.get_object(path)
+    net.wpa_id = net_id
+    net.wpa_iface = iface.path
+    net.wpa_config = dict(_FIELD_DEFAULTS)
+    net.wpa_psk = None
+    net.wpa_sets = []
+    _install_properties(net)
+    _refresh_network_props(net)
+    _update_networks_prop(iface)
+    # wpa_supplicant announces the network while its struct is still zeroed: before defaults
+    # and arguments are applied, so every integer field reads "0" and Enabled is true.
+    zeroed = dbus.Dictionary({k: dbus.String("0") for k, _ in NETWORK_FIELDS if k in INT_FIELDS},
+                             signature="sv")
+    iface.EmitSignal(INTERFACE_IFACE, "NetworkAdded", "oa{sv}",
+                     [dbus.ObjectPath(path), dbus.Dictionary(
+                         {"Properties": zeroed, "Enabled": dbus.Boolean(True)}, signature="sv")])
+    try:
+        for key, value in args.items():
+            _apply_network_entry(net, str(key), value)
+    except dbus.exceptions.DBusException:
+        _remove_network(iface, net)
+        raise
+    _refresh_network_props(net)
+    return dbus.ObjectPath(path)
+
+
+def _update_networks_prop(iface):
+    iface.props[INTERFACE_IFACE]["Networks"] = dbus.Array(
+        [dbus.ObjectPath(n.path) for n in _networks(iface)], signature="o")
+
+
+def _remove_network(iface, net):
+    iface.EmitSignal(INTERFACE_IFACE, "NetworkRemoved", "o", [dbus.ObjectPath(net.path)])
+    iface.RemoveObject(net.path)
+    _update_networks_prop(iface)
+    if iface.props[INTERFACE_IFACE]["CurrentNetwork"] == net.path:
+        _mark_changed(iface, INTERFACE_IFACE, {"CurrentNetwork": dbus.ObjectPath("/")})
+
+
+def _set_enabled(net, enabled):
+    value = "0" if enabled else "1"
+    if net.wpa_config["disabled"] == value:
+        return
+    net.wpa_config["disabled"] = value
+    _refresh_network_props(net)
+    _mark_changed(net, NETWORK_IFACE, {"Enabled": dbus.Boolean(enabled)})
+
+
+# --- fi.w1.wpa_supplicant1.Interface methods (first argument: the interface object) -----
+
+def _iface_add_network(iface, args):
+    return _add_network(iface, args)
+
+
+def _iface_remove_network(iface, path):
+    _remove_network(iface, _network_of(iface, path))
+
+
+def _iface_select_network(iface, path):
+    net = _network_of(iface, path)
+    for other in _networks(iface):
+        _set_enabled(other, other is net)
+    # Stored, not announced: wpa_supplicant_select_network() sets current_ssid directly.
+    iface.props[INTERFACE_IFACE]["CurrentNetwork"] = dbus.ObjectPath(net.path)
+    iface.EmitSignal(INTERFACE_IFACE, "NetworkSelected", "o", [dbus.ObjectPath(net.path)])
+
+
+def _iface_scan(iface, args):
+    scan_type = args.get("Type")
+    if scan_type not in ("active", "passive"):
+        raise _error(ERR_WPA_INVALID_ARGS, "Did not receive correct message arguments.")
+    if iface.props[INTERFACE_IFACE]["Driver"] == "none":
+        _later(0, _emit_scan_done, iface, False)
+        _mark_changed(iface, INTERFACE_IFACE, {"Scanning": dbus.Boolean(False)})
+        return
+    _mark_changed(iface, INTERFACE_IFACE, {"Scanning": dbus.Boolean(True)})
+    _later(20, _finish_scan, iface)
+
+
+def _finish_scan(iface):
+    _emit_scan_done(iface, True)
+    _mark_changed(iface, INTERFACE_IFACE, {"Scanning": dbus.Boolean(False)})
+
+
+def _emit_scan_done(iface, success):
+    if dbusmock.mockobject.objects.get(iface.path) is iface:
+        iface.EmitSignal(INTERFACE_IFACE, "ScanDone", "b", [dbus.Boolean(success)])
+
+
+def _iface_signal_poll(iface):
+    props = iface.props[INTERFACE_IFACE]
+    if props["Driver"] == "none" or props["State"] != "completed" or iface.wpa_signal_fails:
+        raise _error(ERR_FAILED, "Failed to read signal")
+    return dbus.Dictionary({
+        "rssi": dbus.Int32(iface.wpa_rssi), "linkspeed": dbus.Int32(433),
+        "noise": dbus.Int32(9999), "frequency": dbus.UInt32(5180),
+        "width": dbus.String("80 MHz"), "avg-rssi": dbus.Int32(iface.wpa_rssi),
+    }, signature="sv")
+
+
+# --- the template ---------------------------------------------------------------------
+
+def load(mock, parameters):
+    """Set up the main object: no interfaces yet, as wpa_supplicant -u starts."""
+    mock.wpa_next_iface = 0
+    mock.AddProperties(MAIN_IFACE, {"Interfaces": dbus.Array([], signature="o")})
+    _install_properties(mock)
+
+
+@dbus.service.method(MAIN_IFACE, in_signature="s", out_signature="o")
+def GetInterface(self, ifname):
+    path = _interface_path(self, ifname)
+    if path:
+        return path
+    raise _error(ERR_INTERFACE_UNKNOWN, "wpa_supplicant knows nothing about this interface.")
+
+
+@dbus.service.method(MAIN_IFACE, in_signature="a{sv}", out_signature="o")
+def CreateInterface(self, args):
+    ifname = args.get("Ifname")
+    if not isinstance(ifname, dbus.String):
+        raise _error(ERR_WPA_INVALID_ARGS, "Did not receive correct message arguments.")
+    if not _interface_path(self, ifname) and not os.path.exists(f"/sys/class/net/{ifname}"):
+        raise _error(ERR_UNKNOWN_ERROR, "wpa_supplicant couldn't grab this interface.")
+    return _add_interface(self, str(ifname), str(args.get("Driver", "nl80211")))
+
+
+@dbus.service.method(MAIN_IFACE, in_signature="o", out_signature="")
+def RemoveInterface(self, path):
+    iface = _iface(path)
+    for net in _networks(iface):
+        iface.EmitSignal(INTERFACE_IFACE, "NetworkRemoved", "o", [dbus.ObjectPath(net.path)])
+        iface.RemoveObject(net.path)
+    self.RemoveObject(iface.path)
+    self.props[MAIN_IFACE]["Interfaces"] = dbus.Array(
+        [p for p in self.props[MAIN_IFACE]["Interfaces"] if p != path], signature="o")
+    self.EmitSignal(MAIN_IFACE, "InterfaceRemoved", "o", [dbus.ObjectPath(path)])
+
+
+@dbus.service.method(MOCK_IFACE, in_signature="s", out_signature="o")
+def AddWifiInterface(self, ifname):
+    return _add_interface(self, str(ifname), "nl80211")
+
+
+@dbus.service.method(MOCK_IFACE, in_signature="oss", out_signature="o")
+def AddNetworkWithBgscan(self, iface_path, ssid, bgscan):
+    args = {"ssid": dbus.String(ssid), "key_mgmt": dbus.String("WPA-PSK"),
+            "psk": dbus.String("mock-passphrase")}
+    if bgscan:
+        args["bgscan"] = dbus.String(bgscan)
+    return _add_network(_iface(iface_path), args)
+
+
+@dbus.service.method(MOCK_IFACE, in_signature="oo", out_signature="")
+def SetCurrentNetwork(self, iface_path, net_path):
+    iface = _iface(iface_path)
+    if net_path == "/":
+        _mark_changed(iface, INTERFACE_IFACE, {"CurrentNetwork": dbus.ObjectPath("/"),
+                                               "State": dbus.String("disconnected")})
+        return
+    net = _network_of(iface, net_path)
+    _set_enabled(net, True)
+    _mark_changed(iface, INTERFACE_IFACE, {"CurrentNetwork": dbus.ObjectPath(net.path),
+                                           "State": dbus.String("completed")})
+
+
+@dbus.service.method(MOCK_IFACE, in_signature="os", out_signature="")
+def SetState(self, iface_path, state):
+    _mark_changed(_iface(iface_path), INTERFACE_IFACE, {"State": dbus.String(state)})
+
+
+@dbus.service.method(MOCK_IFACE, in_signature="o", out_signature="")
+def EmitScanDone(self, iface_path):
+    _emit_scan_done(_iface(iface_path), True)
+
+
+@dbus.service.method(MOCK_IFACE, in_signature="oi", out_signature="")
+def SetSignal(self, iface_path, rssi):
+    _iface(iface_path).wpa_rssi = int(rssi)
+
+
+@dbus.service.method(MOCK_IFACE, in_signature="ob", out_signature="")
+def SetSignalPollFails(self, iface_path, fails):
+    _iface(iface_path).wpa_signal_fails = bool(fails)
+
+
+@dbus.service.method(MOCK_IFACE, in_signature="o", out_signature="aa{sv}")
+def GetPropertiesSets(self, net_path):
+    net = dbusmock.mockobject.objects.get(str(net_path))
+    if net is None or net.interface != NETWORK_IFACE:
+        raise _error(ERR_NETWORK_UNKNOWN, "There is no such a network in this interface.")
+    return dbus.Array(net.wpa_sets, signature="a{sv}")
