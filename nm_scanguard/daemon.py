@@ -33,6 +33,7 @@ MATCH_RULES = (
     "type='signal',sender='%s',interface='%s.Device',member='StateChanged'" % (NM_NAME, NM_NAME),
     "type='signal',sender='%s',interface='%s.Settings.Connection',member='Updated'" % (NM_NAME, NM_NAME),
     "type='signal',sender='%s',interface='%s',member='ScanDone'" % (WPAS_NAME, WPAS_IFACE),
+    "type='signal',sender='%s',interface='%s',member='NetworkRemoved'" % (WPAS_NAME, WPAS_IFACE),
     "type='signal',sender='%s',interface='org.freedesktop.DBus.Properties',"
     "member='PropertiesChanged',arg0='%s'" % (WPAS_NAME, WPAS_IFACE),
 )
@@ -211,6 +212,10 @@ class Daemon:
             guard = self._guard_for(msg.path)
             if guard is not None:
                 guard.count_scan()
+        elif msg.interface == WPAS_IFACE and msg.member == "NetworkRemoved":
+            guard = self._guard_for(msg.path)
+            if guard is not None:
+                self.spawn(guard.network_removed(msg.body[0]))
         elif msg.member == "PropertiesChanged" and msg.path.startswith(WPAS_PATH + "/"):
             if msg.body and msg.body[0] == WPAS_IFACE and "CurrentNetwork" in msg.body[1]:
                 guard = self._guard_for(msg.path)
@@ -312,6 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Normally started by systemd as scanguard.service. See scanguard.conf(5) for the "
                "settings and scanguardctl(1) to look at what it is doing.",
     )
+    p.man_short_description = "suspend Wi-Fi background scans while the link is busy"  # argparse-manpage
     p.add_argument("-c", "--config", metavar="FILE", default=DEFAULT_CONFIG_PATH,
                    help="global settings file (default: %(default)s; a missing file means "
                         "built-in defaults)")

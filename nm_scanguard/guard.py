@@ -178,6 +178,18 @@ class Guard:
         self.no_bgscan = None
         await self.reconcile()
 
+    async def network_removed(self, net: str) -> None:
+        """NetworkRemoved: the object (and our "" with it) is gone.  wpa_supplicant reuses
+        network ids, so NM's remove-then-add on re-activation often brings back the *same*
+        path with a fresh bgscan: only this signal tells the two objects apart."""
+        async with self._busy:
+            if self.network != net:
+                return
+            self.daemon.journal.forget(net)
+            self.network = self.saved = None
+            log.info("%s: network %s was removed (NetworkManager re-activating?)", self.ifname, net)
+        await self.reconcile()
+
     def supplicant_restarted(self) -> None:
         """A new wpa_supplicant has fresh networks from NM: nothing of ours is left to restore."""
         if self.network is not None:

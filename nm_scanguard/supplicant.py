@@ -10,7 +10,7 @@ Facts this module relies on (checked by tests/contract against the real binary):
 
 from __future__ import annotations
 
-from .bus import BusError, call, get_property, set_property
+from .bus import BusError, call, get_property, set_property, unwrap
 from .dbuslib import MessageBus, Variant
 
 NAME = "fi.w1.wpa_supplicant1"
@@ -100,5 +100,7 @@ class Supplicant:
             (info,) = await call(self.bus, NAME, iface_path, IFACE, "SignalPoll")
         except BusError:
             return None
-        rssi = info.get("rssi")
-        return None if rssi is None else int(rssi.value)
+        # Declared a{sv}, but 2.10 sends a variant holding the a{sv}: unwrap both ways.
+        info = unwrap(info)
+        rssi = info.get("rssi") if isinstance(info, dict) else None
+        return None if rssi is None else int(rssi)

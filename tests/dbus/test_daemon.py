@@ -1,0 +1,391 @@
+"""The real daemon code against mocked NetworkManager and wpa_supplicant on a private bus, with
+real rtnetlink counters of a veth pair that the test pushes traffic through."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nm_scanguard.config import Settings
+from nm_scanguard.daemon import Daemon
+from nm_scanguard.supplicant import Supplicant
+
+from tests.conftest import call_failed
+
+from .conftest import eventually, record
+
+ORIGINAL = "simple:30:-70:86400"
+FAST = Settings(threshold_mbit=1.0, threshold_pps=0, engage_after=2, release_below_mbit=0.5,
+                release_after=1.0, sample_interval=0.2, signal_poll_interval=0.5,
+                signal_floor_dbm=-75.0, signal_hysteresis_db=5.0)
+FAST_CONF = """[scanguard]
+threshold_pps = 0
+engage_after = 2
+release_after = 1
+sample_interval = 0.2
+signal_poll_interval = 0.5
+"""
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+@pytest.fixture
+async def daemon(system_bus, tmp_path):
+    started = []
+
+    async def start(settings=FAST):
+        d = Daemon(settings, None, str(tmp_path / "state"))
+        await d.start()
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        await d.stop()
+        d.bus.disconnect()
+
+
+async def bgscan(bus, net):
+    return await Supplicant(bus).get_bgscan(net)
+
+
+async def suspended(bus, net):
+    return await bgscan(bus, net) == ""
+
+
+async def restored(bus, net, value=ORIGINAL):
+    return await bgscan(bus, net) == value
+
+
+# ---- engage / release ------------------------------------------------------------------------
+
+async def test_busy_link_suspends_bgscan_and_idle_link_restores_it(bus, link, peers, daemon):
+    await peers.setup()
+    d = await daemon()
+    assert await bgscan(bus, peers.net) == ORIGINAL
+    link.send(mbit=8)
+    t = await eventually(lambda: suspended(bus, peers.net), what="bgscan suspended")
+    record("engage latency (traffic start -> bgscan \"\")", t)
+    guard = d.guards[link.ifname]
+    assert guard.state == "guarding" and guard.saved == ORIGINAL
+    assert guard.status()["tx_bps"] > 4e6
+    link.stop()
+    t = await eventually(lambda: restored(bus, peers.net), what="bgscan restored")
+    record("release latency (traffic stop -> bgscan restored)", t)
+    assert 1.0 <= t < 3.0
+    assert guard.state == "idle"
+    # Only the bgscan key, ever: anything else would flush the PMKSA cache.
+    assert await peers.sets() == [{"bgscan": ""}, {"bgscan": ORIGINAL}]
+    assert json.loads(open(d.journal.path).read()) == {}
+
+
+async def test_light_traffic_leaves_bgscan_alone(bus, link, peers, daemon):
+    await peers.setup()
+    d = await daemon()
+    link.send(mbit=0.2)
+    await asyncio.sleep(2.0)
+    link.stop()
+    assert await peers.sets() == []
+    assert d.guards[link.ifname].state == "idle"
+
+
+async def test_packet_rate_engages_for_a_call(bus, link, peers, daemon):
+    await peers.setup()
+    await daemon(Settings(threshold_mbit=50, threshold_pps=80, release_below_pps=20, engage_after=2,
+                          sample_interval=0.2, release_after=1.0))
+    link.send(mbit=0, pps=150)  # 150 small packets/s: far under 1 Mbit/s
+    await eventually(lambda: suspended(bus, peers.net), what="bgscan suspended by packet rate")
+    link.stop()
+    await eventually(lambda: restored(bus, peers.net), what="bgscan restored")
+
+
+async def test_no_activated_wifi_means_no_periodic_work(bus, link, peers, daemon, monkeypatch):
+    await peers.setup(activate=False)
+    d = await daemon()
+    reads = []
+    monkeypatch.setattr(d.counters, "read", lambda ifname: reads.append(ifname))
+    link.send(mbit=8)
+    await asyncio.sleep(1.0)
+    assert d.guards == {} and reads == [] and d.status_line() == "no Wi-Fi connection to guard"
+    await peers.activate()  # NM signals the device ACTIVATED: now the daemon starts sampling
+    await eventually(lambda: link.ifname in d.guards, what="guard created on activation")
+    await eventually(lambda: len(reads) > 0, what="sampling started")
+
+
+# ---- NetworkManager and wpa_supplicant doing what they do -------------------------------------
+
+@pytest.mark.parametrize("order", ["remove-then-add", "add-then-remove"])
+async def test_reactivation_while_busy_engages_on_the_new_network(bus, link, peers, daemon, order):
+    await peers.setup()
+    d = await daemon()
+    link.send(mbit=8)
+    await eventually(lambda: suspended(bus, peers.net), what="first engagement")
+    old = peers.net
+    # `nmcli connection up` again: NM removes the network and adds a fresh one with its bgscan.
+    # wpa_supplicant gives a new network the highest id + 1, so remove-then-add (what NM does)
+    # brings back the very same object path: only NetworkRemoved tells the objects apart.
+    if order == "remove-then-add":
+        await peers.remove_network(old)
+        new = await peers.new_network(ORIGINAL)
+        assert new == old
+    else:
+        new = await peers.new_network(ORIGINAL)
+        await peers.remove_network(old)
+        assert new != old
+    await eventually(lambda: suspended(bus, new), what="engagement on the new network object")
+    assert await peers.sets(new) == [{"bgscan": ""}]
+    assert d.guards[link.ifname].network == new and d.guards[link.ifname].saved == ORIGINAL
+    assert list(json.loads(open(d.journal.path).read())) == [new]
+    link.stop()
+    await eventually(lambda: restored(bus, new), what="new network restored")
+
+
+async def test_deactivation_stops_guarding(bus, link, peers, daemon):
+    await peers.setup()
+    d = await daemon()
+    link.send(mbit=8)
+    await eventually(lambda: suspended(bus, peers.net), what="engaged")
+    await peers.deactivate()
+    await eventually(lambda: link.ifname not in d.guards, what="guard dropped")
+    # NM had not removed the network yet in this mock: we restored it on the way out.
+    assert await bgscan(bus, peers.net) == ORIGINAL
+
+
+async def test_supplicant_restart_while_engaged(bus, link, peers, daemon, caplog):
+    await peers.setup()
+    d = await daemon()
+    link.send(mbit=8)
+    await eventually(lambda: suspended(bus, peers.net), what="engaged")
+    with caplog.at_level(logging.INFO):
+        new = await peers.restart_wpa()
+        await eventually(lambda: suspended(bus, new), what="engaged on the new wpa_supplicant")
+    assert "wpa_supplicant left the bus" in caplog.text
+    assert list(json.loads(open(d.journal.path).read())) == [new]
+    link.stop()
+    await eventually(lambda: restored(bus, new), what="restored on the new wpa_supplicant")
+
+
+async def test_interface_unknown_to_supplicant_is_reported_not_fatal(bus, link, peers, daemon, caplog):
+    await peers.setup()
+    await call_remove_interface(bus, peers.iface)
+    with caplog.at_level(logging.WARNING):
+        d = await daemon()
+        link.send(mbit=8)
+        await eventually(lambda: "does not manage this interface" in caplog.text, what="warning")
+        await eventually(lambda: "does not manage" in d.guards[link.ifname].status()["error"],
+                         what="error in the status while busy")
+    # It comes back (e.g. wpa_supplicant re-created it): the guard recovers by itself.
+    (peers.iface,) = await peers.wpa_mock("AddWifiInterface", "s", [link.ifname])
+    net = await peers.new_network(ORIGINAL)
+    d.guards[link.ifname].iface_path = None
+    await eventually(lambda: suspended(bus, net), what="engaged after the interface came back")
+
+
+async def call_remove_interface(bus, iface):
+    from nm_scanguard.bus import call
+    await call(bus, "fi.w1.wpa_supplicant1", "/fi/w1/wpa_supplicant1", "fi.w1.wpa_supplicant1",
+               "RemoveInterface", "o", [iface])
+
+
+async def test_interface_vanishing_is_survived(bus, link, peers, daemon, caplog):
+    await peers.setup()
+    d = await daemon()
+    link.send(mbit=8)
+    await eventually(lambda: suspended(bus, peers.net), what="engaged")
+    with caplog.at_level(logging.WARNING):
+        link.remove()
+        await eventually(lambda: "interface has vanished" in caplog.text, what="vanished warning")
+    await peers.deactivate()
+    await eventually(lambda: link.ifname not in d.guards, what="guard dropped")
+    assert await bgscan(bus, peers.net) == ORIGINAL
+
+
+async def test_network_without_bgscan_is_left_alone(bus, link, peers, daemon):
+    await peers.setup(bgscan="")  # a BSSID-locked profile: NM writes no bgscan key
+    d = await daemon()
+    link.send(mbit=8)
+    await eventually(lambda: d.guards[link.ifname].state == "no-bgscan", what="state no-bgscan")
+    assert "no bgscan" in d.guards[link.ifname].reason
+    assert await peers.sets() == []
+    assert "no bgscan" in d.status_line()
+
+
+# ---- signal floor ------------------------------------------------------------------------------
+
+async def test_fading_signal_releases_and_recovery_reengages(bus, link, peers, daemon):
+    await peers.setup()
+    d = await daemon()
+    link.send(mbit=8)
+    await eventually(lambda: suspended(bus, peers.net), what="engaged")
+    await peers.wpa_mock("SetSignal", "oi", [peers.iface, -80])
+    await eventually(lambda: restored(bus, peers.net), what="released on weak signal")
+    assert d.guards[link.ifname].state == "released-weak-signal"
+    await peers.wpa_mock("SetSignal", "oi", [peers.iface, -72])  # inside the hysteresis
+    await asyncio.sleep(1.0)
+    assert await bgscan(bus, peers.net) == ORIGINAL
+    await peers.wpa_mock("SetSignal", "oi", [peers.iface, -69])
+    await eventually(lambda: suspended(bus, peers.net), what="re-engaged")
+    assert d.guards[link.ifname].state == "guarding"
+
+
+# ---- scans the guard could not stop ---------------------------------------------------------------
+
+async def test_scans_are_counted_while_guarding_and_idle(bus, link, peers, daemon):
+    await peers.setup()
+    d = await daemon()
+    await eventually(lambda: d.guards.get(link.ifname) and d.guards[link.ifname].iface_path, what="guard")
+    await peers.wpa_mock("EmitScanDone", "o", [peers.iface])
+    guard = d.guards[link.ifname]
+    await eventually(lambda: guard.scans_idle == 1, what="idle scan counted")
+    link.send(mbit=8)
+    await eventually(lambda: suspended(bus, peers.net), what="engaged")
+    await peers.wpa_mock("EmitScanDone", "o", [peers.iface])
+    await eventually(lambda: guard.scans_guarding == 1, what="guarded scan counted")
+    assert "1 scan it could not stop" in d.status_line()
+
+
+# ---- settings from the profile --------------------------------------------------------------------
+
+async def test_profile_disables_guarding_live(bus, link, peers, daemon):
+    await peers.setup()
+    d = await daemon()
+    link.send(mbit=8)
+    await eventually(lambda: suspended(bus, peers.net), what="engaged")
+    await peers.set_user_data({"scanguard.enabled": "no"})  # NM signals Updated: re-read
+    await eventually(lambda: restored(bus, peers.net), what="released by profile")
+    assert d.guards[link.ifname].state == "disabled"
+    assert d.guards[link.ifname].settings.source("enabled") == "profile Home"
+
+
+async def test_bad_profile_value_falls_back_to_global(bus, link, peers, daemon, caplog):
+    with caplog.at_level(logging.WARNING):
+        await peers.setup(user_data={"scanguard.threshold_mbit": "fast", "scanguard.engage_after": "1"})
+        d = await daemon()
+        await eventually(lambda: link.ifname in d.guards, what="guard")
+    assert "NetworkManager profile 'Home'" in caplog.text and "scanguard.threshold_mbit" in caplog.text
+    s = d.guards[link.ifname].settings
+    assert s.threshold_mbit == FAST.threshold_mbit and s.engage_after == 1
+    link.send(mbit=8)
+    await eventually(lambda: suspended(bus, peers.net), what="engaged with fallback threshold")
+
+
+# ---- the daemon as a process: signals, crashes, bad config, status ----------------------------------
+
+class DaemonProcess:
+    def __init__(self, tmp_path, config=FAST_CONF, notify=None):
+        self.conf = tmp_path / "scanguard.conf"
+        self.conf.write_text(config)
+        self.log = open(tmp_path / "daemon.log", "a+")
+        env = dict(os.environ)
+        if notify:
+            env["NOTIFY_SOCKET"] = notify
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nm_scanguard", "-v", "-c", str(self.conf),
+             "--state-dir", str(tmp_path / "state")],
+            cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def text(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def processes(request):
+    started = []
+    yield lambda *a, **k: started.append(DaemonProcess(*a, **k)) or started[-1]
+    for p in started:
+        p.stop()
+        if call_failed(request):
+            print(f"---- daemon log (pid {p.proc.pid}) ----\n{p.text()}")
+
+
+async def test_sigterm_restores(bus, link, peers, processes, tmp_path):
+    await peers.setup()
+    p = processes(tmp_path)
+    link.send(mbit=8)
+    await eventually(lambda: suspended(bus, peers.net), timeout=15, what="engaged")
+    p.proc.send_signal(signal.SIGTERM)
+    assert await asyncio.get_running_loop().run_in_executor(None, p.proc.wait, 10) == 0
+    assert await bgscan(bus, peers.net) == ORIGINAL  # restored although traffic still flows
+    assert "restoring bgscan" in p.text()
+
+
+async def test_kill9_then_restart_restores(bus, link, peers, processes, tmp_path):
+    await peers.setup()
+    p = processes(tmp_path)
+    link.send(mbit=8)
+    await eventually(lambda: suspended(bus, peers.net), timeout=15, what="engaged")
+    p.proc.kill()
+    p.proc.wait()
+    link.stop()
+    await asyncio.sleep(0.5)
+    assert await bgscan(bus, peers.net) == ""  # nobody restored it: the process is gone
+    q = processes(tmp_path)
+    t = await eventually(lambda: restored(bus, peers.net), timeout=15, what="restored by next start")
+    record("restart after kill -9 -> bgscan restored", t)
+    assert "a previous instance left suspended" in q.text()
+
+
+async def test_status_line_reaches_systemd(bus, link, peers, processes, tmp_path):
+    await peers.setup()
+    sock_path = str(tmp_path / "notify")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.bind(sock_path)
+        s.setblocking(False)
+        processes(tmp_path, notify=sock_path)
+        link.send(mbit=8)
+        seen = []
+
+        def got_guarding():
+            try:
+                while True:
+                    seen.append(s.recv(4096).decode())
+            except BlockingIOError:
+                pass
+            return any("STATUS=" in m and f"{link.ifname}: guarding" in m and "bgscan suspended" in m
+                       for m in seen)
+
+        await eventually(got_guarding, timeout=15, what="STATUS= guarding line")
+
+
+def test_bad_config_stops_startup_with_a_clear_message(tmp_path):
+    conf = tmp_path / "bad.conf"
+    conf.write_text("[scanguard]\nrelease_after = soon\n")
+    r = subprocess.run([sys.executable, "-m", "nm_scanguard", "-c", str(conf)], cwd=REPO,
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1
+    assert str(conf) in r.stderr and "release_after = 'soon'" in r.stderr and "seconds" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "nm_scanguard", "-c", str(conf), "--check-config"],
+                       cwd=REPO, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "release_after" in r.stderr
+
+
+def test_check_config_prints_effective_settings(tmp_path):
+    conf = tmp_path / "good.conf"
+    conf.write_text("[scanguard]\nthreshold_mbit = 7\n")
+    r = subprocess.run([sys.executable, "-m", "nm_scanguard", "-c", str(conf), "--check-config"],
+                       cwd=REPO, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert "threshold_mbit = 7.0" in r.stdout and str(conf) in r.stdout
+    assert "release_after = 15.0    (default)" in r.stdout
+
+
+def test_no_system_bus_is_a_clear_error(tmp_path):
+    env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=f"unix:path={tmp_path}/nobus")
+    r = subprocess.run([sys.executable, "-m", "nm_scanguard", "-c", "/nonexistent"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "cannot connect to the system bus" in r.stderr
