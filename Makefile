@@ -13,8 +13,11 @@ DEPS_TEST    = $(DEPS_RUNTIME) python3-pytest python3-pytest-asyncio python3-dbu
                dbus dbus-daemon wpasupplicant iproute2 iputils-ping systemd
 DEPS_LAB     = $(DEPS_TEST) qemu-system-x86 busybox network-manager hostapd iw tshark \
                wireless-regdb kmod udev iperf3 python3-matplotlib
-DEPS_DEB     = debhelper dh-python pybuild-plugin-pyproject python3-setuptools python3-wheel \
-               python3-argparse-manpage lintian dpkg-dev fakeroot
+DEPS_DEB     = $(DEPS_RUNTIME) debhelper dh-python pybuild-plugin-pyproject python3-setuptools \
+               python3-wheel python3-argparse-manpage python3-pytest python3-pytest-asyncio \
+               lintian dpkg-dev fakeroot git
+# Debian's tools must not pick up a python3 from pyenv or a virtualenv on PATH.
+DEB_PATH     = /usr/sbin:/usr/bin:/sbin:/bin
 
 .PHONY: all test demo deb deps-test deps-lab deps-deb unit dbus dbus-next contract lab package clean
 
@@ -66,7 +69,7 @@ demo: deps-lab
 	$(PYTHON) -m tests.lab.demo
 
 deb: deps-deb
-	dpkg-buildpackage -us -uc -b
+	PATH=$(DEB_PATH) dpkg-buildpackage -us -uc -b --post-clean
 	@ls -1 ../nm-scanguard_*_all.deb
 
 clean:
