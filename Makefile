@@ -19,7 +19,7 @@ DEPS_DEB     = $(DEPS_RUNTIME) debhelper dh-python pybuild-plugin-pyproject pyth
 # Debian's tools must not pick up a python3 from pyenv or a virtualenv on PATH.
 DEB_PATH     = /usr/sbin:/usr/bin:/sbin:/bin
 
-.PHONY: all test demo deb deps-test deps-lab deps-deb unit dbus dbus-next contract lab package clean
+.PHONY: all test demo bench deb deps-test deps-lab deps-deb unit dbus dbus-next contract lab package clean
 
 all:
 	@echo "Use 'make demo' (the Wi-Fi lab, guard off vs on) or 'make test' (every test)."
@@ -64,6 +64,10 @@ package: deps-test deps-deb
 	$(PYTEST) -v tests/package
 lab: deps-lab
 	$(PYTEST) -v -s tests/lab
+
+# Resource figures (RSS, CPU) of the daemon idle and sampling; prints, asserts nothing.
+bench: deps-test
+	$(PYTHON) -m tests.bench.bench_daemon --seconds 60
 
 demo: deps-lab
 	$(PYTHON) -m tests.lab.demo
