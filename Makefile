@@ -19,7 +19,9 @@ DEPS_DEB     = $(DEPS_RUNTIME) debhelper dh-python pybuild-plugin-pyproject pyth
 # Debian's tools must not pick up a python3 from pyenv or a virtualenv on PATH.
 DEB_PATH     = /usr/sbin:/usr/bin:/sbin:/bin
 
-.PHONY: all test demo bench deb deps-test deps-lab deps-deb unit dbus dbus-next contract lab package clean
+DBUS_TESTS = tests/dbus tests/api tests/policy
+
+.PHONY: all test demo bench deb deps-test deps-lab deps-deb unit dbus contract lab package clean
 
 all:
 	@echo "Use 'make demo' (the Wi-Fi lab, guard off vs on) or 'make test' (every test)."
@@ -43,12 +45,13 @@ deps-deb:
 test: deps-test deps-lab deps-deb
 	@echo "==> [1/6] unit tests (policy, config, rates)"
 	$(PYTEST) -q tests/unit
-	@echo "==> [2/6] D-Bus tests on a private bus (dbus-fast)"
-	SCANGUARD_DBUS_LIB=dbus_fast $(PYTEST) -v tests/dbus
-	@echo "==> [3/6] D-Bus tests on a private bus (dbus-next)"
-	SCANGUARD_DBUS_LIB=dbus_next $(PYTEST) -v tests/dbus
-	@echo "==> [4/6] contract tests against the real wpa_supplicant"
-	$(PYTEST) -v tests/contract
+	@echo "==> [2/6] D-Bus tests on a private bus: daemon, API, policy (dbus-fast)"
+	SCANGUARD_DBUS_LIB=dbus_fast $(PYTEST) -v $(DBUS_TESTS)
+	@echo "==> [3/6] the same with dbus-next"
+	SCANGUARD_DBUS_LIB=dbus_next $(PYTEST) -v $(DBUS_TESTS)
+	@echo "==> [4/6] contract tests against the real wpa_supplicant (dbus-fast, dbus-next)"
+	SCANGUARD_DBUS_LIB=dbus_fast $(PYTEST) -v tests/contract
+	SCANGUARD_DBUS_LIB=dbus_next $(PYTEST) -q tests/contract
 	@echo "==> [5/6] package: build, lintian, hardening"
 	$(PYTEST) -v tests/package
 	@echo "==> [6/6] the virtual Wi-Fi lab (QEMU, mac80211_hwsim, NetworkManager)"
@@ -57,7 +60,7 @@ test: deps-test deps-lab deps-deb
 unit: deps-test
 	$(PYTEST) -v tests/unit
 dbus: deps-test
-	$(PYTEST) -v tests/dbus
+	$(PYTEST) -v $(DBUS_TESTS)
 contract: deps-test
 	$(PYTEST) -v tests/contract
 package: deps-test deps-deb

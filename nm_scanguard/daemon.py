@@ -60,13 +60,20 @@ class Daemon:
 
     # ---- start / stop ---------------------------------------------------------------------
 
-    async def start(self, bus: MessageBus | None = None) -> None:
+    async def connect(self, bus: MessageBus | None = None) -> None:
+        """Join the bus and subscribe to NM's and wpa_supplicant's signals; changes nothing."""
         self.bus = bus or await MessageBus(bus_type=BusType.SYSTEM).connect()
         self.nm = NetworkManager(self.bus)
         self.supplicant = Supplicant(self.bus)
         self.bus.add_message_handler(self._on_message)
         for rule in MATCH_RULES:
             await add_match(self.bus, rule)
+
+    async def start(self, bus: MessageBus | None = None) -> None:
+        """Restore what a previous instance left, then guard.  The caller owns the bus name
+        first, so that a second instance never touches the journal of a running one."""
+        if self.bus is None:
+            await self.connect(bus)
         await self.restore_journal()
         await self.sync()
 
@@ -146,11 +153,7 @@ class Daemon:
                     guard.hold_changed(self.held(ifname))
                     log.info("%s: connected to '%s'; guarding (threshold %g Mbit/s or %d packets/s)",
                              ifname, dev.connection_id, settings.threshold_mbit, settings.threshold_pps)
-                    try:
-                        await guard._iface()  # so ScanDone can be counted from the start
-                    except SupplicantError as e:
-                        guard._fail(f"{ifname}: {e}")
-                    guard.start()
+                    await guard.attach()
                 else:
                     guard.update(dev, settings)
                 await guard.reconcile()
@@ -341,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"scanguardd: {e}", file=sys.stderr)
         return 1
     if args.check_config:
-        print(f"{args.config}: OK")
+        present = os.path.exists(args.config)
+        print(f"{args.config}: OK" if present else f"{args.config}: not present, built-in defaults apply")
         for key, value in settings.values().items():
             print(f"  {key} = {value}    ({settings.source(key)})")
         return 0
@@ -364,10 +368,11 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> int:
         log.error("cannot connect to the system bus (%s); is dbus running?", e)
         return 1
     try:
-        await daemon.start(bus)
+        await daemon.connect(bus)
         api = _load_api()
         if api is not None:
-            await api(daemon, bus)
+            await api(daemon, bus)  # owns the name, or exits if another instance does
+        await daemon.start()
         log.info("started (nm-scanguard %s)", __version__)
         await stop.wait()
         log.info("stopping: restoring bgscan")

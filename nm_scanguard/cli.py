@@ -1,0 +1,441 @@
+"""scanguardctl: look at what the scan guard does, hold it around a command, edit profile settings."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import logging
+import signal
+import sys
+import time
+from typing import Any
+
+from . import __version__
+from .bus import BusError, call, get_all, unwrap
+from .config import DEFAULT_CONFIG_PATH, KEYS, USER_DATA_PREFIX, ConfigError, Settings, \
+    apply_profile, load_file, parse_value
+from .dbuslib import LIBRARY, BusType, Message, MessageBus, MessageType
+from .profiles import ProfileError
+
+NAME = "io.github.nm_scanguard.ScanGuard1"
+PATH = "/io/github/nm_scanguard/ScanGuard1"
+IFACE = NAME
+MessageFlag = importlib.import_module(LIBRARY).MessageFlag
+
+HOLD_TIMEOUT = 130.0  # polkit may be asking for a password
+
+NOT_RUNNING = ("org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner",
+               "org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout")
+
+
+class Failure(Exception):
+    """An error message for the user; scanguardctl prints it and exits 1."""
+
+
+# ---- talking to the service ---------------------------------------------------------------------
+
+async def connect() -> MessageBus:
+    try:
+        return await MessageBus(bus_type=BusType.SYSTEM).connect()
+    except Exception as e:
+        raise Failure(f"cannot connect to the system bus ({e}); is dbus running?") from None
+
+
+def explain(e: BusError) -> Failure:
+    if e.name in NOT_RUNNING:
+        return Failure("the scanguard service is not running and could not be started "
+                       f"({e.name}); see `systemctl status scanguard`")
+    if e.name == "org.freedesktop.DBus.Error.AccessDenied":
+        return Failure(f"permission denied: {e.text or e.name}")
+    return Failure(e.text or e.name)
+
+
+async def properties(bus: MessageBus) -> dict[str, Any]:
+    try:
+        return await get_all(bus, NAME, PATH, IFACE)
+    except BusError as e:
+        raise explain(e) from None
+
+
+# ---- status ----------------------------------------------------------------------------------
+
+def _ago(since: float) -> str:
+    s = max(0, int(time.time() - since))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def device_line(d: dict[str, Any]) -> str:
+    name = d.get("interface", "?")
+    conn = d.get("connection_id")
+    head = f"{name} ('{conn}')" if conn else name
+    state = d.get("state", "?")
+    parts = [f"rx {d.get('rx_bps', 0) / 1e6:.1f} Mbit/s", f"tx {d.get('tx_bps', 0) / 1e6:.1f} Mbit/s"]
+    if "signal_dbm" in d:
+        parts.append(f"{d['signal_dbm']} dBm")
+    if d.get("suspended_bgscan"):
+        parts.append("bgscan suspended")
+    n = d.get("scans_guarding", 0)
+    if state in ("guarding", "held") or n:
+        parts.append(f"{n} scan{'s' if n != 1 else ''} while guarding")
+    text = f"{head}: {state} for {_ago(d.get('since', time.time()))} ({d.get('reason', '')}); " \
+           + ", ".join(parts)
+    if d.get("error"):
+        text += f"; problem: {d['error']}"
+    return text
+
+
+def hold_line(h: dict[str, Any]) -> str:
+    who = h.get("application_id") or h.get("caller", "?")
+    where = h.get("interface") or "every interface"
+    reason = f": {h['reason']}" if h.get("reason") else ""
+    return (f"hold {h.get('cookie')} by {who} (uid {h.get('caller_uid', '?')}) on {where} "
+            f"for {_ago(h.get('since', time.time()))}{reason}")
+
+
+def status_json(props: dict[str, Any]) -> dict[str, Any]:
+    """The stable --json form: every device has every key (signal_dbm null when unknown)."""
+    devices = []
+    for d in props.get("Devices", []):
+        d = dict(d)
+        d.setdefault("signal_dbm", None)
+        devices.append(d)
+    return {"version": props.get("Version", ""), "devices": devices,
+            "holds": list(props.get("ActiveHolds", []))}
+
+
+async def cmd_status(args: argparse.Namespace) -> int:
+    bus = await connect()
+    try:
+        props = await properties(bus)
+    finally:
+        bus.disconnect()
+    if args.json:
+        json.dump(status_json(props), sys.stdout, indent=2, sort_keys=True)
+        print()
+        return 0
+    devices, holds = props.get("Devices", []), props.get("ActiveHolds", [])
+    if not devices:
+        print("no activated Wi-Fi connection: nothing to guard")
+    for d in devices:
+        print(device_line(d))
+    for h in holds:
+        print(hold_line(h))
+    return 0
+
+
+# ---- hold ------------------------------------------------------------------------------------
+
+async def cmd_hold(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise Failure("hold needs a command to run: scanguardctl hold -- COMMAND [ARGS...]")
+    bus = await connect()
+    try:
+        msg = Message(destination=NAME, path=PATH, interface=IFACE, member="Hold", signature="sss",
+                      body=[args.reason, args.app_id, args.interface],
+                      flags=MessageFlag.ALLOW_INTERACTIVE_AUTHORIZATION)
+        try:
+            reply = await asyncio.wait_for(bus.call(msg), HOLD_TIMEOUT)
+        except asyncio.TimeoutError:
+            raise Failure("the scanguard service did not answer Hold in time") from None
+        if reply.message_type == MessageType.ERROR:
+            raise explain(BusError(reply.error_name, reply.body[0] if reply.body else ""))
+        (cookie,) = reply.body
+        try:
+            return await _run(command)
+        finally:
+            try:
+                await call(bus, NAME, PATH, IFACE, "Release", "u", [cookie])
+            except BusError as e:
+                if not e.name.endswith("UnknownHold"):
+                    print(f"scanguardctl: could not release hold {cookie}: {e.text or e.name}",
+                          file=sys.stderr)
+    finally:
+        bus.disconnect()
+
+
+async def _run(command: list[str]) -> int:
+    try:
+        proc = await asyncio.create_subprocess_exec(*command)
+    except FileNotFoundError:
+        print(f"scanguardctl: {command[0]}: command not found", file=sys.stderr)
+        return 127
+    except PermissionError:
+        print(f"scanguardctl: {command[0]}: permission denied", file=sys.stderr)
+        return 126
+    loop = asyncio.get_running_loop()
+    # Ctrl-C reaches the command from the terminal; we wait for it to finish.  SIGTERM and
+    # SIGHUP sent to us alone are passed on, so the hold never outlives the command.
+    loop.add_signal_handler(signal.SIGINT, lambda: None)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(sig, _forward, proc, sig)
+    try:
+        rc = await proc.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+    return rc if rc >= 0 else 128 - rc
+
+
+def _forward(proc: asyncio.subprocess.Process, sig: int) -> None:
+    if proc.returncode is None:
+        proc.send_signal(sig)
+
+
+# ---- config ----------------------------------------------------------------------------------
+
+def _profiles():
+    from . import profiles
+
+    return profiles
+
+
+def _global(path: str) -> Settings:
+    try:
+        return load_file(path)
+    except ConfigError as e:
+        print(f"scanguardctl: warning: {e}; the service will not start until it is fixed. "
+              "Showing built-in defaults instead", file=sys.stderr)
+        return Settings()
+
+
+def _show_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def cmd_config_show(args: argparse.Namespace) -> int:
+    settings = _global(args.config)
+    if args.connection:
+        p = _profiles()
+        conn = p.find(p.client(), args.connection)
+        data = p.user_data(conn)
+        settings = apply_profile(settings, data, conn.get_id())
+        print(f"connection '{conn.get_id()}' ({conn.get_uuid()})")
+        ignored = [k for k in data if k.startswith(USER_DATA_PREFIX)
+                   and k[len(USER_DATA_PREFIX):] not in KEYS]
+        for k in ignored:
+            print(f"  (ignored: unknown user data key {k})")
+    width = max(len(k) for k in KEYS)
+    for key, value in settings.values().items():
+        print(f"{key:<{width}}  {_show_value(value):<10}  {settings.source(key)}")
+    return 0
+
+
+def _key(text: str) -> str:
+    key = text[len(USER_DATA_PREFIX):] if text.startswith(USER_DATA_PREFIX) else text
+    if key not in KEYS:
+        raise Failure(f"unknown key '{text}' (known keys: {', '.join(KEYS)})")
+    return key
+
+
+def cmd_config_set(args: argparse.Namespace) -> int:
+    p = _profiles()
+    conn = p.find(p.client(), args.connection)
+    where = f"profile '{conn.get_id()}'"
+    values: dict[str, str] = {}
+    for item in args.assignments:
+        key, sep, text = item.partition("=")
+        if not sep:
+            raise Failure(f"'{item}' is not KEY=VALUE (e.g. threshold_mbit=5)")
+        key = _key(key.strip())
+        parse_value(key, text, where)  # raises ConfigError with the expected form
+        values[key] = text.strip()
+    # Check the result as a whole (release thresholds above engage thresholds, ...).
+    merged = {**p.scanguard_data(conn), **values}
+    parsed = {}
+    for k, v in merged.items():
+        if k in KEYS:
+            try:
+                parsed[k] = parse_value(k, v, where)
+            except ConfigError:
+                pass  # an old bad value: the daemon ignores it with a warning
+    _global(args.config).with_values(parsed, where).check(where)
+    p.update(conn, values, [])
+    print(f"{conn.get_id()}: " + ", ".join(f"{USER_DATA_PREFIX}{k}={v}" for k, v in values.items()))
+    return 0
+
+
+def cmd_config_unset(args: argparse.Namespace) -> int:
+    p = _profiles()
+    conn = p.find(p.client(), args.connection)
+    present = p.scanguard_data(conn)
+    keys = []
+    for text in args.keys:
+        key = text[len(USER_DATA_PREFIX):] if text.startswith(USER_DATA_PREFIX) else text
+        if key not in present:
+            print(f"scanguardctl: {conn.get_id()}: {USER_DATA_PREFIX}{key} is not set",
+                  file=sys.stderr)
+        else:
+            keys.append(key)
+    if keys:
+        p.update(conn, {}, keys)
+        print(f"{conn.get_id()}: removed " + ", ".join(USER_DATA_PREFIX + k for k in keys))
+    return 0
+
+
+# ---- monitor ---------------------------------------------------------------------------------
+
+def _stamp() -> str:
+    return time.strftime("%H:%M:%S")
+
+
+async def cmd_monitor(args: argparse.Namespace) -> int:
+    bus = await connect()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    last: dict[str, dict[str, Any]] = {}
+    holds: set[int] = set()
+
+    def show_devices(devices: list[dict[str, Any]]) -> None:
+        for d in devices:
+            name = d.get("interface", "?")
+            before = last.get(name, {})
+            extra = d.get("scans_guarding", 0) - before.get("scans_guarding", d.get("scans_guarding", 0))
+            if extra > 0:
+                print(f"{_stamp()} {name}: {extra} scan(s) while guarding, requested by someone "
+                      "else (desktop shell, nmcli, GeoClue)", flush=True)
+            last[name] = d
+            print(f"{_stamp()} {device_line(d)}", flush=True)
+        for name in [n for n in last if n not in {d.get('interface') for d in devices}]:
+            del last[name]
+            print(f"{_stamp()} {name}: no longer guarded (disconnected)", flush=True)
+
+    def show_holds(active: list[dict[str, Any]]) -> None:
+        now = {h["cookie"]: h for h in active}
+        for cookie in now.keys() - holds:
+            print(f"{_stamp()} {hold_line(now[cookie])}", flush=True)
+        for cookie in holds - now.keys():
+            print(f"{_stamp()} hold {cookie} released", flush=True)
+        holds.clear()
+        holds.update(now)
+
+    def on_message(msg: Message) -> None:
+        if msg.message_type != MessageType.SIGNAL:
+            return
+        if msg.member == "NameOwnerChanged" and msg.body and msg.body[0] == NAME:
+            print(f"{_stamp()} scanguard service {'started' if msg.body[2] else 'stopped'}", flush=True)
+        elif msg.path != PATH:
+            return
+        elif msg.member == "StateChanged":
+            ifname, state, reason = msg.body
+            print(f"{_stamp()} {ifname}: -> {state} ({reason})", flush=True)
+        elif msg.member == "PropertiesChanged" and msg.body[0] == IFACE:
+            changed = unwrap(msg.body[1])
+            if "Devices" in changed:
+                show_devices(changed["Devices"])
+            if "ActiveHolds" in changed:
+                show_holds(changed["ActiveHolds"])
+
+    bus.add_message_handler(on_message)
+    try:
+        for rule in (f"type='signal',sender='{NAME}',path='{PATH}'",
+                     "type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged',"
+                     f"arg0='{NAME}'"):
+            await call(bus, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                       "AddMatch", "s", [rule])
+        props = await properties(bus)
+        print(f"{_stamp()} monitoring nm-scanguard {props.get('Version', '')}; Ctrl-C to stop",
+              flush=True)
+        show_devices(props.get("Devices", []))
+        show_holds(props.get("ActiveHolds", []))
+        await stop.wait()
+    finally:
+        bus.disconnect()
+    return 0
+
+
+# ---- command line ----------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="scanguardctl",
+        description="Look at and control nm-scanguard, which suspends wpa_supplicant background "
+                    "scans while a Wi-Fi link is busy.",
+        epilog="Per-connection settings are NetworkManager profile user data (scanguard.KEY), "
+               "which nmcli cannot write: use `scanguardctl config set`. See scanguardd(8) and "
+               "scanguard.conf(5).",
+    )
+    p.man_short_description = "look at and control the Wi-Fi scan guard"  # argparse-manpage
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = p.add_subparsers(dest="verb", metavar="COMMAND", required=True)
+
+    s = sub.add_parser("status", help="show each Wi-Fi interface's state and the active holds",
+                       description="One line per guarded Wi-Fi interface, then the holds. "
+                                   "Needs no privileges.")
+    s.add_argument("--json", action="store_true",
+                   help="print {version, devices, holds} as JSON, for scripts")
+    s.set_defaults(func=cmd_status, run_async=True)
+
+    h = sub.add_parser("hold", help="keep bgscan suspended while a command runs",
+                       description="Take a hold (bgscan stays suspended whatever the traffic, "
+                                   "unless the signal is weak), run COMMAND, release the hold "
+                                   "when it exits and exit with its status. The hold also ends "
+                                   "if scanguardctl is killed.")
+    h.add_argument("--reason", default="", help="why, shown in status (e.g. \"video call\")")
+    h.add_argument("--app-id", default="scanguardctl", help="application id shown in status")
+    h.add_argument("--interface", default="", metavar="IFACE",
+                   help="hold only this Wi-Fi interface (default: all)")
+    h.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]",
+                   help="the command to run while holding")
+    h.set_defaults(func=cmd_hold, run_async=True)
+
+    c = sub.add_parser("config", help="show or change settings, globally or per connection",
+                       description="Settings come from built-in defaults, "
+                                   f"{DEFAULT_CONFIG_PATH}, and NetworkManager profile user data "
+                                   "(scanguard.KEY), in that order.")
+    c.add_argument("--config", default=DEFAULT_CONFIG_PATH, metavar="FILE",
+                   help="global settings file (default: %(default)s)")
+    csub = c.add_subparsers(dest="config_verb", metavar="ACTION", required=True)
+    cs = csub.add_parser("show", help="effective settings and where each one came from")
+    cs.add_argument("connection", nargs="?", metavar="CONNECTION",
+                    help="a NetworkManager profile name or UUID")
+    cs.set_defaults(func=cmd_config_show, run_async=False)
+    cset = csub.add_parser("set", help="store settings in a NetworkManager profile",
+                           description="Validate, then write scanguard.KEY user data into the "
+                                       "profile through libnm. The daemon picks the change up "
+                                       "at once.")
+    cset.add_argument("connection", metavar="CONNECTION", help="profile name or UUID")
+    cset.add_argument("assignments", nargs="+", metavar="KEY=VALUE",
+                      help=f"keys: {', '.join(KEYS)}")
+    cset.set_defaults(func=cmd_config_set, run_async=False)
+    cu = csub.add_parser("unset", help="remove settings from a NetworkManager profile")
+    cu.add_argument("connection", metavar="CONNECTION", help="profile name or UUID")
+    cu.add_argument("keys", nargs="+", metavar="KEY")
+    cu.set_defaults(func=cmd_config_unset, run_async=False)
+
+    m = sub.add_parser("monitor", help="follow state changes, rates, scans and holds live",
+                       description="Print changes as they happen until interrupted (Ctrl-C).")
+    m.set_defaults(func=cmd_monitor, run_async=True)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(format="scanguardctl: %(levelname)s: %(message)s", level=logging.WARNING)
+    try:
+        if args.run_async:
+            return asyncio.run(args.func(args))
+        return args.func(args)
+    except (Failure, ConfigError, ProfileError) as e:
+        print(f"scanguardctl: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,100 @@
+"""scanguardctl config show/set/unset: libnm against python-dbusmock's NetworkManager, and the
+running daemon picking the change up.
+
+What this covers: libnm's client, lookup by name and UUID, NMSettingUser, the commit (Update2),
+validation before anything is written.  What it cannot: NetworkManager's own checks of user data
+keys and its polkit rules for settings.modify.*; the lab VM runs the same commands against a real
+NetworkManager 1.42.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.api.harness import scanguardctl
+from tests.conftest import assert_eventually
+
+
+async def ctl(scenario, *args):
+    return await asyncio.to_thread(scanguardctl, scenario.address, "config",
+                                   "--config", str(scenario.daemon.config), *args)
+
+
+async def test_config_set_writes_user_data_and_the_daemon_follows(scenario):
+    r = await ctl(scenario, "set", "Home", "threshold_mbit=5", "scanguard.release_below_mbit=2")
+    assert r.returncode == 0, r.stderr
+    assert scenario.nm.user_data(scenario.conn) == {"scanguard.threshold_mbit": "5",
+                                                     "scanguard.release_below_mbit": "2"}
+    # libnm sent the whole profile back: nothing else was lost on the way
+    assert scenario.nm.settings(scenario.conn)["connection"]["id"] == "Home"
+
+    async def applied():
+        d = await scenario.device()
+        return d["settings"]["threshold_mbit"] == 5.0 and \
+            d["settings_sources"]["threshold_mbit"] == "profile Home"
+    await assert_eventually(applied, message="daemon re-read the profile")
+
+    r = await ctl(scenario, "set", "Home", "enabled=no")
+    assert r.returncode == 0, r.stderr
+    await assert_eventually(lambda: _state(scenario, "disabled"), message="disabled by the profile")
+
+    show = await ctl(scenario, "show", "Home")
+    assert show.returncode == 0, show.stderr
+    lines = {line.split()[0]: line.split()[1:] for line in show.stdout.splitlines()[1:]}
+    assert lines["threshold_mbit"] == ["5", "profile", "Home"]
+    assert lines["enabled"] == ["no", "profile", "Home"]
+    assert lines["sample_interval"] == ["0.2", str(scenario.daemon.config)]
+    assert lines["engage_after"] == ["3", "default"]
+
+    r = await ctl(scenario, "unset", "Home", "enabled", "threshold_mbit", "release_below_mbit")
+    assert r.returncode == 0, r.stderr
+    assert scenario.nm.user_data(scenario.conn) == {}
+    await assert_eventually(lambda: _state(scenario, "idle"), message="enabled again")
+
+
+async def _state(scenario, state):
+    return await scenario.state() == state
+
+
+async def test_config_set_validates_before_writing(scenario):
+    cases = {
+        ("threshold_mbit=fast",): "threshold_mbit = 'fast' is not valid; expected a number of Mbit/s",
+        ("speed=3",): "unknown key 'speed' (known keys: enabled, threshold_mbit",
+        ("enabled",): "'enabled' is not KEY=VALUE",
+        ("release_below_mbit=50",): "release_below_mbit (50) must not be above threshold_mbit (1)",
+    }
+    for args, message in cases.items():
+        r = await ctl(scenario, "set", "Home", *args)
+        assert r.returncode == 1
+        assert message in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+    assert scenario.nm.user_data(scenario.conn) == {}
+
+
+async def test_unknown_and_ambiguous_connection_names(scenario):
+    r = await ctl(scenario, "set", "Office", "enabled=no")
+    assert r.returncode == 1
+    assert "NetworkManager has no connection profile 'Office'" in r.stderr
+
+    other = scenario.nm.add_profile(scenario.dev, "home2", "Home")  # a second profile named Home
+    uuid = str(scenario.nm.settings(other)["connection"]["uuid"])
+    r = await ctl(scenario, "set", "Home", "enabled=no")
+    assert r.returncode == 1
+    assert "2 NetworkManager profiles are named 'Home'" in r.stderr and uuid in r.stderr
+    assert "give the UUID instead" in r.stderr
+
+    r = await ctl(scenario, "set", uuid, "enabled=no")
+    assert r.returncode == 0, r.stderr
+    assert scenario.nm.user_data(other) == {"scanguard.enabled": "no"}
+    assert scenario.nm.user_data(scenario.conn) == {}
+
+
+async def test_config_show_without_connection_and_with_a_broken_file(scenario):
+    r = await ctl(scenario, "show")
+    assert r.returncode == 0
+    assert any(line.split()[:3] == ["sample_interval", "0.2", str(scenario.daemon.config)]
+               for line in r.stdout.splitlines())
+    scenario.daemon.config.write_text("[scanguard]\nsample_interval = often\n")
+    r = await ctl(scenario, "show")
+    assert r.returncode == 0
+    assert "sample_interval = 'often' is not valid" in r.stderr and "built-in defaults" in r.stderr
