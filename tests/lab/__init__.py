@@ -1,0 +1,1 @@
+"""The virtual Wi-Fi lab (see README.md in this directory)."""

@@ -1,0 +1,525 @@
+"""The virtual Wi-Fi lab: a QEMU guest with mac80211_hwsim, an AP and a NetworkManager station.
+
+    lab = Lab.start()          # boot + AP + station associated (≈1 min under TCG); retried once
+    try:
+        lab.bgscan()           # 'simple:30:-70:86400', read from wpa_supplicant over D-Bus
+        run = lab.upload(60)   # iperf3 station -> AP with ping alongside
+        lab.scans(run.t0, run.t1)
+    finally:
+        lab.stop()             # guest powered off, QEMU gone, pass or fail
+
+Topology inside the guest:
+    netns "apns":  wlan0 (radio 0)  192.168.77.1/24  hostapd (WPA2-PSK, 2.4 GHz ch 6), udhcpd,
+                                                   iperf3 server, ping target
+    root netns:    wlan1 (radio 1)  DHCP from udhcpd   wpa_supplicant -u + NetworkManager
+                   hwsim0           monitor of the whole simulated air (captures)
+    system bus:    dbus-daemon; nm-dispatcher is activated by it on demand
+
+Guest files: the writable share is /lab in the guest and <boot dir>/guest on the host, with
+logs/ (hostapd, wpa_supplicant, NetworkManager, iw-event, ...) and cap/ (pcapng). Boot dirs are
+$CACHE/lab-logs/<timestamp>/boot<N>/.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shlex
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from . import build, measure
+from .vm import GUEST_SHARE, REPO, GuestCommandError, GuestProcess, LabError, VM, kill_stale_qemu
+
+SSID = "scanguard-lab"
+PSK = "scanguard-lab-psk"
+AP_IF, STA_IF = "wlan0", "wlan1"
+AP_NS = "apns"
+AP_ADDR = "192.168.77.1"
+CONNECTION = "lab"
+KEEP_SESSIONS = 10  # older $CACHE/lab-logs/<timestamp> dirs are pruned
+
+WPAS = "fi.w1.wpa_supplicant1"
+
+NM_CONF = """\
+# nm-scanguard lab: NetworkManager without systemd, polkit, DNS or other devices.
+[main]
+plugins=keyfile
+dhcp=internal
+auth-polkit=false
+dns=none
+
+[keyfile]
+unmanaged-devices=except:interface-name:wlan1
+
+[device]
+wifi.scan-rand-mac-address=no
+
+[connectivity]
+enabled=false
+
+[logging]
+level=INFO
+domains=ALL,WIFI:DEBUG,SUPPLICANT:DEBUG
+"""
+
+DISPATCHER_LOG = f"""\
+#!/bin/sh
+echo "$(date +%s.%N) $1 $2 $CONNECTION_ID" >>{GUEST_SHARE}/logs/dispatcher-events.log
+"""
+
+HOSTAPD_CONF = f"""\
+interface={AP_IF}
+driver=nl80211
+ctrl_interface=/run/lab/hostapd
+ssid={SSID}
+hw_mode=g
+channel=6
+ieee80211n=1
+wmm_enabled=1
+wpa=2
+wpa_key_mgmt=WPA-PSK
+rsn_pairwise=CCMP
+wpa_passphrase={PSK}
+"""
+
+UDHCPD_CONF = f"""\
+interface {AP_IF}
+start 192.168.77.100
+end 192.168.77.150
+lease_file /run/lab/udhcpd.leases
+option subnet 255.255.255.0
+option lease 86400
+"""
+
+
+def wait_until(cond: Callable[[], object], timeout: float, what: str, interval: float = 0.5):
+    """Poll `cond` until it returns something truthy; return that, or raise LabError."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise LabError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class TrafficRun:
+    """One iperf3 transfer with ping alongside. t0/t1 are guest times around the whole run."""
+    direction: str
+    t0: float
+    t1: float
+    iperf: measure.IperfResult
+    ping: measure.PingResult
+    wall_seconds: float
+
+
+class Traffic:
+    """A transfer in progress (see Lab.start_traffic); `wait()` gives its TrafficRun."""
+
+    def __init__(self, lab: "Lab", direction: str, seconds: float, ping_interval: float | None):
+        self.lab, self.direction, self.seconds = lab, direction, seconds
+        self.started = time.monotonic()
+        self.t0 = lab.guest_time()
+        n = lab._next("traffic")
+        self.ping = lab.start_ping(seconds + 2, ping_interval, name=f"ping-{direction}-{n}") \
+            if ping_interval else None
+        reverse = "-R " if direction == "download" else ""
+        self.iperf = lab.spawn(f"exec iperf3 -c {AP_ADDR} {reverse}-t {seconds:g} -i 1 -J "
+                               f"--get-server-output", name=f"iperf3-{direction}-{n}")
+
+    def wait(self) -> TrafficRun:
+        rc = self.iperf.wait(self.seconds + 60)
+        if rc is None:
+            self.iperf.stop()
+            raise LabError(f"iperf3 did not finish; see {self.iperf.host_log}")
+        if self.ping:
+            if self.ping.wait(30) is None:
+                self.ping.stop(signal.SIGINT)
+        t1 = self.lab.guest_time()
+        text = self.iperf.output()
+        try:
+            result = measure.parse_iperf(text, self.direction)
+        except ValueError as e:
+            raise LabError(f"{e}; see {self.iperf.host_log}") from None
+        ping = measure.parse_ping(self.ping.output()) if self.ping else measure.PingResult()
+        return TrafficRun(self.direction, self.t0, t1, result, ping,
+                          time.monotonic() - self.started)
+
+
+class Capture:
+    """dumpcap on hwsim0 (the whole simulated air) with LAB.md's filter; read with tshark."""
+
+    def __init__(self, lab: "Lab", name: str):
+        self.lab = lab
+        self.guest_path = f"{GUEST_SHARE}/cap/{name}.pcapng"
+        self.path = lab.vm.host_path(self.guest_path)
+        self.proc = lab.spawn(f"exec dumpcap -q -i hwsim0 -f {shlex.quote(measure.CAPTURE_FILTER)}"
+                              f" -w {self.guest_path}", name=f"dumpcap-{name}")
+        wait_until(lambda: "Capturing on" in self.proc.output() or not self.proc.running(),
+                   30, "dumpcap to start")
+        if not self.proc.running():
+            raise LabError(f"dumpcap failed: {self.proc.output()}")
+        self.frames: list[measure.NullFrame] | None = None
+
+    def stop(self) -> list[measure.NullFrame]:
+        """Stop capturing; return the Null/QoS-Null frames of every station and AP."""
+        if self.frames is None:
+            self.proc.stop(signal.SIGINT, timeout=10)
+            self.frames = measure.read_null_frames(self.path)
+        return self.frames
+
+    def pm1_nulls(self, t0: float = 0, t1: float = float("inf")) -> list[measure.NullFrame]:
+        """The station's Null/QoS-Null frames with PM=1 (it told the AP it leaves the channel)."""
+        sta = self.lab.sta_mac
+        return [f for f in self.stop() if f.pm and f.ta == sta and t0 <= f.time <= t1]
+
+
+class Lab:
+    """A running lab VM with the AP up and the station connected. Use Lab.start()."""
+
+    def __init__(self, vm: VM, session: Path, log: Callable[[str], None]):
+        self.vm = vm
+        self.session = session
+        self._log = log
+        self._t0 = time.monotonic()
+        self._counters: dict[str, int] = {}
+        self.sta_mac = ""
+        self.sta_addr = ""
+        self.daemon: GuestProcess | None = None
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    @classmethod
+    def start(cls, cache: Path | None = None, attempts: int = 2,
+              log: Callable[[str], None] | None = None) -> "Lab":
+        """Boot the VM and bring up AP and station; a failed attempt is retried once.
+
+        On final failure raise LabError naming the session dir with every boot's console,
+        hostapd, wpa_supplicant and NetworkManager logs.
+        """
+        cache = (cache or build.cache_dir()).resolve()
+        t_start = time.monotonic()
+
+        emit = log or (lambda line: print(line, file=sys.stderr, flush=True))
+
+        def say(msg: str) -> None:
+            emit(f"[lab {time.monotonic() - t_start:6.1f}s] {msg}")
+
+        logs = cache / "lab-logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        kill_stale_qemu(cache / "lab-qemu.pid", say)
+        _prune(logs)
+        session = logs / time.strftime("%Y%m%d-%H%M%S")
+        while session.exists():
+            session = session.with_name(session.name + "x")
+        session.mkdir()
+        say(f"preparing kernel and initramfs under {cache / 'kernel'}")
+        image = build.prepare(cache)
+        say(f"kernel {image.version} ready")
+        last_error: Exception | None = None
+        for attempt in range(1, attempts + 1):
+            rundir = session / f"boot{attempt}"
+            rundir.mkdir()
+            vm = VM(image, rundir, say)
+            lab = cls(vm, session, emit)
+            lab._t0 = t_start
+            atexit.register(vm.stop)
+            try:
+                uptime = vm.boot()
+                (cache / "lab-qemu.pid").write_text(str(vm.qemu.pid))
+                say(f"guest agent ready (guest uptime {uptime:.1f} s, attempt {attempt})")
+                lab._bring_up()
+                say(f"lab ready: {STA_IF} {lab.sta_addr} associated to {SSID}; logs in {rundir}")
+                return lab
+            except Exception as e:  # any failure: keep its logs, then retry or give up
+                last_error = e
+                say(f"attempt {attempt} failed: {e}")
+                lab.save_diagnostics("failed-start")
+                vm.stop()
+                atexit.unregister(vm.stop)
+        raise LabError(f"lab did not start after {attempts} attempts: {last_error}\n"
+                       f"console, hostapd, wpa_supplicant and NetworkManager logs: {session}")
+
+    def stop(self) -> None:
+        """Power off the guest and make sure QEMU is gone. Idempotent; never raises."""
+        t = time.monotonic()
+        try:
+            self.vm.stop()
+        finally:
+            atexit.unregister(self.vm.stop)
+            (self.session.parent.parent / "lab-qemu.pid").unlink(missing_ok=True)
+        self.say(f"VM stopped in {time.monotonic() - t:.1f} s; logs in {self.vm.rundir}")
+
+    def __enter__(self) -> "Lab":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def say(self, msg: str) -> None:
+        self._log(f"[lab {time.monotonic() - self._t0:6.1f}s] {msg}")
+
+    def _next(self, kind: str) -> int:
+        self._counters[kind] = self._counters.get(kind, 0) + 1
+        return self._counters[kind]
+
+    # ---- guest access (thin wrappers over VM) ---------------------------------------------
+    def run(self, cmd: str, timeout: float = 60) -> tuple[int, str, str]:
+        """Run a bash command in the guest: (rc, stdout, stderr)."""
+        return self.vm.run(cmd, timeout)
+
+    def check(self, cmd: str, timeout: float = 60) -> str:
+        """Run a bash command in the guest; its stdout, or GuestCommandError if rc != 0."""
+        return self.vm.check(cmd, timeout)
+
+    def spawn(self, cmd: str, name: str, cwd: str | None = None) -> GuestProcess:
+        """Start a background guest process; output in /lab/logs/<name>.log (see .host_log)."""
+        return self.vm.spawn(cmd, name, cwd)
+
+    def read_file(self, path: str) -> bytes:
+        return self.vm.read_file(path)
+
+    def write_file(self, path: str, data: str | bytes, mode: int = 0o644) -> None:
+        self.vm.write_file(path, data, mode)
+
+    def fetch(self, guest_path: str, dest: Path | None = None) -> Path:
+        """Copy a guest file to the host (default: into this boot's dir)."""
+        return self.vm.fetch(guest_path, dest or self.vm.rundir / Path(guest_path).name)
+
+    def guest_time(self) -> float:
+        return self.vm.guest_time()
+
+    def log_path(self, name: str) -> Path:
+        """Host path of a guest log: 'wpa_supplicant', 'NetworkManager', 'hostapd', 'iw-event'."""
+        return self.vm.share / "logs" / f"{name}.log"
+
+    def log_text(self, name: str) -> str:
+        p = self.log_path(name)
+        return p.read_text(errors="replace") if p.exists() else ""
+
+    # ---- bring-up ------------------------------------------------------------------------
+    def _step(self, what: str, fn: Callable[[], object]):
+        t = time.monotonic()
+        result = fn()
+        self.say(f"{what} ({time.monotonic() - t:.1f} s)")
+        return result
+
+    def _bring_up(self) -> None:
+        self.check("mkdir -p /run/lab /run/dbus /run/wpa_supplicant")
+        self._step("udev running, mac80211_hwsim loaded (wlan0, wlan1, hwsim0)", self._radios)
+        self._step("hostapd up (WPA2-PSK, ch 6), udhcpd and iperf3 server in netns apns",
+                   self._access_point)
+        self._step("dbus-daemon, wpa_supplicant and NetworkManager up", self._station_daemons)
+        self._step(f"connected: {STA_IF} associated with an address", self.connect)
+
+    def _radios(self) -> None:
+        self.check("/lib/systemd/systemd-udevd --daemon --resolve-names=never")
+        self.check("modprobe mac80211_hwsim radios=2 && udevadm settle -t 60", 90)
+        self.check("ip link show wlan0 && ip link show wlan1 && ip link set hwsim0 up")
+        self.sta_mac = self.check(f"cat /sys/class/net/{STA_IF}/address").strip().lower()
+        # Every scan start/end of the station, from the kernel, with guest timestamps.
+        self.spawn("exec stdbuf -oL iw event -t", name="iw-event")
+
+    def _access_point(self) -> None:
+        self.write_file("/run/lab/hostapd.conf", HOSTAPD_CONF)
+        self.write_file("/run/lab/udhcpd.conf", UDHCPD_CONF)
+        self.check(f"""
+            set -e
+            ip netns add {AP_NS}
+            phy=$(cat /sys/class/net/{AP_IF}/phy80211/name)
+            iw phy "$phy" set netns name {AP_NS}
+            ip -n {AP_NS} link set lo up
+            ip -n {AP_NS} addr add {AP_ADDR}/24 dev {AP_IF}
+            touch /run/lab/udhcpd.leases
+        """)
+        self.spawn(f"exec ip netns exec {AP_NS} hostapd -t -d -f {GUEST_SHARE}/logs/hostapd.log "
+                   f"/run/lab/hostapd.conf", name="hostapd-stdout")
+        wait_until(lambda: "AP-ENABLED" in self.log_text("hostapd"), 60, "hostapd AP-ENABLED")
+        self.spawn(f"exec ip netns exec {AP_NS} busybox udhcpd -f /run/lab/udhcpd.conf",
+                   name="udhcpd")
+        self.spawn(f"exec ip netns exec {AP_NS} iperf3 -s -J -B {AP_ADDR}", name="iperf3-server")
+
+    def _station_daemons(self) -> None:
+        self.check("dbus-daemon --system --fork")
+        self.spawn(f"exec wpa_supplicant -u -t -dd -f {GUEST_SHARE}/logs/wpa_supplicant.log "
+                   f"-O /run/wpa_supplicant", name="wpa_supplicant-stdout")
+        wait_until(lambda: self._bus_has(WPAS), 60, "wpa_supplicant on the system bus")
+        self.write_file("/etc/NetworkManager/conf.d/99-scanguard-lab.conf", NM_CONF)
+        # Proves nm-dispatcher runs (dbus-activated, no systemd): one line per event.
+        self.write_file("/etc/NetworkManager/dispatcher.d/50-scanguard-lab-log", DISPATCHER_LOG,
+                        mode=0o755)
+        self.spawn("exec NetworkManager --debug", name="NetworkManager")
+        wait_until(lambda: self.run(f"nmcli -t -f DEVICE,STATE device | grep -qx "
+                                    f"'{STA_IF}:disconnected'", 30)[0] == 0,
+                   60, f"NetworkManager managing {STA_IF}", interval=1)
+
+    def _bus_has(self, name: str) -> bool:
+        rc, out, _ = self.run(f"busctl call org.freedesktop.DBus /org/freedesktop/DBus "
+                              f"org.freedesktop.DBus NameHasOwner s {name}", 30)
+        return rc == 0 and out.strip() == "b true"
+
+    def connect(self) -> None:
+        """Create (once) and activate the NM profile; wait for an IPv4 address and a ping."""
+        if self.run(f"nmcli -t -f NAME connection show | grep -qx {CONNECTION}")[0] != 0:
+            # autoconnect off: activations happen when a test asks, not when NM feels like it.
+            self.check(f"nmcli connection add type wifi ifname {STA_IF} con-name {CONNECTION} "
+                       f"ssid {SSID} connection.autoconnect no wifi-sec.key-mgmt wpa-psk "
+                       f"wifi-sec.psk {PSK} ipv6.method disabled")
+        # NM refuses to activate a profile whose SSID is not in its scan list yet.
+        wait_until(lambda: SSID in self.run(f"nmcli -t -f SSID device wifi list ifname {STA_IF}"
+                                            f" --rescan auto", 30)[1].split(),
+                   60, f"{SSID} in NetworkManager's scan list", interval=2)
+        self.check(f"nmcli --wait 60 connection up {CONNECTION}", 90)
+        self.sta_addr = wait_until(self.station_address, 30, f"IPv4 address on {STA_IF}")
+        self.check(f"ping -c 2 -W 3 {AP_ADDR}", 30)
+
+    def reconnect(self) -> None:
+        """`nmcli connection up` again: NM creates a new wpa_supplicant network object."""
+        self.check(f"nmcli --wait 60 connection up {CONNECTION}", 90)
+        self.sta_addr = wait_until(self.station_address, 30, f"IPv4 address on {STA_IF}")
+
+    def station_address(self) -> str:
+        out = self.run(f"ip -4 -o addr show dev {STA_IF}")[1].split()
+        return out[out.index("inet") + 1].split("/")[0] if "inet" in out else ""
+
+    # ---- wpa_supplicant over D-Bus ---------------------------------------------------------
+    def _busctl_json(self, args: str) -> dict:
+        return json.loads(self.check(f"busctl --system --json=short {args}", 30))
+
+    def interface_path(self) -> str:
+        return self._busctl_json(f"call {WPAS} /fi/w1/wpa_supplicant1 {WPAS} GetInterface "
+                                 f"s {STA_IF}")["data"][0]
+
+    def network_path(self) -> str:
+        """Object path of the current wpa_supplicant network ('/' when none)."""
+        return self._busctl_json(f"get-property {WPAS} {self.interface_path()} "
+                                 f"{WPAS}.Interface CurrentNetwork")["data"]
+
+    def network_properties(self, path: str | None = None) -> dict[str, object]:
+        props = self._busctl_json(f"get-property {WPAS} {path or self.network_path()} "
+                                  f"{WPAS}.Network Properties")["data"]
+        return {k: v["data"] for k, v in props.items()}
+
+    def bgscan(self, path: str | None = None) -> str | None:
+        """The current network's bgscan as wpa_supplicant has it, without its quotes.
+
+        None when the network has no bgscan key (wpa_supplicant returns only set keys).
+        """
+        value = self.network_properties(path).get("bgscan")
+        return None if value is None else str(value).strip('"')
+
+    def set_bgscan(self, value: str, path: str | None = None) -> None:
+        """Set bgscan on the current network over D-Bus (wpa_supplicant adds the quotes)."""
+        self.check(f"busctl --system set-property {WPAS} {path or self.network_path()} "
+                   f"{WPAS}.Network Properties 'a{{sv}}' 1 bgscan s {shlex.quote(value)}", 30)
+
+    def signal(self) -> int:
+        """RSSI of the current AP in dBm (wpa_supplicant SignalPoll)."""
+        doc = self._busctl_json(f"call {WPAS} {self.interface_path()} {WPAS}.Interface "
+                                f"SignalPoll")
+        props = doc["data"][0]
+        if props.get("type") == "a{sv}":  # SignalPoll's reply is a variant holding the dict
+            props = props["data"]
+        return int(props["rssi"]["data"])
+
+    def set_ap_txpower(self, dbm: int | None) -> None:
+        """AP tx power in dBm (0..20; None = auto). The station reads the AP at (dBm − 50)."""
+        arg = "auto" if dbm is None else f"fixed {int(dbm) * 100}"  # iw takes mBm
+        self.check(f"ip netns exec {AP_NS} iw dev {AP_IF} set txpower {arg}")
+
+    def wait_signal(self, dbm: int, timeout: float = 15, tolerance: int = 3) -> int:
+        """Wait until SignalPoll reports `dbm` ± tolerance; returns the reading."""
+        return wait_until(lambda: (lambda s: s if abs(s - dbm) <= tolerance else None)(
+            self.signal()), timeout, f"signal {dbm} dBm", interval=1)
+
+    # ---- measurements ----------------------------------------------------------------------
+    def scans(self, t0: float = 0, t1: float = float("inf")) -> list[measure.Scan]:
+        """The station's scans (kernel `iw event`) that overlap [t0, t1] in guest time."""
+        return [s for s in measure.parse_scans(self.log_text("iw-event"), STA_IF)
+                if s.overlaps(t0, t1)]
+
+    def dispatcher_events(self) -> list[tuple[float, str, str]]:
+        """(guest time, interface, action) of every nm-dispatcher event so far."""
+        events = []
+        for line in self.log_text("dispatcher-events").splitlines():
+            parts = line.split()
+            if len(parts) >= 3:
+                events.append((float(parts[0]), parts[1], parts[2]))
+        return events
+
+    def bgscan_requests(self, t0: float = 0, t1: float = float("inf")) -> list[float]:
+        """Times wpa_supplicant's bgscan module asked for a scan (from its debug log)."""
+        return [t for t in measure.wpa_log_events(self.log_text("wpa_supplicant"),
+                                                  "bgscan simple: Request a background scan")
+                if t0 <= t <= t1]
+
+    def start_capture(self, name: str | None = None) -> Capture:
+        return Capture(self, name or f"cap{self._next('capture')}")
+
+    def start_ping(self, seconds: float, interval: float = 0.2,
+                   name: str | None = None) -> GuestProcess:
+        """ping -D the AP from the station; parse with measure.parse_ping(proc.output())."""
+        return self.spawn(f"exec ping -D -n -i {interval:g} -w {seconds:g} {AP_ADDR}",
+                          name=name or f"ping-{self._next('ping')}")
+
+    def ping(self, seconds: float, interval: float = 0.2) -> measure.PingResult:
+        proc = self.start_ping(seconds, interval)
+        if proc.wait(seconds + 30) is None:
+            proc.stop(signal.SIGINT)
+        return measure.parse_ping(proc.output())
+
+    def start_traffic(self, direction: str, seconds: float,
+                      ping_interval: float | None = 0.2) -> Traffic:
+        """Start iperf3 ('upload' = station -> AP, 'download' = AP -> station) plus ping."""
+        if direction not in ("upload", "download"):
+            raise ValueError(direction)
+        return Traffic(self, direction, seconds, ping_interval)
+
+    def upload(self, seconds: float, ping_interval: float | None = 0.2) -> TrafficRun:
+        return self.start_traffic("upload", seconds, ping_interval).wait()
+
+    def download(self, seconds: float, ping_interval: float | None = 0.2) -> TrafficRun:
+        return self.start_traffic("download", seconds, ping_interval).wait()
+
+    # ---- the product under test ------------------------------------------------------------
+    def start_daemon(self, config_text: str, args: str = "-v") -> GuestProcess:
+        """Run nm-scanguard from this checkout on the guest's system bus, as root.
+
+        Its output is in /lab/logs/scanguard-<n>.log (`.host_log` on the returned process).
+        """
+        n = self._next("daemon")
+        conf = f"/run/lab/scanguard-{n}.conf"
+        self.write_file(conf, config_text)
+        self.daemon = self.spawn(f"exec /usr/bin/python3 -m nm_scanguard --config {conf} {args}",
+                                 name=f"scanguard-{n}", cwd=str(REPO))
+        return self.daemon
+
+    # ---- diagnostics -----------------------------------------------------------------------
+    def save_diagnostics(self, reason: str) -> Path | None:
+        """Write the guest's view (dmesg, links, NM, processes) next to the logs; never raises."""
+        path = self.vm.rundir / f"diagnostics-{reason}.txt"
+        try:
+            out = self.vm.check(f"""
+                for c in 'dmesg' 'ip -d addr' 'ip netns exec {AP_NS} ip addr' 'iw dev'
+                         'ip netns exec {AP_NS} iw dev' 'nmcli -f all device'
+                         'nmcli connection show' 'ps -eo pid,ppid,stat,etime,args'; do
+                    echo "===== $c"; $c 2>&1
+                done""", 60)
+            path.write_text(out)
+        except Exception as e:
+            path.write_text(f"could not collect diagnostics: {e}\n")
+        return path
+
+
+def _prune(logs: Path) -> None:
+    sessions = sorted(p for p in logs.iterdir() if p.is_dir())
+    for old in sessions[:-KEEP_SESSIONS]:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,262 @@
+"""Parsers and statistics for what the lab measures. Pure functions, no VM: easy to check by hand.
+
+All timestamps are the guest's wall clock (seconds since the epoch, float): `iw event -t`,
+wpa_supplicant `-t`, `ping -D`, iperf3's JSON and the capture all use it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest-rank percentile (p in 0..100); NaN for an empty list."""
+    if not values:
+        return math.nan
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, math.ceil(p / 100 * len(s)) - 1))
+    return s[k]
+
+
+# ---- scans (iw event -t) -------------------------------------------------------------------
+@dataclass
+class Scan:
+    start: float
+    end: float | None      # None: still running when the log was read
+    aborted: bool = False
+
+    @property
+    def duration(self) -> float | None:
+        return None if self.end is None else self.end - self.start
+
+    def overlaps(self, t0: float, t1: float) -> bool:
+        return self.start <= t1 and (self.end is None or self.end >= t0)
+
+
+_IW_EVENT = re.compile(r"^(\d+\.\d+): (\S+) \(phy #\d+\): scan (started|finished|aborted)")
+
+
+def parse_scans(text: str, ifname: str = "wlan1") -> list[Scan]:
+    """Scans of `ifname` from `iw event -t` output, pairing each start with its end."""
+    scans: list[Scan] = []
+    current: Scan | None = None
+    for line in text.splitlines():
+        m = _IW_EVENT.match(line)
+        if not m or m.group(2) != ifname:
+            continue
+        t, what = float(m.group(1)), m.group(3)
+        if what == "started":
+            if current is not None:  # a start without an end: keep it, open-ended
+                scans.append(current)
+            current = Scan(t, None)
+        else:
+            if current is None:  # the end of a scan that started before the log
+                current = Scan(t, None)
+            current.end, current.aborted = t, what == "aborted"
+            scans.append(current)
+            current = None
+    if current is not None:
+        scans.append(current)
+    return scans
+
+
+_WPA_TS = re.compile(r"^(\d+\.\d+): (.*)$")
+
+
+def wpa_log_events(text: str, needle: str) -> list[float]:
+    """Timestamps of wpa_supplicant `-t` log lines containing `needle`."""
+    out = []
+    for line in text.splitlines():
+        m = _WPA_TS.match(line)
+        if m and needle in m.group(2):
+            out.append(float(m.group(1)))
+    return out
+
+
+# ---- ping -D ---------------------------------------------------------------------------------
+@dataclass
+class PingResult:
+    times: list[float] = field(default_factory=list)   # guest time of each reply
+    rtts: list[float] = field(default_factory=list)    # ms
+    sent: int = 0
+
+    @property
+    def received(self) -> int:
+        return len(self.rtts)
+
+    @property
+    def loss(self) -> float:
+        return 1 - self.received / self.sent if self.sent else math.nan
+
+    def stats(self) -> dict:
+        return {"n": self.received, "sent": self.sent, "loss": round(self.loss, 4),
+                "p50_ms": percentile(self.rtts, 50), "p99_ms": percentile(self.rtts, 99),
+                "max_ms": max(self.rtts, default=math.nan)}
+
+    def between(self, t0: float, t1: float) -> list[float]:
+        return [r for t, r in zip(self.times, self.rtts) if t0 <= t <= t1]
+
+
+_PING_REPLY = re.compile(r"^\[(\d+\.\d+)\] \d+ bytes from .*icmp_seq=(\d+) .*time=([\d.]+) ms")
+_PING_SUMMARY = re.compile(r"^(\d+) packets transmitted, (\d+) received")
+
+
+def parse_ping(text: str) -> PingResult:
+    res = PingResult()
+    for line in text.splitlines():
+        m = _PING_REPLY.match(line)
+        if m:
+            res.times.append(float(m.group(1)))
+            res.rtts.append(float(m.group(3)))
+            continue
+        m = _PING_SUMMARY.match(line)
+        if m:
+            res.sent = int(m.group(1))
+    if not res.sent:  # interrupted before the summary
+        res.sent = len(res.rtts)
+    return res
+
+
+# ---- iperf3 -J -------------------------------------------------------------------------------
+@dataclass
+class Interval:
+    start: float    # guest wall clock (start of the test + offset; ±1 s: iperf3 gives whole seconds)
+    seconds: float
+    mbps: float
+
+
+@dataclass
+class IperfResult:
+    direction: str              # "upload" (station -> AP) or "download" (AP -> station)
+    sender: list[Interval]      # per-second intervals at the sending side
+    receiver: list[Interval]    # per-second intervals at the receiving side
+    sent_mbps: float
+    received_mbps: float
+    raw: dict
+
+    @staticmethod
+    def _stats(intervals: list[Interval]) -> dict:
+        # Under TCG interval lengths jitter (0.5–2 s); drop only stubs such as iperf3's last
+        # fractional interval, which would bias the minimum.
+        v = [i.mbps for i in intervals if i.seconds >= 0.5]
+        return {"n": len(v), "min": min(v, default=math.nan), "p5": percentile(v, 5),
+                "median": percentile(v, 50), "max": max(v, default=math.nan)}
+
+    def stats(self) -> dict:
+        return {"sender_mbps": self._stats(self.sender),
+                "receiver_mbps": self._stats(self.receiver),
+                "mean_sent_mbps": self.sent_mbps, "mean_received_mbps": self.received_mbps}
+
+
+def _intervals(doc: dict) -> list[Interval]:
+    t0 = doc["start"]["timestamp"]["timesecs"]
+    return [Interval(t0 + iv["sum"]["start"], iv["sum"]["seconds"],
+                     iv["sum"]["bits_per_second"] / 1e6) for iv in doc.get("intervals", [])]
+
+
+def parse_iperf(text: str, direction: str) -> IperfResult:
+    """The client's `iperf3 -J --get-server-output` document."""
+    doc = json.loads(text)
+    if "error" in doc:
+        raise ValueError(f"iperf3: {doc['error']}")
+    client = _intervals(doc)
+    server = _intervals(doc["server_output_json"]) if "server_output_json" in doc else []
+    sender, receiver = (client, server) if direction == "upload" else (server, client)
+    end = doc["end"]
+    return IperfResult(direction, sender, receiver,
+                       end["sum_sent"]["bits_per_second"] / 1e6,
+                       end["sum_received"]["bits_per_second"] / 1e6, doc)
+
+
+# ---- capture on hwsim0 -----------------------------------------------------------------------
+# Trap 6 of LAB.md: hwsim0 shows every data frame and its ACK (≈290 k a minute under iperf3);
+# keep management, control other than ACK, and Null/QoS-Null frames.
+CAPTURE_FILTER = ("not (wlan type data subtype qos-data) and not (wlan type data subtype data)"
+                  " and not (wlan type ctl subtype ack)")
+NULL = 0x24
+QOS_NULL = 0x2C
+
+
+@dataclass
+class NullFrame:
+    time: float
+    subtype: int     # NULL or QOS_NULL
+    pm: bool         # power-management bit: True = "I am going to sleep" (leaving the channel)
+    ta: str          # transmitter address
+
+
+def read_null_frames(pcap: Path) -> list[NullFrame]:
+    """Null and QoS-Null data frames in a capture, read with the host's tshark."""
+    out = subprocess.run(
+        ["tshark", "-n", "-r", str(pcap), "-Y", "wlan.fc.type_subtype == 0x24 || "
+         "wlan.fc.type_subtype == 0x2c", "-T", "fields", "-e", "frame.time_epoch",
+         "-e", "wlan.fc.type_subtype", "-e", "wlan.fc.pwrmgt", "-e", "wlan.ta"],
+        capture_output=True, text=True, check=True).stdout
+    frames = []
+    for line in out.splitlines():
+        parts = line.split("\t")
+        if len(parts) < 4 or not parts[0]:
+            continue
+        frames.append(NullFrame(float(parts[0]), int(parts[1], 0),
+                                parts[2].strip().lower() in ("1", "true"), parts[3].lower()))
+    return frames
+
+
+# ---- one transfer, summarised ----------------------------------------------------------------
+def in_any(t: float, scans: list[Scan], margin: float = 0.5) -> bool:
+    return any(s.start - margin <= t <= (s.end if s.end is not None else math.inf) + margin
+               for s in scans)
+
+
+def summarize(iperf: IperfResult, ping: PingResult, scans: list[Scan],
+              pm1: list[NullFrame], t0: float, t1: float) -> dict:
+    """The figures the lab reports for one transfer (also what `make demo` tabulates)."""
+    rtt_in = [r for t, r in zip(ping.times, ping.rtts) if in_any(t, scans)]
+    rtt_out = [r for t, r in zip(ping.times, ping.rtts) if not in_any(t, scans)]
+
+    def rtt(values: list[float]) -> dict:
+        return {"n": len(values), "p50_ms": percentile(values, 50),
+                "p99_ms": percentile(values, 99), "max_ms": max(values, default=math.nan)}
+
+    scan_seconds = sum(min(s.end if s.end is not None else t1, t1) - max(s.start, t0)
+                       for s in scans)
+    return {
+        "direction": iperf.direction,
+        "seconds": round(t1 - t0, 1),
+        "scans": len(scans),
+        "scans_aborted": sum(s.aborted for s in scans),
+        "scan_seconds": round(scan_seconds, 1),
+        "pm1_null_frames": len(pm1),
+        "pm1_null_frames_outside_scans": sum(not in_any(f.time, scans, 1.0) for f in pm1),
+        "throughput": iperf.stats(),
+        "rtt": {"all": rtt(ping.rtts), "during_scans": rtt(rtt_in),
+                "outside_scans": rtt(rtt_out), "sent": ping.sent, "loss": ping.loss},
+    }
+
+
+def format_summary(s: dict) -> str:
+    tp, rtt = s["throughput"], s["rtt"]
+
+    def mb(d: dict) -> str:
+        return f"min {d['min']:.1f} / p5 {d['p5']:.1f} / median {d['median']:.1f} Mbit/s"
+
+    def ms(d: dict) -> str:
+        return (f"p50 {d['p50_ms']:.1f} / p99 {d['p99_ms']:.1f} / max {d['max_ms']:.1f} ms"
+                f" (n={d['n']})")
+
+    return "\n".join([
+        f"{s['direction']} for {s['seconds']} s: {s['scans']} scans ({s['scans_aborted']} aborted,"
+        f" {s['scan_seconds']} s scanning), {s['pm1_null_frames']} PM=1 Null frames from the station"
+        f" ({s['pm1_null_frames_outside_scans']} outside scans)",
+        f"  per-second throughput, sender:   {mb(tp['sender_mbps'])}",
+        f"  per-second throughput, receiver: {mb(tp['receiver_mbps'])}",
+        f"  mean: sent {tp['mean_sent_mbps']:.1f}, received {tp['mean_received_mbps']:.1f} Mbit/s",
+        f"  ping RTT, all:            {ms(rtt['all'])}, loss {rtt['loss']:.1%}",
+        f"  ping RTT, during scans:   {ms(rtt['during_scans'])}",
+        f"  ping RTT, outside scans:  {ms(rtt['outside_scans'])}",
+    ])
