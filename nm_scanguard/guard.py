@@ -51,7 +51,13 @@ class Guard:
     def engaged(self) -> bool:
         return self.network is not None
 
-    def start(self) -> None:
+    async def attach(self) -> None:
+        """Find the interface in wpa_supplicant now, so that scans are counted from the start,
+        and start sampling."""
+        try:
+            await self._iface()
+        except SupplicantError as e:
+            self._fail(f"{self.ifname}: {e}")
         self._task = asyncio.create_task(self._run(), name=f"guard-{self.ifname}")
 
     async def stop(self) -> None:
