@@ -23,6 +23,7 @@ $CACHE/lab-logs/<timestamp>/boot<N>/.
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import os
 import shlex
@@ -183,6 +184,18 @@ class Capture:
         return [f for f in self.stop() if f.pm and f.ta == sta and t0 <= f.time <= t1]
 
 
+def _take_vm_lock(cache: Path, say: Callable[[str], None]):
+    """One lab VM at a time on this machine: two TCG guests on 2 cores starve each other and
+    every timing in the checks goes wrong.  The lock dies with the process holding it."""
+    f = open(cache / "lab-vm.lock", "w")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        say("another lab VM is running on this machine; waiting for it to finish")
+        fcntl.flock(f, fcntl.LOCK_EX)
+    return f
+
+
 class Lab:
     """A running lab VM with the AP up and the station connected. Use Lab.start()."""
 
@@ -195,6 +208,7 @@ class Lab:
         self.sta_mac = ""
         self.sta_addr = ""
         self.daemon: GuestProcess | None = None
+        self._lock = None
 
     # ---- lifecycle -----------------------------------------------------------------------
     @classmethod
@@ -215,6 +229,7 @@ class Lab:
 
         logs = cache / "lab-logs"
         logs.mkdir(parents=True, exist_ok=True)
+        lock = _take_vm_lock(cache, say)
         kill_stale_qemu(cache / "lab-qemu.pid", say)
         _prune(logs)
         session = logs / time.strftime("%Y%m%d-%H%M%S")
@@ -231,6 +246,7 @@ class Lab:
             vm = VM(image, rundir, say)
             lab = cls(vm, session, emit)
             lab._t0 = t_start
+            lab._lock = lock
             atexit.register(vm.stop)
             try:
                 uptime = vm.boot()
@@ -245,6 +261,7 @@ class Lab:
                 lab.save_diagnostics("failed-start")
                 vm.stop()
                 atexit.unregister(vm.stop)
+        lock.close()
         raise LabError(f"lab did not start after {attempts} attempts: {last_error}\n"
                        f"console, hostapd, wpa_supplicant and NetworkManager logs: {session}")
 
@@ -256,6 +273,9 @@ class Lab:
         finally:
             atexit.unregister(self.vm.stop)
             (self.session.parent.parent / "lab-qemu.pid").unlink(missing_ok=True)
+            if self._lock is not None:
+                self._lock.close()  # releases the flock
+                self._lock = None
         self.say(f"VM stopped in {time.monotonic() - t:.1f} s; logs in {self.vm.rundir}")
 
     def __enter__(self) -> "Lab":
