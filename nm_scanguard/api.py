@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from . import __version__
-from .bus import BusError, add_match, call
+from .bus import BusError, add_match, call, name_has_owner
 from .config import ConfigError
 from .dbuslib import Message, MessageBus, MessageType, Variant, introspection
 
@@ -466,10 +466,9 @@ class Api:
 
     async def _has_owner(self, name: str) -> bool:
         try:
-            (owned,) = await call(self.bus, *DBUS, "NameHasOwner", "s", [name])
+            return await name_has_owner(self.bus, name)
         except BusError:
             return False
-        return bool(owned)
 
     async def _watch(self, sender: str) -> None:
         if sender not in self._watched:
