@@ -1,4 +1,4 @@
-"""Fixtures for every D-Bus test: a private system bus, the wpa_supplicant mock, polling.
+"""Fixtures for every D-Bus test: a private system bus, the mocked peers, polling.
 
 - ``system_bus``: a dbus-daemon of type "system" that allows everything, with
   ``DBUS_SYSTEM_BUS_ADDRESS`` pointing at it for the test (and for processes it starts).
@@ -6,11 +6,15 @@
   policy file, to test who may call what.
 - ``wpa_supplicant_mock``: tests/mocks/wpa_supplicant.py (a python-dbusmock template) running
   on ``system_bus``; control it through ``.control`` (see the template's docstring).
+- ``nm_mock``: python-dbusmock's NetworkManager template on ``system_bus``
+  (tests/peers.py ``NetworkManagerMock``).
+- ``link``: a veth pair whose peer sits in a network namespace of its own; quiet until the
+  test calls ``link.send(...)`` (tests/peers.py ``Link``).
 - ``assert_eventually(condition, timeout)``: poll instead of sleeping.
 
-Each test gets its own bus and mock: nothing leaks between tests, and every process started
-here is stopped in teardown, also when the test fails.  ``call_failed(request)`` tells a
-fixture's teardown whether to print a log.
+Each test gets its own bus and mocks: nothing leaks between tests, and every process started
+here is stopped in teardown, also when the test fails; a mock's log is printed when the test
+failed.  ``call_failed(request)`` tells a fixture's teardown whether to print a log.
 """
 
 from __future__ import annotations
@@ -25,9 +29,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable, Iterator, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Iterator, TypeVar, Union
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.peers import Link, NetworkManagerMock
 
 MOCK_TEMPLATE = Path(__file__).parent / "mocks" / "wpa_supplicant.py"
 
@@ -129,18 +136,20 @@ def system_bus(monkeypatch: pytest.MonkeyPatch) -> Iterator[PrivateBus]:
         bus.stop()
 
 
-class MockSupplicant:
-    """The wpa_supplicant mock template running in its own process (python3 -m dbusmock).
+class MockProcess:
+    """A python-dbusmock template in a process of its own (python3 -m dbusmock --system), its
+    output appended to *log_path*.
 
     ``control`` is a dbus-python proxy for the template's org.freedesktop.DBus.Mock methods on
-    /fi/w1/wpa_supplicant1 (blocking calls; the mock runs in another process, so they are
-    safe from async tests).  ``mock_object(path)`` gives the same interface on any object,
-    e.g. ``mock_object(net).GetMethodCalls("Set")``.  ``restart()`` simulates a
-    wpa_supplicant restart: the bus name gets a new owner and every object is gone.
+    ``MAIN_OBJ`` (blocking calls; the mock runs in another process, so they are safe from async
+    tests).  ``mock_object(path)`` gives the same interface on any object.  Subclasses name the
+    template, its bus name and its main object.
     """
 
-    BUS_NAME = "fi.w1.wpa_supplicant1"
-    MAIN_OBJ = "/fi/w1/wpa_supplicant1"
+    TEMPLATE: str  # one of python-dbusmock's templates, or the path of one
+    BUS_NAME: str
+    MAIN_OBJ: str
+    WHAT = "mock"  # for messages
 
     def __init__(self, address: str, log_path: Path):
         import dbus  # dbus-python comes with python3-dbusmock
@@ -150,32 +159,30 @@ class MockSupplicant:
         self.log_path = log_path
         self.connection = dbus.bus.BusConnection(address)
         self.process: subprocess.Popen | None = None
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.connection.close()
+            raise
 
     def start(self, timeout: float = 10.0) -> None:
         env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=self.address)
+        env.pop("NOTIFY_SOCKET", None)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "dbusmock", "--system", "--template", str(MOCK_TEMPLATE)],
+                [sys.executable, "-m", "dbusmock", "--system", "--template", self.TEMPLATE],
                 stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + timeout
         while not self.connection.name_has_owner(self.BUS_NAME):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"wpa_supplicant mock did not start:\n{self.log_path.read_text()}")
+                raise RuntimeError(f"{self.WHAT} did not start:\n{self.log()}")
             time.sleep(0.01)
 
     def stop(self) -> None:
         if self.process:
             stop_process(self.process)
             self.process = None
-
-    def restart(self) -> None:
-        self.stop()
-        deadline = time.monotonic() + 5
-        while self.connection.name_has_owner(self.BUS_NAME) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        self.start()
 
     def mock_object(self, path: str):
         obj = self.connection.get_object(self.BUS_NAME, path, introspect=False)
@@ -185,9 +192,48 @@ class MockSupplicant:
     def control(self):
         return self.mock_object(self.MAIN_OBJ)
 
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
     def close(self) -> None:
         self.stop()
         self.connection.close()
+
+
+class MockSupplicant(MockProcess):
+    """The wpa_supplicant mock template (tests/mocks/wpa_supplicant.py).
+
+    ``control`` drives /fi/w1/wpa_supplicant1, e.g. ``mock_object(net).GetMethodCalls("Set")``
+    looks at a network.  ``restart()`` simulates a wpa_supplicant restart: the bus name gets a
+    new owner and every object is gone.
+    """
+
+    TEMPLATE = str(MOCK_TEMPLATE)
+    BUS_NAME = "fi.w1.wpa_supplicant1"
+    MAIN_OBJ = "/fi/w1/wpa_supplicant1"
+    WHAT = "wpa_supplicant mock"
+
+    def restart(self) -> None:
+        self.stop()
+        deadline = time.monotonic() + 5
+        while self.connection.name_has_owner(self.BUS_NAME) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.start()
+
+
+Closable = TypeVar("Closable")
+
+
+def yield_and_close(thing: Closable, request: pytest.FixtureRequest,
+                    title: str) -> Iterator[Closable]:
+    """For a fixture: yield *thing* (a mock, a daemon process...), close it afterwards, and print
+    its ``log()`` under *title* if the test failed.  Use as ``yield from yield_and_close(...)``."""
+    try:
+        yield thing
+    finally:
+        thing.close()
+        if call_failed(request):
+            print(f"--- {title} ---\n{thing.log()}")
 
 
 @pytest.fixture
@@ -198,12 +244,42 @@ def wpa_supplicant_mock(system_bus: PrivateBus, tmp_path: Path,
     Its call log (tmp_path/wpa_supplicant-mock.log) is printed when the test fails.
     """
     mock = MockSupplicant(system_bus.address, tmp_path / "wpa_supplicant-mock.log")
+    yield from yield_and_close(mock, request, "wpa_supplicant mock log")
+
+
+@pytest.fixture
+def nm_mock(system_bus: PrivateBus, tmp_path: Path,
+            request: pytest.FixtureRequest) -> Iterator[NetworkManagerMock]:
+    """NetworkManager (python-dbusmock's template) on ``system_bus``, with no devices yet.
+
+    Its log (tmp_path/nm-mock.log) is printed when the test fails.
+    """
+    from tests.peers import NetworkManagerMock
+
+    mock = NetworkManagerMock(system_bus.address, tmp_path / "nm-mock.log")
+    yield from yield_and_close(mock, request, "NetworkManager mock log")
+
+
+@pytest.fixture(scope="session")
+def _no_stale_namespaces() -> Iterator[None]:
+    """A previous run killed mid-way may have left namespaces: clear ours, never others (once,
+    in a session that makes links)."""
+    from tests.peers import clear_stale_namespaces
+
+    clear_stale_namespaces()
+    yield
+
+
+@pytest.fixture
+def link(_no_stale_namespaces: None) -> Iterator[Link]:
+    """A veth pair to play the Wi-Fi interface (``link.ifname``); no traffic until ``send()``."""
+    from tests.peers import Link
+
+    lk = Link()
     try:
-        yield mock
+        yield lk
     finally:
-        mock.close()
-        if call_failed(request):
-            print(f"--- wpa_supplicant mock log ---\n{mock.log_path.read_text(errors='replace')}")
+        lk.remove()
 
 
 async def assert_eventually(condition: Callable[[], Union[Any, Awaitable[Any]]],

@@ -1,36 +1,18 @@
 """Fixtures for the bus API tests: the real daemon with mocked NetworkManager and wpa_supplicant,
-one activated Wi-Fi interface (a veth pair with no traffic), and a client connection."""
+one activated Wi-Fi interface (``link``, with no traffic), and a client connection.
+
+``link``, ``nm_mock`` and ``wpa_supplicant_mock`` come from tests/conftest.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import AsyncIterator, Iterator
+from typing import AsyncIterator
 
 import pytest
 
-from tests.api.harness import Link, NetworkManagerMock, Scenario, running_scenario
-from tests.conftest import MockSupplicant, PrivateBus, call_failed
-
-
-@pytest.fixture
-def link() -> Iterator[Link]:
-    lk = Link()
-    try:
-        yield lk
-    finally:
-        lk.remove()
-
-
-@pytest.fixture
-def nm_mock(system_bus: PrivateBus, tmp_path: Path,
-            request: pytest.FixtureRequest) -> Iterator[NetworkManagerMock]:
-    nm = NetworkManagerMock(system_bus.address, tmp_path / "nm-mock.log")
-    try:
-        yield nm
-    finally:
-        nm.close()
-        if call_failed(request):
-            print(f"--- NetworkManager mock log ---\n{nm.log_path.read_text(errors='replace')}")
+from tests.api.harness import Scenario, running_scenario
+from tests.conftest import MockSupplicant, PrivateBus
+from tests.peers import Link, NetworkManagerMock
 
 
 @pytest.fixture

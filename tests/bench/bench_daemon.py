@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from nm_scanguard.dbuslib import BusType, MessageBus
-from tests.conftest import MockSupplicant, start_private_bus, stop_process
-from tests.dbus.conftest import Link, Peers
+from tests.conftest import MockSupplicant, start_private_bus
+from tests.peers import DaemonProcess, Link, NetworkManagerMock, Peers
 
-REPO = Path(__file__).resolve().parents[2]
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -51,43 +49,38 @@ async def measure(pid: int, seconds: float) -> tuple[float, int, int]:
 
 async def main(seconds: float, sample_interval: float) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="scanguard-bench-"))
-    bus_daemon = start_private_bus()
-    os.environ["DBUS_SYSTEM_BUS_ADDRESS"] = bus_daemon.address
-    wpa = MockSupplicant(bus_daemon.address, tmp / "wpa.log")
-    link = Link()
-    bus = await MessageBus(bus_type=BusType.SYSTEM).connect()
-    peers = Peers(bus, link.ifname, wpa)
-    daemon = None
-    try:
+    with contextlib.ExitStack() as cleanup:  # everything started is stopped, in reverse order
+        bus_daemon = start_private_bus()
+        cleanup.callback(bus_daemon.stop)
+        os.environ["DBUS_SYSTEM_BUS_ADDRESS"] = bus_daemon.address
+        wpa = MockSupplicant(bus_daemon.address, tmp / "wpa.log")
+        cleanup.callback(wpa.close)
+        nm = NetworkManagerMock(bus_daemon.address, tmp / "nm.log")
+        cleanup.callback(nm.close)
+        bus = await MessageBus(bus_type=BusType.SYSTEM).connect()
+        cleanup.callback(bus.disconnect)
+        link = Link()
+        cleanup.callback(link.remove)
+        peers = Peers(bus, link.ifname, wpa, nm)
         await peers.setup(activate=False)
-        conf = tmp / "scanguard.conf"
-        conf.write_text(f"[scanguard]\nsample_interval = {sample_interval}\n")
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "nm_scanguard", "-c", str(conf), "--state-dir", str(tmp / "state")],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(tmp / "daemon.log", "w"))
+        daemon = DaemonProcess(bus_daemon.address, tmp,
+                               f"[scanguard]\nsample_interval = {sample_interval}\n", verbose=False)
+        cleanup.callback(daemon.stop)
+        pid = daemon.start().process.pid
         await asyncio.sleep(3)  # start-up (imports, bus connection) is not what we measure
-        print(f"daemon started: RSS {rss_kib(daemon.pid) / 1024:.1f} MiB "
+        print(f"daemon started: RSS {rss_kib(pid) / 1024:.1f} MiB "
               f"(dbus library: {os.environ.get('SCANGUARD_DBUS_LIB', 'default')})")
-        cpu, rss, peak = await measure(daemon.pid, seconds)
+        cpu, rss, peak = await measure(pid, seconds)
         print(f"idle, no activated Wi-Fi, {seconds:g} s:      CPU {cpu:.2f} %  RSS {rss / 1024:.1f} MiB "
               f"(max {peak / 1024:.1f})")
         await peers.activate()
         link.send(mbit=20)
         await asyncio.sleep(3)
-        cpu, rss, peak = await measure(daemon.pid, seconds)
+        cpu, rss, peak = await measure(pid, seconds)
         state = "bgscan suspended" if (await peers.sets()) else "NOT engaged"
         print(f"sampling every {sample_interval:g} s at ~20 Mbit/s, {seconds:g} s: CPU {cpu:.2f} %  "
               f"RSS {rss / 1024:.1f} MiB (max {peak / 1024:.1f}); {state}")
         link.stop()
-    finally:
-        if daemon is not None:
-            stop_process(daemon)
-        link.remove()
-        peers.close()
-        bus.disconnect()
-        wpa.close()
-        bus_daemon.stop()
-
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

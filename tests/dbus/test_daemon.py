@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -20,6 +19,7 @@ from nm_scanguard.daemon import Daemon
 from nm_scanguard.supplicant import Supplicant
 
 from tests.conftest import call_failed
+from tests.peers import REPO, DaemonProcess
 
 from .conftest import eventually, record
 
@@ -34,7 +34,6 @@ release_after = 1
 sample_interval = 0.2
 signal_poll_interval = 0.5
 """
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
 @pytest.fixture
@@ -279,38 +278,21 @@ async def test_bad_profile_value_falls_back_to_global(bus, link, peers, daemon, 
 
 # ---- the daemon as a process: signals, crashes, bad config, status ----------------------------------
 
-class DaemonProcess:
-    def __init__(self, tmp_path, config=FAST_CONF, notify=None):
-        self.conf = tmp_path / "scanguard.conf"
-        self.conf.write_text(config)
-        self.log = open(tmp_path / "daemon.log", "a+")
-        env = dict(os.environ)
-        if notify:
-            env["NOTIFY_SOCKET"] = notify
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nm_scanguard", "-v", "-c", str(self.conf),
-             "--state-dir", str(tmp_path / "state")],
-            cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-
-    def text(self):
-        self.log.flush()
-        self.log.seek(0)
-        return self.log.read()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
-
-
 @pytest.fixture
-def processes(request):
+def processes(system_bus, request):
+    """Starts scanguardd processes (tests/peers.py DaemonProcess) with FAST_CONF; stops them all."""
     started = []
-    yield lambda *a, **k: started.append(DaemonProcess(*a, **k)) or started[-1]
+
+    def start(workdir, config=FAST_CONF, notify=None):
+        started.append(DaemonProcess(system_bus.address, workdir, config, notify=notify).start())
+        return started[-1]
+
+    yield start
     for p in started:
+        pid = p.process.pid
         p.stop()
         if call_failed(request):
-            print(f"---- daemon log (pid {p.proc.pid}) ----\n{p.text()}")
+            print(f"---- daemon log (pid {pid}) ----\n{p.log()}")
 
 
 async def test_sigterm_restores(bus, link, peers, processes, tmp_path):
@@ -318,10 +300,10 @@ async def test_sigterm_restores(bus, link, peers, processes, tmp_path):
     p = processes(tmp_path)
     link.send(mbit=8)
     await eventually(lambda: suspended(bus, peers.net), timeout=15, what="engaged")
-    p.proc.send_signal(signal.SIGTERM)
-    assert await asyncio.get_running_loop().run_in_executor(None, p.proc.wait, 10) == 0
+    p.process.send_signal(signal.SIGTERM)
+    assert await asyncio.get_running_loop().run_in_executor(None, p.process.wait, 10) == 0
     assert await bgscan(bus, peers.net) == ORIGINAL  # restored although traffic still flows
-    assert "restoring bgscan" in p.text()
+    assert "restoring bgscan" in p.log()
 
 
 async def test_kill9_then_restart_restores(bus, link, peers, processes, tmp_path):
@@ -329,15 +311,15 @@ async def test_kill9_then_restart_restores(bus, link, peers, processes, tmp_path
     p = processes(tmp_path)
     link.send(mbit=8)
     await eventually(lambda: suspended(bus, peers.net), timeout=15, what="engaged")
-    p.proc.kill()
-    p.proc.wait()
+    p.process.kill()
+    p.process.wait()
     link.stop()
     await asyncio.sleep(0.5)
     assert await bgscan(bus, peers.net) == ""  # nobody restored it: the process is gone
     q = processes(tmp_path)
     t = await eventually(lambda: restored(bus, peers.net), timeout=15, what="restored by next start")
     record("restart after kill -9 -> bgscan restored", t)
-    assert "a previous instance left suspended" in q.text()
+    assert "a previous instance left suspended" in q.log()
 
 
 async def test_status_line_reaches_systemd(bus, link, peers, processes, tmp_path):

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import DEFAULT_DENY_POLICY, start_private_bus
+
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "systemd" / "scanguard.service"
 MAX_EXPOSURE = 1.0
@@ -224,31 +226,6 @@ def test_dbus_and_polkit_files_are_consistent() -> None:
         assert owner == ["unix-user:scanguard"], "a non-root daemon must own its polkit actions"
 
 
-BUS_CONF = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:path={socket}</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/>
-    <deny own="*"/>
-    <deny send_type="method_call"/>
-    <allow send_type="signal"/>
-    <allow send_requested_reply="true" send_type="method_return"/>
-    <allow send_requested_reply="true" send_type="error"/>
-    <allow receive_type="method_call"/>
-    <allow receive_type="method_return"/>
-    <allow receive_type="error"/>
-    <allow receive_type="signal"/>
-    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
-    <allow send_destination="org.freedesktop.DBus"
-           send_interface="org.freedesktop.DBus.Introspectable"/>
-  </policy>
-  <include>{policy}</include>
-</busconfig>
-"""
-
 OWNER = """
 import asyncio, sys
 from dbus_fast.aio import MessageBus
@@ -267,23 +244,14 @@ def test_dbus_policy_on_a_default_deny_bus() -> None:
     The test runs as root and cannot become `scanguard` (which may not exist here), so the
     owner rule is exercised with a copy naming root; everything else is the shipped file.
     """
-    tmp_path = Path(tempfile.mkdtemp(prefix="scanguard-policy-"))  # nobody must reach the socket
-    os.chmod(tmp_path, 0o755)
+    tmp_path = Path(tempfile.mkdtemp(prefix="scanguard-policy-"))
     policy = tmp_path / "policy.conf"
     policy.write_text((REPO / "systemd" / "io.github.nm_scanguard.ScanGuard1.conf").read_text()
                       .replace('user="scanguard"', 'user="root"'))
-    socket = tmp_path / "bus"
-    (tmp_path / "bus.conf").write_text(BUS_CONF.format(socket=socket, policy=policy))
-    daemon = subprocess.Popen(["dbus-daemon", "--nofork", f"--config-file={tmp_path / 'bus.conf'}"],
-                              env=ENV, stderr=subprocess.PIPE, text=True)
+    bus = start_private_bus(DEFAULT_DENY_POLICY, includes=[policy])
     owner = None
     try:
-        for _ in range(100):
-            if socket.exists():
-                break
-            time.sleep(0.05)
-        os.chmod(socket, 0o666)
-        address = f"unix:path={socket}"
+        address = bus.address
         as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 
         def send(*call: str, user: list[str] = as_nobody) -> subprocess.CompletedProcess:
@@ -307,6 +275,5 @@ def test_dbus_policy_on_a_default_deny_bus() -> None:
         if owner:
             owner.kill()
             owner.wait()
-        daemon.terminate()
-        daemon.wait()
+        bus.stop()
         shutil.rmtree(tmp_path)

@@ -11,10 +11,10 @@ from typing import Any, AsyncIterator, Iterator
 
 import pytest
 
-from tests.api.harness import (REPO, Link, NetworkManagerMock, Polkit, Scenario, env_for,
-                               running_scenario)
-from tests.conftest import DEFAULT_DENY_POLICY, MockSupplicant, PrivateBus, start_private_bus, \
-    stop_process
+from tests.api.harness import Scenario, running_scenario
+from tests.conftest import (DEFAULT_DENY_POLICY, MockSupplicant, PrivateBus, start_private_bus,
+                            stop_process, yield_and_close)
+from tests.peers import REPO, Link, NetworkManagerMock, Polkit, env_for
 
 SHIPPED_POLICY = REPO / "systemd" / "io.github.nm_scanguard.ScanGuard1.conf"
 
@@ -40,18 +40,14 @@ def strict_bus(monkeypatch: pytest.MonkeyPatch) -> Iterator[PrivateBus]:
 
 
 @pytest.fixture
-def polkit(strict_bus: PrivateBus, tmp_path: Path) -> Iterator[Polkit]:
-    pk = Polkit(strict_bus.address, tmp_path / "polkit-mock.log")
-    try:
-        yield pk
-    finally:
-        pk.close()
+def polkit(strict_bus: PrivateBus, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Polkit]:
+    yield from yield_and_close(Polkit(strict_bus.address, tmp_path / "polkit-mock.log"), request,
+                               "polkit mock log")
 
 
 @pytest.fixture
-async def strict_scenario(strict_bus: PrivateBus, polkit: Polkit, tmp_path: Path,
+async def strict_scenario(strict_bus: PrivateBus, polkit: Polkit, link: Link, tmp_path: Path,
                           request: pytest.FixtureRequest) -> AsyncIterator[Scenario]:
-    link = Link()
     nm = wpa = None
     try:
         nm = NetworkManagerMock(strict_bus.address, tmp_path / "nm-mock.log")
@@ -62,7 +58,6 @@ async def strict_scenario(strict_bus: PrivateBus, polkit: Polkit, tmp_path: Path
         for mock in (wpa, nm):
             if mock is not None:
                 mock.close()
-        link.remove()
 
 
 class Nobody:

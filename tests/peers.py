@@ -1,0 +1,301 @@
+"""What the daemon meets in the D-Bus tests, and the daemon itself as a process.
+
+- ``Link``: a veth pair to play the Wi-Fi interface, its peer in a network namespace of its
+  own, so that packets really leave through the interface's counters.  Quiet (no IPv6 chatter)
+  until ``send()``.
+- ``NetworkManagerMock`` and ``Polkit``: python-dbusmock's templates in processes of their own
+  (``MockProcess`` in tests/conftest.py, like the wpa_supplicant mock).
+- ``Peers``: NetworkManager and wpa_supplicant for one Wi-Fi interface, driven the way the real
+  ones behave on connect, reconnect and restart.
+- ``DaemonProcess``: scanguardd (python3 -m nm_scanguard) on a private bus.
+
+The fixtures built on these (``link``, ``nm_mock``) are in tests/conftest.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from nm_scanguard.api import NAME
+from nm_scanguard.bus import call, name_has_owner
+from nm_scanguard.dbuslib import MessageBus
+from tests.conftest import MockProcess, MockSupplicant, stop_process
+
+REPO = Path(__file__).resolve().parents[1]
+BGSCAN = "simple:30:-70:86400"  # what NetworkManager writes for a profile without a BSSID
+
+
+def env_for(address: str) -> dict[str, str]:
+    """The environment of a process we start on the private bus at *address*."""
+    env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=address, PYTHONPATH=str(REPO))
+    env.pop("NOTIFY_SOCKET", None)
+    return env
+
+
+# ---- the interface ------------------------------------------------------------------------------
+
+PEER_NS_PREFIX = "sgtest-"
+LOCAL_ADDR, PEER_ADDR = "169.254.231.1", "169.254.231.2"  # link-local, inside our own netns pair
+
+
+class Link:
+    """A veth pair: `ifname` in our namespace plays the Wi-Fi interface, its peer sits in a
+    namespace of its own so that packets really leave through the interface's counters.
+
+    IPv6 is off on both ends, so the counters do not move until the test calls ``send()``.
+    """
+
+    def __init__(self) -> None:
+        tag = uuid.uuid4().hex[:6]
+        self.ifname = f"sgw{tag}"
+        self.netns = PEER_NS_PREFIX + tag
+        peer = f"sgp{tag}"
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        try:
+            for cmd in (
+                ["ip", "netns", "add", self.netns],
+                ["ip", "link", "add", self.ifname, "type", "veth", "peer", "name", peer,
+                 "netns", self.netns],
+                ["sysctl", "-qw", f"net.ipv6.conf.{self.ifname}.disable_ipv6=1"],
+                ["ip", "netns", "exec", self.netns, "sysctl", "-qw",
+                 f"net.ipv6.conf.{peer}.disable_ipv6=1"],
+                ["ip", "addr", "add", f"{LOCAL_ADDR}/30", "dev", self.ifname],
+                ["ip", "link", "set", self.ifname, "up"],
+                ["ip", "-n", self.netns, "addr", "add", f"{PEER_ADDR}/30", "dev", peer],
+                ["ip", "-n", self.netns, "link", "set", peer, "up"],
+            ):
+                subprocess.run(cmd, check=True)
+        except BaseException:
+            self.remove()
+            raise
+
+    def send(self, mbit: float, pps: float | None = None) -> None:
+        """Start sending UDP at `mbit` Mbit/s (or `pps` small packets/s) until stop()."""
+        self.stop()
+        self._stop.clear()
+        size = 1400 if pps is None else 64
+        rate = pps if pps is not None else mbit * 1e6 / 8 / size
+        self._thread = threading.Thread(target=self._pump, args=(size, rate), daemon=True)
+        self._thread.start()
+
+    def _pump(self, size: int, per_second: float) -> None:
+        payload = b"\0" * size
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, self.ifname.encode())
+            start, sent = time.monotonic(), 0
+            while not self._stop.is_set():
+                due = int((time.monotonic() - start) * per_second) - sent
+                for _ in range(min(due, 2000)):
+                    s.sendto(payload, (PEER_ADDR, 9))
+                    sent += 1
+                time.sleep(0.005)
+
+    def stop(self) -> None:
+        """Stop the traffic started by send() (nothing if none)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def remove(self) -> None:
+        self.stop()
+        subprocess.run(["ip", "link", "del", self.ifname], stderr=subprocess.DEVNULL)
+        subprocess.run(["ip", "netns", "del", self.netns], stderr=subprocess.DEVNULL)
+
+
+def clear_stale_namespaces() -> None:
+    """Delete the namespaces a run killed mid-way left behind: ours (sgtest-*), never others."""
+    for name in os.listdir("/run/netns") if os.path.isdir("/run/netns") else []:
+        if name.startswith(PEER_NS_PREFIX):
+            subprocess.run(["ip", "netns", "del", name], stderr=subprocess.DEVNULL)
+
+
+# ---- the mocked peers ---------------------------------------------------------------------------
+
+NM_NAME = "org.freedesktop.NetworkManager"
+NM_PATH = "/org/freedesktop/NetworkManager"
+CONN_IFACE = NM_NAME + ".Settings.Connection"
+DEVICE_DISCONNECTED = 30
+
+# libnm commits a profile with Settings.Connection.Update2, which python-dbusmock 0.28's
+# template lacks.  This one replaces the settings like NetworkManager does (Update merges).
+UPDATE2 = (
+    "self.settings = args[0]\n"
+    "self.EmitSignal('org.freedesktop.NetworkManager.Settings.Connection', 'Updated', '', [])\n"
+    "ret = dbus.Dictionary({}, signature='sv')\n"
+)
+
+
+class NetworkManagerMock(MockProcess):
+    """python-dbusmock's networkmanager template in its own process, driven with dbus-python."""
+
+    TEMPLATE = "networkmanager"
+    BUS_NAME = NM_NAME
+    MAIN_OBJ = NM_PATH
+    WHAT = "NetworkManager mock"
+
+    def add_wifi(self, ifname: str, ssid: str = "Home", name: str = "home") -> tuple[str, str, str]:
+        """A Wi-Fi device, an access point and a profile for it (device not activated)."""
+        dev = self.control.AddWiFiDevice(f"dev_{ifname}", ifname, DEVICE_DISCONNECTED)
+        ap = self.control.AddAccessPoint(dev, f"ap_{name}", ssid, "00:11:22:33:44:55", 2, 2437,
+                                         54000, 80, 0x100)
+        conn = self.add_profile(dev, name, ssid)
+        return str(dev), str(ap), conn
+
+    def add_profile(self, dev: str, name: str, ssid: str) -> str:
+        conn = self.control.AddWiFiConnection(dev, name, ssid, "wpa-psk")
+        self.mock_object(conn).AddMethod(CONN_IFACE, "Update2", "a{sa{sv}}ua{sv}", "a{sv}", UPDATE2)
+        return str(conn)
+
+    def activate(self, dev: str, conn: str, ap: str, name: str = "ac0") -> str:
+        """The device goes ACTIVATED with *conn*, as NetworkManager signals it."""
+        return str(self.control.AddActiveConnection([dev], conn, ap, name, 2))
+
+    def deactivate(self, dev: str) -> None:
+        self.control.SetDeviceDisconnected(dev)
+
+    def settings(self, conn: str) -> dict[str, Any]:
+        obj = self.connection.get_object(NM_NAME, conn, introspect=False)
+        return obj.GetSettings(dbus_interface=CONN_IFACE)
+
+    def user_data(self, conn: str) -> dict[str, str]:
+        data = self.settings(conn).get("user", {}).get("data", {})
+        return {str(k): str(v) for k, v in data.items()}
+
+    def set_user_data(self, conn: str, data: dict[str, str]) -> None:
+        """Replace the profile's user data with Update, as a client of NetworkManager would."""
+        settings = self.settings(conn)
+        settings["user"] = {"data": self._dbus.Dictionary(data, signature="ss")}
+        self.connection.call_blocking(NM_NAME, conn, CONN_IFACE, "Update", "a{sa{sv}}", [settings])
+
+
+class Polkit(MockProcess):
+    """python-dbusmock's polkitd template: says no to every action until told otherwise."""
+
+    TEMPLATE = "polkitd"
+    BUS_NAME = "org.freedesktop.PolicyKit1"
+    MAIN_OBJ = "/org/freedesktop/PolicyKit1/Authority"
+    WHAT = "polkit mock"
+
+    def allow(self, *actions: str) -> None:
+        self.control.SetAllowed(list(actions))
+
+
+class Peers:
+    """NetworkManager and wpa_supplicant for one Wi-Fi interface, driven the way the real ones
+    behave on connect, reconnect and restart.
+
+    NetworkManager through ``nm`` (dbus-python, blocking: the mock is another process);
+    wpa_supplicant through *bus*, a connection of our own D-Bus library.  After ``setup()``:
+    ``dev``, ``ap``, ``conn`` (NetworkManager objects), ``iface`` and ``net`` (wpa_supplicant's).
+    """
+
+    def __init__(self, bus: MessageBus, ifname: str, wpa: MockSupplicant,
+                 nm: NetworkManagerMock) -> None:
+        self.bus, self.ifname, self.wpa, self.nm = bus, ifname, wpa, nm
+        self.dev = self.ap = self.conn = self.active = self.iface = self.net = ""
+        self.n = 0
+
+    async def wpa_mock(self, member, sig="", body=()):
+        return await call(self.bus, MockSupplicant.BUS_NAME, MockSupplicant.MAIN_OBJ,
+                          "org.freedesktop.DBus.Mock", member, sig, body)
+
+    async def setup(self, bgscan=BGSCAN, user_data=None, activate=True):
+        """Profile 'Home' on the interface, NM's bgscan on its wpa_supplicant network, and the
+        device activated (unless *activate* is false)."""
+        self.dev, self.ap, self.conn = self.nm.add_wifi(self.ifname)
+        if user_data:
+            await self.set_user_data(user_data)
+        (self.iface,) = await self.wpa_mock("AddWifiInterface", "s", [self.ifname])
+        await self.new_network(bgscan)
+        if activate:
+            await self.activate()
+
+    async def new_network(self, bgscan):
+        """What NM does on every activation: AddNetwork + select; the association completes."""
+        (self.net,) = await self.wpa_mock("AddNetworkWithBgscan", "oss", [self.iface, "Home", bgscan])
+        await self.wpa_mock("SetCurrentNetwork", "oo", [self.iface, self.net])
+        return self.net
+
+    async def activate(self):
+        self.n += 1
+        self.active = self.nm.activate(self.dev, self.conn, self.ap, f"ac{self.n}")
+
+    async def deactivate(self):
+        self.nm.deactivate(self.dev)
+
+    async def set_user_data(self, data: dict[str, str]):
+        self.nm.set_user_data(self.conn, data)
+
+    async def remove_network(self, net):
+        await call(self.bus, MockSupplicant.BUS_NAME, self.iface, "fi.w1.wpa_supplicant1.Interface",
+                   "RemoveNetwork", "o", [net])
+
+    async def sets(self, net=None):
+        """Every Properties set on the network (*net* or the current one), oldest first."""
+        (rows,) = await self.wpa_mock("GetPropertiesSets", "o", [net or self.net])
+        return [{k: v.value for k, v in row.items()} for row in rows]
+
+    async def restart_wpa(self, bgscan=BGSCAN):
+        self.wpa.restart()
+        (self.iface,) = await self.wpa_mock("AddWifiInterface", "s", [self.ifname])
+        return await self.new_network(bgscan)
+
+
+# ---- the daemon ---------------------------------------------------------------------------------
+
+class DaemonProcess:
+    """scanguardd itself (python3 -m nm_scanguard) on the bus at *address*.
+
+    Its configuration file, state directory and log (stdout and stderr) are in *workdir*; a
+    second instance in the same *workdir* shares them.  *notify* is a NOTIFY_SOCKET path.
+    """
+
+    def __init__(self, address: str, workdir: Path, config: str = "", notify: str | None = None,
+                 verbose: bool = True) -> None:
+        self.address = address
+        self.config = workdir / "scanguard.conf"
+        self.config.write_text(config or "[scanguard]\nsample_interval = 0.2\n")
+        self.state_dir = workdir / "state"
+        self.log_path = workdir / "scanguardd.log"
+        self.notify, self.verbose = notify, verbose
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> DaemonProcess:
+        env = env_for(self.address)
+        if self.notify:
+            env["NOTIFY_SOCKET"] = self.notify
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "nm_scanguard", *(["-v"] if self.verbose else []),
+                 "-c", str(self.config), "--state-dir", str(self.state_dir)],
+                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        return self
+
+    async def wait_ready(self, bus: MessageBus, timeout: float = 10.0) -> None:
+        """Until the daemon owns its bus name."""
+        deadline = time.monotonic() + timeout
+        while not await name_has_owner(bus, NAME):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"scanguardd did not take its bus name:\n{self.log()}")
+            await asyncio.sleep(0.02)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_process(self.process, timeout=10)
+            self.process = None
+
+    close = stop
