@@ -79,8 +79,10 @@ class Daemon:
 
     async def stop(self) -> None:
         """Restore every bgscan we suspended.  Called on SIGTERM/SIGINT and on any fatal error."""
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         for ifname, guard in list(self.guards.items()):
             try:
                 await guard.stop()

@@ -172,6 +172,28 @@ async def test_supplicant_restart_while_engaged(bus, link, peers, daemon, caplog
     await eventually(lambda: restored(bus, new), what="restored on the new wpa_supplicant")
 
 
+async def test_networkmanager_restart(bus, link, peers, daemon, caplog):
+    """NM away: keep guarding what we know.  NM back: follow what it reports now."""
+    await peers.setup()
+    d = await daemon()
+    link.send(mbit=8)
+    await eventually(lambda: suspended(bus, peers.net), what="engaged")
+    with caplog.at_level(logging.INFO):
+        peers.nm.stop()
+        await eventually(lambda: "NetworkManager left the bus" in caplog.text, what="NM gone noticed")
+        await asyncio.sleep(1.0)
+        assert await suspended(bus, peers.net) and d.guards[link.ifname].engaged
+        peers.nm.start()  # a fresh NM that has not taken over the device yet
+        await eventually(lambda: "NetworkManager appeared" in caplog.text, what="NM back noticed")
+        await eventually(lambda: restored(bus, peers.net), what="released: NM reports no activated Wi-Fi")
+        assert link.ifname not in d.guards
+        # NM takes the device over again, with a fresh wpa_supplicant network.
+        peers.dev, peers.ap, peers.conn = peers.nm.add_wifi(link.ifname)
+        await peers.new_network(ORIGINAL)
+        await peers.activate()
+        await eventually(lambda: suspended(bus, peers.net), what="engaged again under the new NM")
+
+
 async def test_interface_unknown_to_supplicant_is_reported_not_fatal(bus, link, peers, daemon, caplog):
     await peers.setup()
     await call_remove_interface(bus, peers.iface)
