@@ -38,7 +38,8 @@ class Guard:
         self.reason = "connected"
         self.since = time.time()
         self._task: asyncio.Task | None = None
-        self._error: str | None = None
+        self._error: str | None = None  # the current problem, shown in the status
+        self._logged: str | None = None  # the last problem logged: log changes, not repeats
         self._busy = asyncio.Lock()
 
     # ---- life cycle -----------------------------------------------------------------------
@@ -99,14 +100,15 @@ class Guard:
         else:
             self.rates = self.meter.update(counters)
             self.policy.observe(counters.time, self.rates)
-        await self.kick()
+        if await self.kick() and counters is not None:
+            self._error = self._logged = None  # a clean step: the next problem is news again
 
-    async def kick(self) -> None:
+    async def kick(self) -> bool:
         """Read the signal if the policy needs it, then act.  Also used when a hold changes."""
         if self.policy.signal_poll_due(time.monotonic()):
             rssi = await self._signal()
             self.policy.observe_signal(time.monotonic(), rssi)
-        await self.reconcile()
+        return await self.reconcile()
 
     async def _signal(self) -> int | None:
         try:
@@ -115,18 +117,21 @@ class Guard:
             return None
         return await self.daemon.supplicant.signal(iface)
 
-    async def reconcile(self) -> None:
-        """Make wpa_supplicant match what the policy wants; safe to call at any time."""
+    async def reconcile(self) -> bool:
+        """Make wpa_supplicant match what the policy wants; safe to call at any time.
+        False if wpa_supplicant refused (logged; the next sample tries again)."""
         async with self._busy:
+            ok = True
             try:
                 if self.policy.want_engaged and not self.engaged:
                     await self._engage()
                 elif not self.policy.want_engaged and self.engaged:
                     await self._release(self.policy.reason)
-                self._error = None
             except SupplicantError as e:
                 self._fail(f"{self.ifname}: {e}")
+                ok = False
             self._publish()
+            return ok
 
     def hold_changed(self, held: bool) -> None:
         self.policy.set_held(held)
@@ -214,9 +219,10 @@ class Guard:
     # ---- reporting ------------------------------------------------------------------------
 
     def _fail(self, message: str) -> None:
-        if message != self._error:
+        self._error = message
+        if message != self._logged:
             log.warning("%s", message)
-            self._error = message
+            self._logged = message
 
     def _publish(self) -> None:
         state = self.policy.state

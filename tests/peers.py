@@ -44,7 +44,14 @@ def env_for(address: str) -> dict[str, str]:
 # ---- the interface ------------------------------------------------------------------------------
 
 PEER_NS_PREFIX = "sgtest-"
-LOCAL_ADDR, PEER_ADDR = "169.254.231.1", "169.254.231.2"  # link-local, inside our own netns pair
+
+def _link_local_pair(tag: str) -> tuple[str, str]:
+    """A /30 in 169.254.0.0/16 (link-local: never routed) chosen by the link's tag, so that
+    test runs going on at the same time on this machine do not share addresses."""
+    n = int(tag, 16) % (1 << 14)  # 16384 /30 subnets in 169.254.0.0/16
+    base = n * 4
+    third, fourth = divmod(base, 256)
+    return f"169.254.{third}.{fourth + 1}", f"169.254.{third}.{fourth + 2}"
 
 
 class Link:
@@ -57,8 +64,9 @@ class Link:
     def __init__(self) -> None:
         tag = uuid.uuid4().hex[:6]
         self.ifname = f"sgw{tag}"
-        self.netns = PEER_NS_PREFIX + tag
+        self.netns = f"{PEER_NS_PREFIX}{os.getpid()}-{tag}"  # the pid tells stale from in use
         peer = f"sgp{tag}"
+        self.local_addr, self.peer_addr = _link_local_pair(tag)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         try:
@@ -69,9 +77,9 @@ class Link:
                 ["sysctl", "-qw", f"net.ipv6.conf.{self.ifname}.disable_ipv6=1"],
                 ["ip", "netns", "exec", self.netns, "sysctl", "-qw",
                  f"net.ipv6.conf.{peer}.disable_ipv6=1"],
-                ["ip", "addr", "add", f"{LOCAL_ADDR}/30", "dev", self.ifname],
+                ["ip", "addr", "add", f"{self.local_addr}/30", "dev", self.ifname],
                 ["ip", "link", "set", self.ifname, "up"],
-                ["ip", "-n", self.netns, "addr", "add", f"{PEER_ADDR}/30", "dev", peer],
+                ["ip", "-n", self.netns, "addr", "add", f"{self.peer_addr}/30", "dev", peer],
                 ["ip", "-n", self.netns, "link", "set", peer, "up"],
             ):
                 subprocess.run(cmd, check=True)
@@ -96,7 +104,7 @@ class Link:
             while not self._stop.is_set():
                 due = int((time.monotonic() - start) * per_second) - sent
                 for _ in range(min(due, 2000)):
-                    s.sendto(payload, (PEER_ADDR, 9))
+                    s.sendto(payload, (self.peer_addr, 9))
                     sent += 1
                 time.sleep(0.005)
 
@@ -114,10 +122,15 @@ class Link:
 
 
 def clear_stale_namespaces() -> None:
-    """Delete the namespaces a run killed mid-way left behind: ours (sgtest-*), never others."""
+    """Delete the namespaces a run killed mid-way left behind: ours (sgtest-PID-*) whose test
+    process is gone, never another project's, never those of a run still going on."""
     for name in os.listdir("/run/netns") if os.path.isdir("/run/netns") else []:
-        if name.startswith(PEER_NS_PREFIX):
-            subprocess.run(["ip", "netns", "del", name], stderr=subprocess.DEVNULL)
+        if not name.startswith(PEER_NS_PREFIX):
+            continue
+        pid = name[len(PEER_NS_PREFIX):].split("-")[0]
+        if pid.isdigit() and os.path.exists(f"/proc/{pid}"):
+            continue
+        subprocess.run(["ip", "netns", "del", name], stderr=subprocess.DEVNULL)
 
 
 # ---- the mocked peers ---------------------------------------------------------------------------
