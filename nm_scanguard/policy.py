@@ -47,7 +47,10 @@ class Policy:
         self._busy_samples = self._busy_samples + 1 if busy else 0
         if quiet:
             if self._quiet_since is None:
-                self._quiet_since = now
+                # The link has been quiet since the start of the interval this sample covers,
+                # not since the sample: counting from `now` would hold bgscan off one sample
+                # longer than release_after (seen in the lab: 7.1 s for 5 s + 1 s samples).
+                self._quiet_since = now - rates.seconds
         else:
             self._quiet_since = None
 

@@ -21,6 +21,7 @@ class Rates:
     rx_bps: float  # bits per second
     tx_bps: float
     pps: float  # packets per second, rx + tx
+    seconds: float = 0.0  # the interval these rates cover, ending at the sample's time
 
     @property
     def mbit(self) -> float:
@@ -56,4 +57,4 @@ class RateMeter:
         if dt <= 0 or min(deltas) < 0:
             return None
         rx, tx, rxp, txp = deltas
-        return Rates(rx_bps=rx * 8 / dt, tx_bps=tx * 8 / dt, pps=(rxp + txp) / dt)
+        return Rates(rx_bps=rx * 8 / dt, tx_bps=tx * 8 / dt, pps=(rxp + txp) / dt, seconds=dt)

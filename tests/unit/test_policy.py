@@ -83,6 +83,18 @@ def test_release_needs_quiet_for_release_after_seconds(clock):
     assert p.state == P.IDLE and "quiet" in p.reason
 
 
+def test_quiet_counts_from_the_start_of_the_first_quiet_interval(clock):
+    """Rates cover the interval before their sample: 10 quiet 1 s samples are 10 s of quiet.
+    (The lab measured a release one sample late when quiet was counted from the sample.)"""
+    p = Policy(BASE)
+    clock.feed(p, Rates(rx_bps=50e6, tx_bps=0.0, pps=0.0, seconds=1.0), n=3)
+    quiet = Rates(rx_bps=0.1e6, tx_bps=0.0, pps=0.0, seconds=1.0)
+    clock.feed(p, quiet, n=9)
+    assert p.state == P.GUARDING
+    clock.feed(p, quiet)
+    assert p.state == P.IDLE and "quiet for 10 s" in p.reason
+
+
 def test_band_between_release_and_threshold_keeps_guarding(clock):
     p = Policy(BASE)
     clock.feed(p, mbit(50), n=3)
