@@ -70,6 +70,20 @@ level=INFO
 domains=ALL,WIFI:DEBUG,SUPPLICANT:DEBUG
 """
 
+# The lab's dbus-daemon uses Debian's system.conf (deny own="*" by default).  The project's
+# policy lets only user 'scanguard' own the name; in the lab the daemon runs as root.
+DBUS_POLICY = "io.github.nm_scanguard.ScanGuard1.conf"
+DBUS_LAB_ROOT_POLICY = """\
+<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<!-- nm-scanguard lab only: the daemon runs as root here, not as user 'scanguard'. -->
+<busconfig>
+  <policy user="root">
+    <allow own="io.github.nm_scanguard.ScanGuard1"/>
+  </policy>
+</busconfig>
+"""
+
 DISPATCHER_LOG = f"""\
 #!/bin/sh
 echo "$(date +%s.%N) $1 $2 $CONNECTION_ID" >>{GUEST_SHARE}/logs/dispatcher-events.log
@@ -121,6 +135,7 @@ class TrafficRun:
     iperf: measure.IperfResult
     ping: measure.PingResult
     wall_seconds: float
+    t_end: float = 0.0  # guest time just after iperf3 exited (ping runs on for ≈2 s after it)
 
 
 class Traffic:
@@ -142,6 +157,7 @@ class Traffic:
         if rc is None:
             self.iperf.stop()
             raise LabError(f"iperf3 did not finish; see {self.iperf.host_log}")
+        t_end = self.lab.guest_time()
         if self.ping:
             if self.ping.wait(30) is None:
                 self.ping.stop(signal.SIGINT)
@@ -153,7 +169,7 @@ class Traffic:
             raise LabError(f"{e}; see {self.iperf.host_log}") from None
         ping = measure.parse_ping(self.ping.output()) if self.ping else measure.PingResult()
         return TrafficRun(self.direction, self.t0, t1, result, ping,
-                          time.monotonic() - self.started)
+                          time.monotonic() - self.started, t_end)
 
 
 class Capture:
@@ -199,6 +215,8 @@ def _take_vm_lock(cache: Path, say: Callable[[str], None]):
 class Lab:
     """A running lab VM with the AP up and the station connected. Use Lab.start()."""
 
+    INIT = "shell"  # guest boot mode, see vm.GUEST_INITS (systemd_lab.SystemdLab: "systemd")
+
     def __init__(self, vm: VM, session: Path, log: Callable[[str], None]):
         self.vm = vm
         self.session = session
@@ -208,6 +226,7 @@ class Lab:
         self.sta_mac = ""
         self.sta_addr = ""
         self.daemon: GuestProcess | None = None
+        self.results: dict[str, dict] = {}  # summaries checks leave for later checks
         self._lock = None
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -243,7 +262,7 @@ class Lab:
         for attempt in range(1, attempts + 1):
             rundir = session / f"boot{attempt}"
             rundir.mkdir()
-            vm = VM(image, rundir, say)
+            vm = VM(image, rundir, say, init=cls.INIT)
             lab = cls(vm, session, emit)
             lab._t0 = t_start
             lab._lock = lock
@@ -367,7 +386,18 @@ class Lab:
                    name="udhcpd")
         self.spawn(f"exec ip netns exec {AP_NS} iperf3 -s -J -B {AP_ADDR}", name="iperf3-server")
 
+    def _install_scanguard(self) -> None:
+        """The product's D-Bus policy and dispatcher script, as the package installs them
+        (plus a lab-only policy letting root own the name), before dbus and NM start."""
+        self.write_file(f"/usr/share/dbus-1/system.d/{DBUS_POLICY}",
+                        (REPO / "systemd" / DBUS_POLICY).read_text())
+        self.write_file("/etc/dbus-1/system.d/scanguard-lab-root.conf", DBUS_LAB_ROOT_POLICY)
+        self.write_file("/etc/NetworkManager/dispatcher.d/90-scanguard",
+                        (REPO / "dispatcher.d" / "90-scanguard").read_text(), mode=0o755)
+        self.check("chown root:root /etc/NetworkManager/dispatcher.d/90-scanguard")
+
     def _station_daemons(self) -> None:
+        self._install_scanguard()
         self.check("dbus-daemon --system --fork")
         self.spawn(f"exec wpa_supplicant -u -t -dd -f {GUEST_SHARE}/logs/wpa_supplicant.log "
                    f"-O /run/wpa_supplicant", name="wpa_supplicant-stdout")
@@ -474,6 +504,11 @@ class Lab:
             if len(parts) >= 3:
                 events.append((float(parts[0]), parts[1], parts[2]))
         return events
+
+    def wpa_events(self, needle: str, t0: float = 0, t1: float = float("inf")) -> list[float]:
+        """Times of wpa_supplicant debug-log lines containing `needle`."""
+        return [t for t in measure.wpa_log_events(self.log_text("wpa_supplicant"), needle)
+                if t0 <= t <= t1]
 
     def bgscan_requests(self, t0: float = 0, t1: float = float("inf")) -> list[float]:
         """Times wpa_supplicant's bgscan module asked for a scan (from its debug log)."""

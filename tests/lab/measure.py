@@ -78,6 +78,46 @@ def wpa_log_events(text: str, needle: str) -> list[float]:
     return out
 
 
+@dataclass
+class BgscanChange:
+    time: float
+    on: bool          # True: a bgscan module was initialised; False: bgscan stopped
+    params: str = ""  # e.g. '30:-25:86400' when on
+
+
+_BGSCAN_INIT = re.compile(r"bgscan: Initialized module '[^']*' with parameters '([^']*)'")
+
+
+def bgscan_changes(text: str) -> list[BgscanChange]:
+    """bgscan starting and stopping, from wpa_supplicant's `-dd -t` log.
+
+    A new value on a running bgscan shows as "Deinitializing" then "Initialized" within a few
+    ms: that is one change to the new value, not a stop.  A "Deinitializing" not followed by an
+    init (the guard's "" or a disconnect) is a stop.
+    """
+    out: list[BgscanChange] = []
+    pending: float | None = None
+    for line in text.splitlines():
+        m = _WPA_TS.match(line)
+        if not m:
+            continue
+        t, msg = float(m.group(1)), m.group(2)
+        if msg.startswith("bgscan: Deinitializing module"):
+            if pending is not None:
+                out.append(BgscanChange(pending, False))
+            pending = t
+        elif msg.startswith("bgscan: Initialized module"):
+            pending = None
+            out.append(BgscanChange(t, True, _BGSCAN_INIT.search(msg).group(1)
+                                    if _BGSCAN_INIT.search(msg) else ""))
+        elif pending is not None and t - pending > 0.5:
+            out.append(BgscanChange(pending, False))
+            pending = None
+    if pending is not None:
+        out.append(BgscanChange(pending, False))
+    return out
+
+
 # ---- ping -D ---------------------------------------------------------------------------------
 @dataclass
 class PingResult:

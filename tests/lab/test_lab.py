@@ -8,15 +8,12 @@ import time
 
 import pytest
 
-from . import measure
 from .lab import AP_ADDR, SSID
+from .scenario import NM_DEFAULT_BGSCAN, arm_weak_link, measured_transfer
 
 pytestmark = pytest.mark.lab
 
-NM_DEFAULT_BGSCAN = "simple:30:-70:86400"
-# Simulation (issue 4, approach b): the station reads the AP at -30 dBm, so NM's -70 dBm
-# threshold never counts the link as weak. A -25 dBm threshold does, on the same code path.
-WEAK_LINK_BGSCAN = "simple:30:-25:86400"
+# The weak link is simulated (issue 4, approach b): see scenario.py.
 BASELINE_SECONDS = 90
 
 
@@ -51,48 +48,26 @@ def test_ap_txpower_changes_station_signal(lab):
 
 def test_baseline_upload_bgscan_scans_disturb_the_link(lab):
     """Guard not running: bgscan scans during an upload, with PM=1 Null frames and RTT spikes."""
-    phases = {}
-    t = time.monotonic()
     network = lab.network_path()
     original = lab.bgscan(network)
-    lab.set_bgscan(WEAK_LINK_BGSCAN, network)
-    assert lab.bgscan(network) == WEAK_LINK_BGSCAN
-    phases["set bgscan"] = time.monotonic() - t
     try:
-        t = time.monotonic()
-        cap = lab.start_capture("baseline-upload")
-        phases["start capture"] = time.monotonic() - t
-        t = time.monotonic()
-        run = lab.upload(BASELINE_SECONDS)
-        phases["upload + ping"] = time.monotonic() - t
-        t = time.monotonic()
-        cap.stop()
-        scans = lab.scans(run.t0, run.t1)
-        pm1 = cap.pm1_nulls(run.t0, run.t1)
-        requests = lab.bgscan_requests(run.t0, run.t1)
-        summary = measure.summarize(run.iperf, run.ping, scans, pm1, run.t0, run.t1)
-        summary["bgscan"] = WEAK_LINK_BGSCAN
-        summary["bgscan_requests"] = len(requests)
-        phases["stop capture + analysis"] = time.monotonic() - t
+        arm_weak_link(lab)
+        m = measured_transfer(lab, "upload", BASELINE_SECONDS, "baseline upload, guard off")
     finally:
         lab.set_bgscan(original, network)
     assert lab.bgscan(network) == original
-
-    lab.say("baseline (guard off, simulated weak link via bgscan " + WEAK_LINK_BGSCAN + "):\n"
-            + measure.format_summary(summary) + f"\n  bgscan scan requests: {len(requests)}"
-            + "\n  scans (start after t0 + duration): " + ", ".join(
-                f"{s.start - run.t0:.0f}s+" + (f"{s.duration:.1f}s" if s.end else "(running)")
-                + (" (aborted)" if s.aborted else "") for s in scans)
-            + "\n  phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()))
+    summary, scans = m.summary, m.scans
+    lab.say(m.report())
     (lab.vm.rundir / "baseline-upload.json").write_text(json.dumps(summary, indent=2))
+    lab.results[m.label] = summary
 
     # bgscan scanned, repeatedly, and the scans are the bgscan module's.
     assert len(scans) >= 2, summary
-    assert len(requests) >= 2, summary
+    assert len(m.bgscan_requests) >= 2, summary
     # The paper's mechanism: the station left the channel, announcing it with PM=1 Null frames,
     # and only while scanning.
-    assert len(pm1) >= 10, summary
-    assert summary["pm1_null_frames_outside_scans"] <= len(pm1) // 10, summary
+    assert len(m.pm1) >= 10, summary
+    assert summary["pm1_null_frames_outside_scans"] <= len(m.pm1) // 10, summary
     # Latency shows it: the worst RTT during scans is far above the typical one outside them.
     rtt = summary["rtt"]
     assert rtt["during_scans"]["n"] > 0 and rtt["outside_scans"]["n"] > 0, summary

@@ -28,6 +28,9 @@ from .build import KernelImage
 REPO = Path(__file__).resolve().parents[2]
 QEMU_NAME = "nm-scanguard-lab"   # also our marker for a stale QEMU from a killed earlier run
 GUEST_SHARE = "/lab"             # where the guest mounts the writable share
+# PID 1 of the guest after switch_root, by boot mode: a bash script that runs the agent itself,
+# or one that sets up units and execs systemd (the agent is then a service).
+GUEST_INITS = {"shell": "guest-init.sh", "systemd": "guest-systemd-init.sh"}
 
 
 class LabError(RuntimeError):
@@ -94,8 +97,9 @@ class GuestProcess:
 
 
 class VM:
-    def __init__(self, image: KernelImage, rundir: Path, log=print):
+    def __init__(self, image: KernelImage, rundir: Path, log=print, init: str = "shell"):
         self.image = image
+        self.init_script = GUEST_INITS[init]
         self.rundir = rundir
         self.share = rundir / "guest"
         self.console = rundir / "console.log"
@@ -126,7 +130,7 @@ class VM:
     def qemu_command(self) -> list[str]:
         append = " ".join([
             "console=ttyS0", "panic=-1", "mitigations=off", "random.trust_cpu=on",
-            f"labinit={REPO}/tests/lab/guest-init.sh",
+            f"labinit={REPO}/tests/lab/{self.init_script}",
             f"labmods={self.image.modules_dir}",
             f"labrepo={REPO}",
         ])

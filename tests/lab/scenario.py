@@ -1,0 +1,225 @@
+"""What the checks and `make demo` do with a running lab: the simulated weak link, the daemon
+under test, and one measured transfer.  Shared so that the demo's figures are exactly what the
+checks assert on (issue 4: checks 1 and 2 and both demo runs call `measured_transfer`).
+
+Simulation (issue 4, approach b): the station reads the AP at -30 dBm, so NetworkManager's
+`simple:30:-70:86400` never counts the link as weak and bgscan scans once a day.  In the lab
+only, the network's bgscan is set to `simple:30:-25:86400`: the same wpa_supplicant code path
+then scans every 30 s.  Every figure from these runs is a simulation of a weak link.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import measure
+from .lab import STA_IF, Lab, TrafficRun, wait_until
+from .vm import REPO, GuestProcess, LabError
+
+NM_DEFAULT_BGSCAN = "simple:30:-70:86400"
+WEAK_LINK_BGSCAN = "simple:30:-25:86400"
+SIMULATION_NOTE = (f"SIMULATION of a weak link: bgscan set to {WEAK_LINK_BGSCAN} in the lab "
+                   f"(the station reads the AP at -30 dBm; NetworkManager writes {NM_DEFAULT_BGSCAN})")
+
+# Lab values (issue 4): AP tx power 20 dBm -> -30 dBm at the station, 0 dBm -> -50 dBm.  A -40
+# floor releases at -50; -30 is above floor + hysteresis (-35), so the guard engages again.
+GUARD_SETTINGS = {
+    "sample_interval": 1,
+    "engage_after": 2,
+    "release_after": 5,
+    "signal_floor_dbm": -40,
+    "signal_hysteresis_db": 5,
+    "signal_poll_interval": 2,
+}
+GUARD_CONFIG = "[scanguard]\n" + "".join(f"{k} = {v}\n" for k, v in GUARD_SETTINGS.items())
+
+SCANGUARDCTL = "/usr/bin/python3 -m nm_scanguard.cli"
+
+
+# ---- the daemon under test ---------------------------------------------------------------------
+class Guardd:
+    """nm-scanguard running in the guest, from this checkout, as root (see Lab.start_daemon)."""
+
+    def __init__(self, lab: Lab, config: str = GUARD_CONFIG):
+        self.lab, self.config = lab, config
+        self.proc: GuestProcess | None = None
+
+    def start(self, timeout: float = 60) -> "Guardd":
+        """Start it and wait until it owns its bus name and has looked at NetworkManager."""
+        self.proc = self.lab.start_daemon(self.config)
+        wait_until(lambda: "started (nm-scanguard" in self.log() or not self.proc.running(),
+                   timeout, "scanguardd to start", interval=0.5)
+        if not self.proc.running():
+            raise LabError(f"scanguardd exited at start:\n{self.log()}")
+        return self
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.running()
+
+    def stop(self) -> int | None:
+        """SIGTERM (the daemon restores what it suspended); None if it was not running."""
+        if self.proc is None:
+            return None
+        rc = self.proc.stop(signal.SIGTERM, timeout=15)
+        return rc
+
+    def kill9(self) -> int:
+        return self.proc.stop(signal.SIGKILL, timeout=5)
+
+    def log(self) -> str:
+        return self.proc.output() if self.proc else ""
+
+    def ctl(self, args: str, timeout: float = 60) -> str:
+        return self.lab.check(f"cd {shlex.quote(str(REPO))} && {SCANGUARDCTL} {args}", timeout)
+
+    def status(self) -> dict:
+        """`scanguardctl status --json`, the device entry of the station."""
+        doc = json.loads(self.ctl("status --json"))
+        devices = [d for d in doc["devices"] if d["interface"] == STA_IF]
+        return devices[0] if devices else {}
+
+
+# ---- the simulated weak link -------------------------------------------------------------------
+def arm_weak_link(lab: Lab, timeout: float = 60) -> float:
+    """Set the simulation's bgscan afresh, so that its first scan comes 30 s later.
+
+    Waits for a running scan to end first (an idle scan takes ≈8 s), so that every run starts
+    in the same phase: no scan, bgscan's 30 s timer just started.  Setting "" first makes the
+    second Set a change (the same value again would be a no-op and keep the old timer).
+    Call only while the guard is idle.  Returns the guest time of the reset.
+    """
+    wait_until(lambda: not any(s.end is None for s in lab.scans(lab.guest_time() - 120)),
+               timeout, "the station's scan to finish", interval=1)
+    network = lab.network_path()
+    lab.set_bgscan("", network)
+    lab.set_bgscan(WEAK_LINK_BGSCAN, network)
+    if lab.bgscan(network) != WEAK_LINK_BGSCAN:
+        raise LabError(f"bgscan did not take {WEAK_LINK_BGSCAN!r}: {lab.bgscan(network)!r}")
+    return lab.guest_time()
+
+
+def bgscan_changes(lab: Lab, t0: float = 0, t1: float = float("inf")) -> list[measure.BgscanChange]:
+    return [c for c in measure.bgscan_changes(lab.log_text("wpa_supplicant")) if t0 <= c.time <= t1]
+
+
+def wait_bgscan(lab: Lab, value: str, timeout: float, interval: float = 0.5) -> float:
+    """Poll wpa_supplicant until the current network's bgscan is `value`; host seconds waited."""
+    t = time.monotonic()
+    wait_until(lambda: lab.bgscan() == value, timeout, f"bgscan {value!r}", interval=interval)
+    return time.monotonic() - t
+
+
+def wait_bgscan_off(lab: Lab, since: float, timeout: float) -> float:
+    """Wait until bgscan was stopped after guest time `since` (the guard engaged) and reads "";
+    returns the guest time wpa_supplicant logged the stop."""
+    def off():
+        changes = [c for c in bgscan_changes(lab, since) if not c.on]
+        return changes[0].time if changes and lab.bgscan() == "" else None
+    return wait_until(off, timeout, "the guard to suspend bgscan", interval=0.5)
+
+
+def wait_bgscan_on(lab: Lab, since: float, params: str, timeout: float) -> float:
+    """Wait until wpa_supplicant initialised bgscan with `params` after guest time `since`;
+    returns the guest time of that log line."""
+    def on():
+        changes = [c for c in bgscan_changes(lab, since) if c.on and c.params == params]
+        return changes[0].time if changes else None
+    return wait_until(on, timeout, f"bgscan restored to '{params}'", interval=0.5)
+
+
+def params(bgscan: str) -> str:
+    """'simple:30:-25:86400' -> '30:-25:86400', as wpa_supplicant logs it."""
+    return bgscan.split(":", 1)[1]
+
+
+def wait_scan(lab: Lab, since: float, timeout: float) -> measure.Scan:
+    """The station's first scan starting after guest time `since`."""
+    return wait_until(lambda: next((s for s in lab.scans(since) if s.start >= since), None),
+                      timeout, "a scan of the station", interval=1)
+
+
+# ---- one measured transfer ----------------------------------------------------------------------
+@dataclass
+class MeasuredRun:
+    """One transfer with everything the lab measures about it, and its summary figures."""
+    label: str
+    run: TrafficRun
+    scans: list[measure.Scan]
+    pm1: list[measure.NullFrame]
+    bgscan_requests: list[float]
+    bgscan_changes: list[measure.BgscanChange]
+    summary: dict
+    phases: dict = field(default_factory=dict)
+
+    @property
+    def t0(self) -> float:
+        return self.run.t0
+
+    @property
+    def t_end(self) -> float:
+        return self.run.t_end
+
+    def engaged_at(self) -> float | None:
+        """Guest time bgscan was stopped during the transfer (the guard engaged), if it was."""
+        return next((c.time for c in self.bgscan_changes
+                     if not c.on and self.t0 <= c.time <= self.t_end), None)
+
+    def scans_after(self, t: float) -> list[measure.Scan]:
+        """Scans that ran (even partly) between `t` and the end of the transfer."""
+        return [s for s in self.scans if s.overlaps(t, self.t_end)]
+
+    def report(self) -> str:
+        lines = [f"{self.label} -- {SIMULATION_NOTE}", measure.format_summary(self.summary),
+                 f"  bgscan scan requests: {len(self.bgscan_requests)}",
+                 "  scans (start after t0 + duration): " + (", ".join(
+                     f"{s.start - self.t0:.0f}s+" + (f"{s.duration:.1f}s" if s.end else "(running)")
+                     + (" (aborted)" if s.aborted else "") for s in self.scans) or "none")]
+        engaged = self.engaged_at()
+        if engaged is not None:
+            lines.append(f"  guard engaged (bgscan stopped) at t0 + {engaged - self.t0:.1f} s")
+        lines.append("  phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.phases.items()))
+        return "\n".join(lines)
+
+
+def measured_transfer(lab: Lab, direction: str, seconds: float, label: str,
+                      progress: Callable[[str], None] | None = None) -> MeasuredRun:
+    """Capture the air, run iperf3 (`direction`) with ping alongside, and summarise: scans
+    (kernel `iw event`), bgscan's own requests and starts/stops (wpa_supplicant log), the
+    station's PM=1 Null frames, per-second throughput at both ends, ping RTT."""
+    phases = {}
+    t = time.monotonic()
+    cap = lab.start_capture(re.sub(r"[^A-Za-z0-9]+", "-", label).strip("-"))
+    phases["start capture"] = time.monotonic() - t
+    t = time.monotonic()
+    traffic = lab.start_traffic(direction, seconds)
+    while traffic.iperf.wait(min(15.0, seconds + 60)) is None:
+        if progress:
+            elapsed = time.monotonic() - t
+            if elapsed > seconds + 60:
+                break  # Traffic.wait() gives up and reports it
+            n = len(lab.scans(traffic.t0))
+            progress(f"{label}: {min(elapsed, seconds):3.0f}/{seconds:g} s, "
+                     f"{n} scan{'s' if n != 1 else ''} so far")
+    run = traffic.wait()
+    phases[f"{direction} + ping"] = time.monotonic() - t
+    t = time.monotonic()
+    cap.stop()
+    scans = lab.scans(run.t0, run.t_end)
+    pm1 = cap.pm1_nulls(run.t0, run.t_end)
+    requests = lab.bgscan_requests(run.t0, run.t_end)
+    changes = bgscan_changes(lab, run.t0 - 600, run.t1)
+    summary = measure.summarize(run.iperf, run.ping, scans, pm1, run.t0, run.t_end)
+    summary["label"] = label
+    summary["simulation"] = SIMULATION_NOTE
+    summary["bgscan_requests"] = len(requests)
+    phases["stop capture + analysis"] = time.monotonic() - t
+    m = MeasuredRun(label, run, scans, pm1, requests, changes, summary, phases)
+    engaged = m.engaged_at()
+    summary["guard_engaged_after_s"] = None if engaged is None else round(engaged - run.t0, 2)
+    return m

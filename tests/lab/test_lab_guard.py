@@ -1,0 +1,277 @@
+"""nm-scanguard on the real stack: NetworkManager, wpa_supplicant, nm-dispatcher, mac80211
+(issue 4, checks 2-9).  Runs after test_lab.py in the same VM (one boot per session).
+
+The daemon runs from this checkout as root in the guest with the lab settings of
+scenario.GUARD_SETTINGS.  Each check starts from an idle guard and a freshly armed simulated
+weak link (`arm_weak_link`: bgscan `simple:30:-25:86400`, first scan 30 s later), so that
+without the guard bgscan would scan 30 s into every transfer.  Figures are a SIMULATION of a
+weak link; see scenario.py.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from .lab import CONNECTION, STA_IF, wait_until
+from .scenario import (GUARD_SETTINGS, NM_DEFAULT_BGSCAN, SCANGUARDCTL, WEAK_LINK_BGSCAN,
+                       Guardd, arm_weak_link, bgscan_changes, measured_transfer, params,
+                       wait_bgscan_off, wait_bgscan_on, wait_scan)
+from .vm import REPO
+
+pytestmark = pytest.mark.lab
+
+SAMPLE = GUARD_SETTINGS["sample_interval"]
+ENGAGE_AFTER = GUARD_SETTINGS["engage_after"]
+RELEASE_AFTER = GUARD_SETTINGS["release_after"]
+# Counters are compared between two samples, then `engage_after` busy samples; plus iperf3's
+# start-up and one D-Bus round trip under TCG.
+ENGAGE_WITHIN = (ENGAGE_AFTER + 1) * SAMPLE + 3.0
+BGSCAN_INTERVAL = 30  # the short interval of WEAK_LINK_BGSCAN
+WEAK = params(WEAK_LINK_BGSCAN)
+
+
+@pytest.fixture(scope="module")
+def guardd(lab):
+    d = Guardd(lab)
+    t = time.monotonic()
+    d.start()
+    lab.say(f"scanguardd started in {time.monotonic() - t:.1f} s (log {d.proc.host_log})")
+    try:
+        yield d
+    finally:
+        if d.running():
+            d.stop()
+
+
+def idle(lab, guardd) -> None:
+    """Wait until the guard is idle with bgscan on (the previous check's transfer released)."""
+    wait_until(lambda: guardd.status().get("state") == "idle" and lab.bgscan() != "",
+               RELEASE_AFTER + 30, "the guard to be idle", interval=1)
+
+
+def took(lab, name: str, t: float, figures: str) -> None:
+    lab.say(f"{name}: {figures} [{time.monotonic() - t:.0f} s]")
+
+
+# ---- 2 --------------------------------------------------------------------------------------------
+def test_guard_keeps_bgscan_off_during_upload_and_download(lab, guardd):
+    t = time.monotonic()
+    for direction, seconds in (("upload", 60), ("download", 40)):
+        idle(lab, guardd)
+        arm_weak_link(lab)
+        m = measured_transfer(lab, direction, seconds, f"{direction}, guard on")
+        lab.say(m.report())
+        s = m.summary
+        engaged = m.engaged_at()
+        assert engaged is not None, s
+        assert engaged - m.t0 <= ENGAGE_WITHIN, s
+        # Nothing restarted bgscan during the transfer: it stayed off from engagement to the end.
+        assert not [c for c in m.bgscan_changes if c.on and engaged < c.time <= m.t_end], s
+        # bgscan's 30 s timer would have fired at t0 + 30 s: no request, no scan, no PM=1 frame.
+        assert [r for r in m.bgscan_requests if r >= engaged] == [], s
+        assert m.scans_after(engaged) == [], s
+        assert [f for f in m.pm1 if f.time >= engaged] == [], s
+        # The transfer ran, and latency stayed at the level of a channel without scans.
+        assert s["throughput"]["sender_mbps"]["n"] >= seconds - 10, s
+        rtt = s["rtt"]["all"]
+        assert rtt["n"] >= seconds * 4, s
+        # Under TCG the RTT has spikes of 300-500 ms even without any scan (the emulated CPU
+        # stalls; see the baseline's "outside scans" p99), so "near the idle-channel value"
+        # means: not above the scan-free RTT of the same upload without the guard.
+        baseline = lab.results.get("baseline upload, guard off")
+        if direction == "upload" and baseline:
+            off = baseline["rtt"]
+            lab.say(f"RTT p99 guard on {rtt['p99_ms']:.1f} ms; guard off: outside scans p99 "
+                    f"{off['outside_scans']['p99_ms']:.1f} ms, during scans p99 "
+                    f"{off['during_scans']['p99_ms']:.1f} / max {off['during_scans']['max_ms']:.1f}")
+            assert rtt["p99_ms"] <= max(1.5 * off["outside_scans"]["p99_ms"], 100), (s, baseline)
+            assert rtt["p99_ms"] < off["during_scans"]["p99_ms"], (s, baseline)
+        else:
+            assert rtt["p99_ms"] < 600, s  # during scans: p99 640-930 ms in this lab
+        lab.results[m.label] = s
+    took(lab, "check 2", t, "upload and download guarded, no bgscan scan after engagement")
+
+
+# ---- 3 --------------------------------------------------------------------------------------------
+def test_release_restores_the_original_bgscan_and_scans_resume(lab, guardd):
+    t = time.monotonic()
+    idle(lab, guardd)
+    arm_weak_link(lab)
+    run = lab.start_traffic("upload", 15).wait()
+    engaged = next(c.time for c in bgscan_changes(lab, run.t0, run.t_end) if not c.on)
+    restored = wait_bgscan_on(lab, run.t_end, WEAK, RELEASE_AFTER + 20)
+    # Read back from wpa_supplicant itself: exactly the string it had before.
+    assert lab.bgscan() == WEAK_LINK_BGSCAN
+    delay = restored - run.t_end
+    assert delay <= RELEASE_AFTER + SAMPLE + 0.5, delay
+    scan = wait_scan(lab, restored, BGSCAN_INTERVAL + 20)
+    assert lab.bgscan_requests(restored, scan.start + 1), "the scan is not bgscan's"
+    took(lab, "check 3", t, f"engaged at t0+{engaged - run.t0:.1f} s; bgscan back "
+                             f"{delay:.1f} s after the transfer (release_after {RELEASE_AFTER} s "
+                             f"+ sample {SAMPLE} s); first scan {scan.start - restored:.1f} s later")
+
+
+# ---- 4 --------------------------------------------------------------------------------------------
+def test_weak_signal_releases_and_a_strong_one_engages_again(lab, guardd):
+    t = time.monotonic()
+    idle(lab, guardd)
+    arm_weak_link(lab)
+    traffic = lab.start_traffic("upload", 75)
+    try:
+        engaged = wait_bgscan_off(lab, traffic.t0, 20)
+        faded = lab.guest_time()
+        lab.set_ap_txpower(0)  # -50 dBm at the station, below the -40 floor
+        released = wait_bgscan_on(lab, faded, WEAK, 20)
+        st = guardd.status()
+        assert st["state"] == "released-weak-signal", st
+        assert st["signal_dbm"] <= GUARD_SETTINGS["signal_floor_dbm"], st
+        assert lab.bgscan() == WEAK_LINK_BGSCAN
+        scan = wait_scan(lab, released, BGSCAN_INTERVAL + 15)  # under traffic: bgscan scans again
+        assert traffic.iperf.running(), "the transfer ended before the scan; lengthen it"
+        back = lab.guest_time()
+        lab.set_ap_txpower(20)  # -30 dBm: above floor + hysteresis (-35)
+        reengaged = wait_bgscan_off(lab, back, 20)
+        st = guardd.status()
+        assert st["state"] == "guarding", st
+        assert st["suspended_bgscan"] == WEAK_LINK_BGSCAN, st
+    finally:
+        lab.set_ap_txpower(20)
+        run = traffic.wait()
+    took(lab, "check 4", t, f"engaged t0+{engaged - run.t0:.1f} s; signal -50 dBm -> released "
+                             f"after {released - faded:.1f} s; scan {scan.start - released:.1f} s "
+                             f"after release; signal -30 dBm -> engaged again after "
+                             f"{reengaged - back:.1f} s")
+
+
+# ---- 5 --------------------------------------------------------------------------------------------
+def test_reconnect_guard_follows_the_new_network_object(lab, guardd):
+    """`nmcli connection up` again: NM removes the wpa_supplicant network and adds a new one
+    with *its* bgscan, simple:30:-70:86400 (wpa_supplicant reuses ids, so the path is often
+    the same).  The guard must suspend bgscan on the new object, and on release restore what
+    that object had: NM's string.  The simulation string belonged to the removed object and
+    went with it, so the check expects NM's default back, not the simulation's."""
+    t = time.monotonic()
+    idle(lab, guardd)
+    arm_weak_link(lab)
+    traffic = lab.start_traffic("upload", 60, ping_interval=None)
+    try:
+        engaged = wait_bgscan_off(lab, traffic.t0, 20)
+        old = lab.network_path()
+        t_up = lab.guest_time()
+        lab.reconnect()
+        registered = wait_until(lambda: next(iter(lab.wpa_events(
+            "dbus: Register network object", t_up)), None), 30, "a new network object")
+        nm_set = wait_bgscan_on(lab, registered, params(NM_DEFAULT_BGSCAN), 30)
+        new = lab.network_path()
+        reengaged = wait_bgscan_off(lab, nm_set, 30)
+        assert lab.bgscan(new) == ""
+        st = guardd.status()
+        assert st["state"] == "guarding" and st["network"] == new, st
+        assert st["suspended_bgscan"] == NM_DEFAULT_BGSCAN, st
+    finally:
+        run = traffic.wait()
+    restored = wait_bgscan_on(lab, run.t_end, params(NM_DEFAULT_BGSCAN), RELEASE_AFTER + 20)
+    assert lab.bgscan() == NM_DEFAULT_BGSCAN
+    took(lab, "check 5", t, f"engaged t0+{engaged - run.t0:.1f} s on {old}; connection up -> "
+                             f"new object {new} registered after {registered - t_up:.1f} s, NM "
+                             f"wrote {NM_DEFAULT_BGSCAN}, guard engaged {reengaged - nm_set:.1f} s "
+                             f"later; released to NM's string {restored - run.t_end:.1f} s "
+                             "after the transfer")
+
+
+# ---- 6 --------------------------------------------------------------------------------------------
+def test_kill9_while_guarding_then_restart_restores_bgscan(lab, guardd):
+    t = time.monotonic()
+    idle(lab, guardd)
+    arm_weak_link(lab)
+    traffic = lab.start_traffic("upload", 20, ping_interval=None)
+    try:
+        wait_bgscan_off(lab, traffic.t0, 20)
+        journal = lab.read_file("/run/scanguard/suspended.json").decode()
+        assert WEAK_LINK_BGSCAN in journal, journal
+        guardd.kill9()
+    finally:
+        run = traffic.wait()
+    assert lab.bgscan() == "", "nothing restored bgscan: the daemon died with SIGKILL"
+    t_start = lab.guest_time()
+    guardd.start()
+    restored = wait_bgscan_on(lab, t_start, WEAK, 30)
+    assert lab.bgscan() == WEAK_LINK_BGSCAN
+    assert "that a previous instance left suspended" in guardd.log()
+    took(lab, "check 6", t, f"kill -9 while guarding left bgscan \"\" (transfer ended at "
+                             f"{run.t_end - run.t0:.0f} s); restarted daemon restored "
+                             f"{WEAK_LINK_BGSCAN} {restored - t_start:.1f} s after its start")
+
+
+# ---- 7 --------------------------------------------------------------------------------------------
+def test_hold_without_traffic_stops_bgscan_until_released(lab, guardd):
+    t = time.monotonic()
+    idle(lab, guardd)
+    armed = arm_weak_link(lab)
+    hold = lab.spawn(f"exec {SCANGUARDCTL} hold --reason 'lab check 7' -- sleep 60",
+                     name="scanguardctl-hold", cwd=str(REPO))
+    engaged = wait_bgscan_off(lab, armed, 30)
+    st = guardd.status()
+    assert st["state"] == "held", st
+    assert hold.wait(90) == 0, hold.output()
+    ended = lab.guest_time()
+    released = wait_bgscan_on(lab, engaged, WEAK, 15)
+    assert lab.bgscan() == WEAK_LINK_BGSCAN
+    # Without the hold bgscan would have scanned at armed + 30 s and again ≈38 s later.
+    assert engaged - armed < 15
+    assert [s for s in lab.scans(engaged, released) if s.start >= engaged] == []
+    assert lab.bgscan_requests(engaged, released) == []
+    took(lab, "check 7", t, f"hold engaged {engaged - armed:.1f} s after arming; "
+                             f"{released - engaged:.0f} s held without a scan; bgscan back "
+                             f"{released - ended:.1f} s after the command ended")
+
+
+# ---- 8 --------------------------------------------------------------------------------------------
+def test_dispatcher_events_reach_the_daemon(lab, guardd):
+    t = time.monotonic()
+    t0 = lab.guest_time()
+    seen = guardd.log().count
+    before = {a: seen(f"dispatcher: {STA_IF} {a} ") for a in ("down", "up")}
+    lab.check(f"nmcli connection down {CONNECTION}", 60)
+    wait_until(lambda: (STA_IF, "down") in [(i, a) for ts, i, a in lab.dispatcher_events()
+                                            if ts >= t0], 30, "dispatcher 'down'")
+    wait_until(lambda: guardd.log().count(f"dispatcher: {STA_IF} down ") > before["down"], 15,
+               "the daemon to log the dispatcher's DeviceEvent 'down'")
+    wait_until(lambda: guardd.status().get("state") is None, 15, "the guard to stop")
+    t1 = lab.guest_time()
+    lab.connect()
+    wait_until(lambda: (STA_IF, "up") in [(i, a) for ts, i, a in lab.dispatcher_events()
+                                          if ts >= t1], 30, "dispatcher 'up'")
+    wait_until(lambda: guardd.log().count(f"dispatcher: {STA_IF} up ") > before["up"], 15,
+               "the daemon to log the dispatcher's DeviceEvent 'up'")
+    wait_until(lambda: guardd.status().get("state") == "idle", 15, "the guard to start again")
+    took(lab, "check 8", t, "dispatcher down/up each logged by the daemon as DeviceEvent; "
+                             "guard stopped on down and started on up")
+
+
+# ---- 9 --------------------------------------------------------------------------------------------
+def test_explicit_scan_while_guarding_is_counted_and_reported(lab, guardd):
+    t = time.monotonic()
+    idle(lab, guardd)
+    arm_weak_link(lab)
+    before = guardd.status()["scans_guarding"]
+    traffic = lab.start_traffic("upload", 60, ping_interval=None)
+    try:
+        wait_bgscan_off(lab, traffic.t0, 20)
+        t_scan = lab.guest_time()
+        lab.check(f"nmcli device wifi rescan ifname {STA_IF}", 30)
+        scan = wait_scan(lab, t_scan, 15)
+        st = wait_until(lambda: (lambda s: s if s["scans_guarding"] > before else None)(
+            guardd.status()), 50, "the daemon to count the scan")
+        assert st["state"] == "guarding" and st["suspended_bgscan"] == WEAK_LINK_BGSCAN, st
+        text = guardd.ctl("status")
+        n = st["scans_guarding"]
+        assert f"{n} scan{'s' if n != 1 else ''} while guarding" in text, text
+        assert "a scan ran while guarding" in guardd.log()
+    finally:
+        traffic.wait()
+    took(lab, "check 9", t, f"nmcli rescan under a guarded upload: kernel scan "
+                             f"{scan.start - t_scan:.1f} s later, counted (scans_guarding "
+                             f"{before} -> {n}); status: {text.strip()}")
