@@ -16,7 +16,8 @@ exec </dev/console >/dev/console 2>&1
 mkdir -p /dev/pts /dev/shm
 mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts /dev/pts
 mount -t tmpfs -o mode=1777 shm /dev/shm
-mount -t tmpfs -o mode=1777 tmp /tmp
+# No tmpfs on /tmp: the overlay already makes it writable (writes stay in the guest), and the
+# checkout or $CACHE may live under the host's /tmp (a CI clone): hiding it hides the lab itself.
 mount -t tmpfs -o mode=0755 run /run
 mount -t debugfs debugfs /sys/kernel/debug
 # The writable share (host: <boot dir>/guest). Logs written here survive a hung guest.

@@ -17,9 +17,9 @@ mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 exec </dev/console >/dev/console 2>&1
-# The host's /tmp is visible through the 9p share: the guest gets its own (systemd leaves an
-# existing /tmp alone; it mounts /run, /dev/shm, /sys/kernel/debug, ... itself).
-mount -t tmpfs -o mode=1777 tmp /tmp
+# No tmpfs on /tmp: the overlay already makes it writable (writes stay in the guest), and the
+# checkout or $CACHE may live under the host's /tmp (a CI clone): hiding it hides the lab itself.
+# (systemd mounts /run, /dev/shm, /sys/kernel/debug, ... itself.)
 mkdir -p /lab /lib/modules
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 lab /lab
 mkdir -p /lab/logs /lab/cap
