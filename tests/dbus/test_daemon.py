@@ -343,7 +343,8 @@ async def test_kill9_then_restart_restores(bus, link, peers, processes, tmp_path
     q = processes(tmp_path)
     t = await eventually(lambda: restored(bus, peers.net), timeout=15, what="restored by next start")
     record("restart after kill -9 -> bgscan restored", t)
-    assert "a previous instance left suspended" in q.log()
+    # The log line follows the restore: wait for it rather than racing it.
+    await eventually(lambda: "a previous instance left suspended" in q.log(), what="restore logged")
 
 
 async def test_status_line_reaches_systemd(bus, link, peers, processes, tmp_path):
