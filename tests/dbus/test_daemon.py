@@ -79,7 +79,9 @@ async def test_busy_link_suspends_bgscan_and_idle_link_restores_it(bus, link, pe
     link.stop()
     t = await eventually(lambda: restored(bus, peers.net), what="bgscan restored")
     record("release latency (traffic stop -> bgscan restored)", t)
-    assert 1.0 <= t < 3.0
+    # release_after is 1 s; quiet counts from the start of the first quiet 0.2 s interval,
+    # which may begin a few ms before the last packet if that interval still averaged quiet.
+    assert 0.9 <= t < 3.0
     assert guard.state == "idle"
     # Only the bgscan key, ever: anything else would flush the PMKSA cache.
     assert await peers.sets() == [{"bgscan": ""}, {"bgscan": ORIGINAL}]
