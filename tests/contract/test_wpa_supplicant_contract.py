@@ -61,9 +61,9 @@ async def wpa(request, system_bus, tmp_path):
     log = tmp_path / f"wpa_supplicant-{kind}.log"
     if kind == "real":
         if not os.access(WPA_SUPPLICANT, os.X_OK):
-            pytest.skip(f"{WPA_SUPPLICANT} not installed (apt install wpasupplicant)")
+            pytest.fail(f"{WPA_SUPPLICANT} not installed: run `make test` (it installs wpasupplicant)")
         if os.geteuid() != 0:
-            pytest.skip("the real wpa_supplicant needs root to control an interface")
+            pytest.fail("the contract tests need root: the real wpa_supplicant must control an interface")
         process = subprocess.Popen([WPA_SUPPLICANT, "-u", "-dd", "-t", "-f", str(log)],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     else:
@@ -376,9 +376,9 @@ async def test_policy_netdev_member_may_configure(tmp_path):
     """On a default-deny bus with Debian's policy file, netdev may call; others may not."""
     policy = next((p for p in _POLICY_FILES if p.exists()), None)
     if policy is None:
-        pytest.skip("no wpa_supplicant D-Bus policy file installed")
+        pytest.fail("no wpa_supplicant D-Bus policy file installed (apt install wpasupplicant)")
     if os.geteuid() != 0 or not os.access(WPA_SUPPLICANT, os.X_OK):
-        pytest.skip("needs root and the real wpa_supplicant")
+        pytest.fail("needs root and the real wpa_supplicant (run `make test` as root)")
     import grp
     netdev = grp.getgrnam("netdev").gr_gid
     nobody, nogroup = 65534, 65534
