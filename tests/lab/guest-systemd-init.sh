@@ -41,6 +41,12 @@ Storage=volatile
 RateLimitBurst=0
 EOF
 
+# systemd-tmpfiles-setup empties /tmp at boot (Debian's tmp.conf: "D /tmp"). In this overlay
+# that whites out the host's /tmp as the guest sees it, and with it a checkout or $CACHE living
+# there (a CI clone): the agent and /lib/modules vanish. Create /tmp, never empty it.
+mkdir -p /etc/tmpfiles.d
+echo "d /tmp 1777 root root -" >/etc/tmpfiles.d/tmp.conf
+
 # Units the lab does not want at all (clock sync without a network, crash dumps of the host).
 for unit in systemd-timesyncd.service systemd-pstore.service; do
     ln -sf /dev/null "/etc/systemd/system/$unit"
