@@ -272,6 +272,7 @@ def test_explicit_scan_while_guarding_is_counted_and_reported(lab, guardd):
         # the text must report at least the scans counted then.
         said = re.search(r"(\d+) scans? while guarding", text)
         assert said and int(said.group(1)) >= st["scans_guarding"], text
+        n = int(said.group(1))
         assert "a scan ran while guarding" in guardd.log()
     finally:
         traffic.wait()
