@@ -275,8 +275,10 @@ class Daemon:
     def _send_status(self, force: bool) -> None:
         text, sent_at = self._status_sent
         now = time.monotonic()
+        if not force and now - sent_at < STATUS_EVERY:
+            return  # throttled: do not even format the line (this runs on every sample)
         line = self.status_line()
-        if line != text and (force or now - sent_at >= STATUS_EVERY):
+        if line != text:
             self._status_sent = (line, now)
             self._notify("STATUS=" + line)
 
