@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import json
 import logging
 import signal
@@ -16,13 +15,12 @@ from . import __version__
 from .bus import BusError, call, get_all, unwrap
 from .config import DEFAULT_CONFIG_PATH, KEYS, USER_DATA_PREFIX, ConfigError, Settings, \
     apply_profile, load_file, parse_value
-from .dbuslib import LIBRARY, BusType, Message, MessageBus, MessageType
+from .dbuslib import BusType, Message, MessageBus, MessageFlag, MessageType
 from .profiles import ProfileError
 
 NAME = "io.github.nm_scanguard.ScanGuard1"
 PATH = "/io/github/nm_scanguard/ScanGuard1"
 IFACE = NAME
-MessageFlag = importlib.import_module(LIBRARY).MessageFlag
 
 HOLD_TIMEOUT = 130.0  # polkit may be asking for a password
 

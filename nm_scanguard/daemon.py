@@ -14,7 +14,7 @@ from typing import Any, Callable, Coroutine
 from . import __version__
 from .bus import BusError, add_match, name_has_owner
 from .config import DEFAULT_CONFIG_PATH, ConfigError, Settings, apply_profile, load_file
-from .dbuslib import BusType, Message, MessageBus, MessageType
+from .dbuslib import SKIPPED, BusType, Message, MessageBus, MessageType
 from .guard import Guard
 from .netlink import LinkCounters
 from .nm import NAME as NM_NAME, NetworkManager, WifiDevice
@@ -353,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
         for key, value in settings.values().items():
             print(f"  {key} = {value}    ({settings.source(key)})")
         return 0
+    for why in SKIPPED:
+        log.warning("D-Bus library: %s", why)
     try:
         return asyncio.run(_serve(args, settings))
     except KeyboardInterrupt:
