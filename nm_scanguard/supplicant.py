@@ -18,16 +18,29 @@ PATH = "/fi/w1/wpa_supplicant1"
 IFACE = NAME + ".Interface"
 NETWORK = NAME + ".Network"
 
-_NOT_RUNNING = (
+# No wpa_supplicant owns the name: the call never reached one, so its networks are gone.
+NOT_RUNNING = (
     "org.freedesktop.DBus.Error.ServiceUnknown",
     "org.freedesktop.DBus.Error.NameHasNoOwner",
+)
+# No answer in time: it may or may not have carried the call out.
+_UNCERTAIN = (
     "org.freedesktop.DBus.Error.NoReply",
     "org.freedesktop.DBus.Error.Timeout",
 )
 
 
 class SupplicantError(Exception):
-    """Something went wrong talking to wpa_supplicant, worded with what to do about it."""
+    """Something went wrong talking to wpa_supplicant, worded with what to do about it.
+    `bus_error` is the D-Bus error name behind it, if any."""
+
+    def __init__(self, text: str, bus_error: str | None = None) -> None:
+        super().__init__(text)
+        self.bus_error = bus_error
+
+
+class UncertainOutcome(SupplicantError):
+    """The call timed out or got no reply: wpa_supplicant may or may not have carried it out."""
 
 
 class ObjectGone(SupplicantError):
@@ -38,19 +51,23 @@ _GONE = ("UnknownObject", "UnknownMethod", "UnknownInterface")
 
 
 def explain(err: BusError, what: str) -> SupplicantError:
-    if err.name == "org.freedesktop.DBus.Error.AccessDenied":
+    name = err.name
+    if name == "org.freedesktop.DBus.Error.AccessDenied":
         return SupplicantError(
-            f"wpa_supplicant refused {what}: {err.text or err.name}. The service user must be "
-            "root or in group 'netdev' (Debian's D-Bus policy for fi.w1.wpa_supplicant1 allows it)"
-        )
-    if err.name in _NOT_RUNNING:
-        return SupplicantError(f"wpa_supplicant is not reachable for {what} ({err.name}); "
-                               "is wpa_supplicant.service running?")
-    if err.name == NAME + ".InterfaceUnknown":
-        return ObjectGone(f"wpa_supplicant does not manage this interface ({what})")
-    if err.name.endswith(_GONE):
-        return ObjectGone(f"{what}: the object is gone ({err.name})")
-    return SupplicantError(f"wpa_supplicant failed {what}: {err}")
+            f"wpa_supplicant refused {what}: {err.text or name}. The service user must be "
+            "root or in group 'netdev' (Debian's D-Bus policy for fi.w1.wpa_supplicant1 allows it)",
+            name)
+    if name in _UNCERTAIN:
+        return UncertainOutcome(f"wpa_supplicant did not answer {what} in time ({name}); "
+                                "is wpa_supplicant.service running?", name)
+    if name in NOT_RUNNING:
+        return SupplicantError(f"wpa_supplicant is not reachable for {what} ({name}); "
+                               "is wpa_supplicant.service running?", name)
+    if name == NAME + ".InterfaceUnknown":
+        return ObjectGone(f"wpa_supplicant does not manage this interface ({what})", name)
+    if name.endswith(_GONE):
+        return ObjectGone(f"{what}: the object is gone ({name})", name)
+    return SupplicantError(f"wpa_supplicant failed {what}: {err}", name)
 
 
 def unquote(value: str) -> str:

@@ -1,0 +1,272 @@
+"""Suspend and restore one network's bgscan, with the crash journal kept in step.
+
+The one rule everything here serves: never leave a user's bgscan off.  So
+- the journal entry is on disk before "" is sent, and is dropped only once we know the saved
+  value is back (or the network object is gone, taking our "" with it);
+- when wpa_supplicant does not answer in time, we cannot tell whether it applied "": we assume it
+  did and keep the entry, because restoring only writes where the value is still "" (so a
+  restore that turns out unneeded changes nothing), while forgetting a "" that was applied
+  leaves bgscan off for good;
+- entries left by a previous instance are restored only on the interface they name, at network
+  paths under that interface, in one journal write.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Protocol
+
+from .ifname import valid_ifname
+from .journal import Journal, valid_bgscan, valid_network_path
+from .supplicant import NOT_RUNNING, ObjectGone, SupplicantError, UncertainOutcome
+
+log = logging.getLogger("scanguard")
+
+
+NO_NETWORK = "not associated in wpa_supplicant"
+NO_BGSCAN_KEY = "the network has no bgscan (BSSID-locked profile or AP mode)"
+ALREADY_OFF = "bgscan is already off on this network"
+
+
+class SupplicantLike(Protocol):
+    """What we need of nm_scanguard.supplicant.Supplicant; errors are SupplicantError or
+    ObjectGone as it raises them."""
+
+    async def interface(self, ifname: str, /) -> str: ...
+
+    async def current_network(self, iface_path: str, /) -> str | None: ...
+
+    async def get_bgscan(self, net_path: str, /) -> str | None: ...
+
+    async def set_bgscan(self, net_path: str, value: str, /) -> None: ...
+
+
+class NothingToSuspend(Exception):
+    """There is no bgscan to turn off; `reason` says why, in words fit for the status."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Suspended:
+    """We set `network`'s bgscan to ""; `saved` is what restore() puts back."""
+
+    network: str
+    saved: str
+
+
+def is_uncertain(err: SupplicantError) -> bool:
+    """True if `err` leaves open whether wpa_supplicant applied the call (timeout, no reply)."""
+    return isinstance(err, UncertainOutcome)
+
+
+def is_not_running(err: SupplicantError) -> bool:
+    """True if `err` says no wpa_supplicant owns its bus name."""
+    return err.bus_error in NOT_RUNNING
+
+
+class Suspender:
+    def __init__(self, supplicant: SupplicantLike, journal: Journal) -> None:
+        self.supplicant = supplicant
+        self.journal = journal
+
+    async def suspend(self, iface_path: str, ifname: str) -> Suspended:
+        """Turn off bgscan of the interface's current network, journal first.
+
+        Raises NothingToSuspend when there is nothing to turn off, SupplicantError when
+        wpa_supplicant or the journal refused (nothing is left changed then).  A reply that
+        came too late counts as done: the entry stays and the returned Suspended restores it."""
+        if not valid_ifname(ifname):
+            raise ValueError(f"not a valid interface name: {ifname!r}")
+        sup = self.supplicant
+        net = await sup.current_network(iface_path)
+        if net is None:
+            raise NothingToSuspend(NO_NETWORK)
+        if not valid_network_path(net):
+            raise SupplicantError(
+                f"wpa_supplicant reported {net!r} as the current network of {iface_path}, which "
+                "is not a network object path; not suspending bgscan there")
+        value = await sup.get_bgscan(net)
+        if value is None:
+            raise NothingToSuspend(NO_BGSCAN_KEY)
+        if value == "":
+            return self._adopt(net, ifname)
+        if not valid_bgscan(value):
+            raise NothingToSuspend(
+                f"bgscan {value[:80]!r} is not a setting the journal can keep (module[:params], "
+                "printable ASCII, at most 256 characters), so it could not be restored after a "
+                "crash; leaving it on")
+        self._record(net, ifname, value)
+        try:
+            await sup.set_bgscan(net, "")
+        except SupplicantError as e:
+            if not is_uncertain(e):
+                self._forget(net, ifname)
+                raise
+            log.warning("%s: wpa_supplicant did not confirm turning off bgscan on %s (%s); "
+                        "assuming it did, so that it gets restored", ifname, net, e)
+        return Suspended(network=net, saved=value)
+
+    def _adopt(self, net: str, ifname: str) -> Suspended:
+        """bgscan is "" already.  Only we ever set "" (NetworkManager writes a module or no key),
+        so if the journal holds this network, it is ours: an earlier suspend whose reply came
+        late or was cancelled, or a restore that failed.  Take it over so that it is restored."""
+        entry = self.journal.get(net)
+        if entry is None:
+            raise NothingToSuspend(ALREADY_OFF)
+        if entry.ifname != ifname:
+            self._record(net, ifname, entry.bgscan)
+        log.info("%s: bgscan on %s is still off from an earlier suspension (was \"%s\"); "
+                 "taking it over", ifname, net, entry.bgscan)
+        return Suspended(network=net, saved=entry.bgscan)
+
+    def _record(self, net: str, ifname: str, value: str) -> None:
+        try:
+            self.journal.record(net, ifname, value)
+        except OSError as e:
+            raise SupplicantError(
+                f"cannot write {self.journal.path} ({e}); not suspending bgscan, since it "
+                "could not be restored after a crash. Check the state directory's permissions"
+            ) from None
+
+    def _forget(self, net: str, ifname: str) -> None:
+        try:
+            self.journal.forget(net)
+        except OSError as e:
+            # Harmless: a stale entry only makes the next start look and find nothing to do.
+            log.warning("%scannot remove %s from %s (%s); the next start will check it again",
+                        f"{ifname}: " if ifname else "", net, self.journal.path, e)
+
+    async def restore(self, s: Suspended, ifname: str) -> None:
+        """Put the saved value back where it is still our "", then forget the entry.
+
+        A network that is gone, or whose bgscan someone else changed, is left alone and
+        forgotten.  If wpa_supplicant fails or does not answer, the entry stays and the error
+        is raised: the caller tries again, and on stop the next start does."""
+        sup = self.supplicant
+        try:
+            current = await sup.get_bgscan(s.network)
+        except ObjectGone:
+            log.debug("%s: network %s is gone, nothing to restore", ifname, s.network)
+            self._forget(s.network, ifname)
+            return
+        if current == "":
+            try:
+                await sup.set_bgscan(s.network, s.saved)
+            except ObjectGone:
+                log.debug("%s: network %s went away while restoring", ifname, s.network)
+                self._forget(s.network, ifname)
+                return
+            log.debug("%s: bgscan on %s set back to \"%s\"", ifname, s.network, s.saved)
+        elif current is None:
+            log.info("%s: network %s has no bgscan any more (changed by someone else); leaving "
+                     "it", ifname, s.network)
+        elif current != s.saved:
+            log.info("%s: bgscan on %s was changed to \"%s\" meanwhile; leaving it", ifname,
+                     s.network, current)
+        self._forget(s.network, ifname)
+
+    def forget(self, network: str) -> None:
+        """The network object is gone (NetworkRemoved): our "" went with it."""
+        self._forget(network, "")
+
+    def forget_all(self) -> None:
+        """wpa_supplicant restarted: its networks, and every "" we set, are gone."""
+        nets = list(self.journal.entries())
+        if not nets:
+            return
+        log.info("wpa_supplicant's networks are gone; forgetting %d suspended bgscan(s)",
+                 len(nets))
+        try:
+            self.journal.forget_many(nets)
+        except OSError as e:
+            log.warning("cannot update %s (%s); the next start will check its entries again",
+                        self.journal.path, e)
+
+    async def restore_journal(self, known: Callable[[str], Awaitable[str | None]] | None = None,
+                              *, running: bool = True) -> None:
+        """Restore what a previous instance left suspended, with one journal write.
+
+        `known(ifname)` gives wpa_supplicant's object path for an interface, or None if it does
+        not manage it (default: Supplicant.interface).  An entry is restored only at a network
+        path under that interface; others are forged or stale (wpa_supplicant restarted and
+        numbered its objects anew) and dropped.  With `running=False`, or when the bus says no
+        wpa_supplicant is there, every entry is dropped: its networks are gone with it.  Other
+        failures keep the entry for the next start."""
+        entries = self.journal.load()
+        lookup = known if known is not None else self._interface
+        paths: dict[str, str | None] = {}
+        failed: dict[str, SupplicantError] = {}  # ifname -> why its interface is unknown
+        restored = dropped = kept = 0
+        try:
+            with self.journal.batch():
+                if entries and not running:
+                    log.info("wpa_supplicant is not running: the %d network(s) a previous "
+                             "instance changed are gone with it; nothing to restore", len(entries))
+                    self.journal.forget_many(entries)
+                    return
+                for net, entry in entries.items():
+                    ifname = entry.ifname
+                    if ifname not in paths and ifname not in failed:
+                        try:
+                            paths[ifname] = await lookup(ifname)
+                        except SupplicantError as e:
+                            if is_not_running(e):
+                                log.info("wpa_supplicant is not running (%s): the networks a "
+                                         "previous instance changed are gone with it; nothing "
+                                         "to restore", e)
+                                self.journal.forget_many(entries)
+                                return
+                            failed[ifname] = e
+                    if ifname in failed:
+                        log.error("%s: cannot restore bgscan \"%s\" on %s left suspended by a "
+                                  "previous instance: %s; it stays in %s for the next start",
+                                  ifname, entry.bgscan, net, failed[ifname], self.journal.path)
+                        kept += 1
+                        continue
+                    iface_path = paths[ifname]
+                    if iface_path is None:
+                        log.info("%s: wpa_supplicant does not manage this interface any more; "
+                                 "network %s left by a previous instance is gone with it",
+                                 ifname, net)
+                        self.journal.forget(net)
+                        dropped += 1
+                        continue
+                    if not net.startswith(iface_path + "/Networks/"):
+                        log.warning("%s: journal entry %s does not lie under the interface's "
+                                    "object %s (stale after a wpa_supplicant restart, or forged); "
+                                    "dropping it", ifname, net, iface_path)
+                        self.journal.forget(net)
+                        dropped += 1
+                        continue
+                    try:
+                        await self.restore(Suspended(net, entry.bgscan), ifname)
+                    except SupplicantError as e:
+                        if is_not_running(e):
+                            log.info("wpa_supplicant left while restoring (%s): the networks a "
+                                     "previous instance changed are gone with it", e)
+                            self.journal.forget_many(entries)
+                            return
+                        log.error("%s: cannot restore bgscan \"%s\" on %s left suspended by a "
+                                  "previous instance: %s; it stays in %s for the next start",
+                                  ifname, entry.bgscan, net, e, self.journal.path)
+                        kept += 1
+                        continue
+                    restored += 1
+                    log.info("%s: restored bgscan \"%s\" that a previous instance left "
+                             "suspended on %s", ifname, entry.bgscan, net)
+        except OSError as e:  # the one write at the end of the batch
+            log.warning("cannot update %s (%s); the next start will check its entries again",
+                        self.journal.path, e)
+        if entries:
+            log.info("crash journal replayed: %d restored, %d dropped, %d kept for a later try",
+                     restored, dropped, kept)
+
+    async def _interface(self, ifname: str) -> str | None:
+        try:
+            return await self.supplicant.interface(ifname)
+        except ObjectGone:
+            return None

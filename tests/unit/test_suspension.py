@@ -1,0 +1,473 @@
+"""Suspend and restore with the journal in step: never leave a user's bgscan off, never write
+where it is not still our "", and never trust the journal with another interface's network."""
+
+import json
+import logging
+import os
+import time
+
+import pytest
+
+from nm_scanguard.bus import BusError
+from nm_scanguard.dbuslib import Message, MessageType, Variant
+from nm_scanguard.journal import Journal, JournalEntry
+from nm_scanguard.supplicant import NAME, ObjectGone, Supplicant, SupplicantError, explain
+from nm_scanguard.suspension import (
+    ALREADY_OFF, NO_BGSCAN_KEY, NO_NETWORK, NothingToSuspend, Suspended, Suspender,
+    UncertainOutcome, is_not_running, is_uncertain,
+)
+
+CAFE = "Café ☕"
+IFACE0 = "/fi/w1/wpa_supplicant1/Interfaces/0"
+IFACE1 = "/fi/w1/wpa_supplicant1/Interfaces/1"
+NET0 = IFACE0 + "/Networks/0"
+NM_BGSCAN = "simple:30:-70:86400"
+OTHER = "simple:10:-60:3600"
+
+TIMEOUT = "org.freedesktop.DBus.Error.Timeout"
+NO_REPLY = "org.freedesktop.DBus.Error.NoReply"
+ACCESS_DENIED = "org.freedesktop.DBus.Error.AccessDenied"
+INVALID_ARGS = "org.freedesktop.DBus.Error.InvalidArgs"
+UNKNOWN_METHOD = "org.freedesktop.DBus.Error.UnknownMethod"  # what a removed network answers
+SERVICE_UNKNOWN = "org.freedesktop.DBus.Error.ServiceUnknown"
+
+
+def fail(name: str, what: str):
+    """Raise exactly as nm_scanguard.supplicant.Supplicant does for an error reply."""
+    try:
+        raise BusError(name, "")
+    except BusError as e:
+        raise explain(e, what) from None
+
+
+class FakeSupplicant:
+    """wpa_supplicant's objects in dicts; errors as the real Supplicant class raises them."""
+
+    def __init__(self) -> None:
+        self.interfaces = {"wlan0": IFACE0}
+        self.current: dict[str, str | None] = {IFACE0: NET0}
+        self.networks: dict[str, dict[str, str]] = {NET0: {"bgscan": NM_BGSCAN}}
+        self.set_errors: list[str] = []  # error names the next Set calls answer, in turn
+        self.late = False  # with a set error: the value is applied before the error comes back
+        self.interface_error: str | None = None
+        self.on_set = None
+        self.calls: list[tuple] = []
+
+    async def interface(self, ifname):
+        self.calls.append(("interface", ifname))
+        if self.interface_error:
+            fail(self.interface_error, f"GetInterface({ifname})")
+        if ifname not in self.interfaces:
+            fail(NAME + ".InterfaceUnknown", f"GetInterface({ifname})")
+        return self.interfaces[ifname]
+
+    async def current_network(self, iface_path):
+        self.calls.append(("current", iface_path))
+        return self.current.get(iface_path)
+
+    async def get_bgscan(self, net_path):
+        self.calls.append(("get", net_path))
+        if net_path not in self.networks:
+            fail(UNKNOWN_METHOD, f"reading the properties of {net_path}")
+        return self.networks[net_path].get("bgscan")
+
+    async def set_bgscan(self, net_path, value):
+        self.calls.append(("set", net_path, value))
+        if self.on_set is not None:
+            self.on_set(net_path, value)
+        if net_path not in self.networks:
+            fail(UNKNOWN_METHOD, f"setting bgscan on {net_path}")
+        error = self.set_errors.pop(0) if self.set_errors else None
+        if error is not None and not self.late:
+            fail(error, f"setting bgscan on {net_path}")
+        self.networks[net_path]["bgscan"] = value
+        if error is not None:
+            fail(error, f"setting bgscan on {net_path}")
+
+    def sets(self):
+        return [c for c in self.calls if c[0] == "set"]
+
+
+@pytest.fixture
+def sup():
+    return FakeSupplicant()
+
+
+@pytest.fixture
+def journal(tmp_path):
+    return Journal(str(tmp_path))
+
+
+@pytest.fixture
+def suspender(sup, journal):
+    return Suspender(sup, journal)
+
+
+@pytest.fixture
+def writes(monkeypatch):
+    count = {"n": 0}
+    real = os.replace
+
+    def counting(src, dst, *a, **kw):
+        count["n"] += 1
+        return real(src, dst, *a, **kw)
+
+    monkeypatch.setattr(os, "replace", counting)
+    return count
+
+
+def on_disk(journal: Journal) -> dict:
+    return Journal(os.path.dirname(journal.path)).load()
+
+
+# ---- suspend ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ifname", ["wlan0", "wlé0"])
+async def test_suspend_journals_first_then_sets_empty(sup, journal, suspender, ifname):
+    seen = []
+    sup.on_set = lambda net, value: seen.append(on_disk(journal))
+    s = await suspender.suspend(IFACE0, ifname)
+    assert s == Suspended(network=NET0, saved=NM_BGSCAN)
+    assert sup.networks[NET0]["bgscan"] == ""
+    assert [c[0] for c in sup.calls] == ["current", "get", "set"]
+    assert seen == [{NET0: JournalEntry(ifname, NM_BGSCAN)}]  # on disk before the Set went out
+    assert on_disk(journal) == {NET0: JournalEntry(ifname, NM_BGSCAN)}
+
+
+@pytest.mark.parametrize("setup, reason", [
+    (lambda sup: sup.current.pop(IFACE0), NO_NETWORK),
+    (lambda sup: sup.networks[NET0].pop("bgscan"), NO_BGSCAN_KEY),
+    (lambda sup: sup.networks[NET0].update(bgscan=""), ALREADY_OFF),
+])
+async def test_nothing_to_suspend_says_why_in_the_guards_words(sup, journal, suspender, setup,
+                                                                reason):
+    setup(sup)
+    with pytest.raises(NothingToSuspend) as e:
+        await suspender.suspend(IFACE0, "wlan0")
+    assert e.value.reason == reason
+    assert reason in ("not associated in wpa_supplicant",
+                      "the network has no bgscan (BSSID-locked profile or AP mode)",
+                      "bgscan is already off on this network")
+    assert sup.sets() == [] and on_disk(journal) == {}
+
+
+@pytest.mark.parametrize("value", ["simple:" + CAFE, CAFE, 'simple:30" -o "x', "x" * 300])
+async def test_a_value_the_journal_cannot_keep_is_not_suspended(sup, journal, suspender, value):
+    # bgscan parameters are ASCII in practice; what we could not restore after a crash stays on.
+    sup.networks[NET0]["bgscan"] = value
+    with pytest.raises(NothingToSuspend) as e:
+        await suspender.suspend(IFACE0, "wlan0")
+    assert "journal" in e.value.reason
+    assert sup.networks[NET0]["bgscan"] == value and sup.sets() == [] and on_disk(journal) == {}
+
+
+@pytest.mark.parametrize("ifname", [CAFE, "wlan0\n", "..", "Café☕Café☕"])
+async def test_an_impossible_interface_name_is_refused_before_any_call(sup, suspender, ifname):
+    with pytest.raises(ValueError):
+        await suspender.suspend(IFACE0, ifname)
+    assert sup.calls == []
+
+
+async def test_journal_write_failure_means_no_suspension(tmp_path, sup):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    journal = Journal(str(blocker / "state"))
+    with pytest.raises(SupplicantError) as e:
+        await Suspender(sup, journal).suspend(IFACE0, "wlan0")
+    assert f"cannot write {journal.path}" in str(e.value)
+    assert "Check the state directory's permissions" in str(e.value)
+    assert sup.sets() == [] and sup.networks[NET0]["bgscan"] == NM_BGSCAN
+
+
+@pytest.mark.parametrize("error", [TIMEOUT, NO_REPLY])
+async def test_late_reply_keeps_the_entry_and_release_restores(sup, journal, suspender, error):
+    """The finding: wpa_supplicant applied "" but answered after the timeout."""
+    sup.set_errors, sup.late = [error], True
+    s = await suspender.suspend(IFACE0, "wlan0")
+    assert s == Suspended(NET0, NM_BGSCAN)
+    assert sup.networks[NET0]["bgscan"] == ""
+    assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
+    await suspender.restore(s, "wlan0")
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN
+    assert on_disk(journal) == {}
+
+
+@pytest.mark.parametrize("error", [TIMEOUT, NO_REPLY])
+async def test_timeout_that_did_not_apply_is_harmless(sup, journal, suspender, error):
+    sup.set_errors = [error]  # never applied
+    s = await suspender.suspend(IFACE0, "wlan0")
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN
+    await suspender.restore(s, "wlan0")
+    assert sup.sets() == [("set", NET0, "")]  # restore saw the value intact: wrote nothing
+    assert on_disk(journal) == {}
+
+
+async def test_uncertain_outcome_raised_directly_counts_too(sup, journal, suspender):
+    # The form supplicant.explain() will raise once it tells timeouts apart (see the report).
+    async def late_set(net_path, value):
+        sup.networks[net_path]["bgscan"] = value
+        raise UncertainOutcome("wpa_supplicant did not answer in time")
+    sup.set_bgscan = late_set
+    s = await suspender.suspend(IFACE0, "wlan0")
+    assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
+    # The restoring Set is late as well: it is applied, but unconfirmed, so the entry stays...
+    with pytest.raises(UncertainOutcome):
+        await suspender.restore(s, "wlan0")
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN
+    assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
+    # ...until the retry finds the value back and forgets it without writing again.
+    await suspender.restore(s, "wlan0")
+    assert on_disk(journal) == {}
+
+
+async def test_after_a_lost_suspension_the_next_one_takes_it_over(sup, journal, suspender):
+    """A suspend cancelled in flight (or by a crash) leaves "" and the entry: the next suspend
+    must not report "already off" and leave it so, but adopt it so that release restores."""
+    journal.record(NET0, "wlan0", NM_BGSCAN)
+    sup.networks[NET0]["bgscan"] = ""
+    s = await suspender.suspend(IFACE0, "wlan0")
+    assert s == Suspended(NET0, NM_BGSCAN)
+    assert sup.sets() == []
+    await suspender.restore(s, "wlan0")
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
+
+
+@pytest.mark.parametrize("error", [ACCESS_DENIED, INVALID_ARGS, UNKNOWN_METHOD, SERVICE_UNKNOWN])
+async def test_definite_refusal_forgets_and_raises(sup, journal, suspender, error):
+    sup.set_errors = [error]
+    with pytest.raises(SupplicantError):
+        await suspender.suspend(IFACE0, "wlan0")
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN
+    assert on_disk(journal) == {} and journal.entries() == {}
+
+
+# ---- restore ------------------------------------------------------------------------------
+
+async def suspended(suspender) -> Suspended:
+    return await suspender.suspend(IFACE0, "wlan0")
+
+
+async def test_restore_puts_back_exactly_the_saved_value(sup, journal, suspender):
+    sup.networks[NET0]["bgscan"] = "simple:30:-65:300"
+    s = await suspended(suspender)
+    await suspender.restore(s, "wlan0")
+    assert sup.networks[NET0]["bgscan"] == "simple:30:-65:300"
+    assert on_disk(journal) == {}
+
+
+@pytest.mark.parametrize("changed", [OTHER, None])
+async def test_restore_leaves_a_value_someone_else_changed(sup, journal, suspender, caplog,
+                                                           changed):
+    s = await suspended(suspender)
+    if changed is None:
+        del sup.networks[NET0]["bgscan"]
+    else:
+        sup.networks[NET0]["bgscan"] = changed
+    caplog.set_level(logging.INFO)
+    await suspender.restore(s, "wlan0")
+    assert sup.networks[NET0].get("bgscan") == changed
+    assert sup.sets() == [("set", NET0, "")]
+    assert on_disk(journal) == {}
+    assert "leaving it" in caplog.text
+
+
+async def test_restore_writes_nothing_when_the_value_is_already_back(sup, journal, suspender):
+    s = await suspended(suspender)
+    sup.networks[NET0]["bgscan"] = NM_BGSCAN  # e.g. an earlier restore whose reply came late
+    await suspender.restore(s, "wlan0")
+    assert sup.sets() == [("set", NET0, "")]
+    assert on_disk(journal) == {}
+
+
+async def test_restore_of_a_gone_network_forgets_it(sup, journal, suspender):
+    s = await suspended(suspender)
+    del sup.networks[NET0]
+    await suspender.restore(s, "wlan0")
+    assert on_disk(journal) == {}
+
+
+@pytest.mark.parametrize("error", [ACCESS_DENIED, TIMEOUT, NO_REPLY, SERVICE_UNKNOWN])
+async def test_restore_failure_keeps_the_entry_and_a_retry_succeeds(sup, journal, suspender,
+                                                                    error):
+    s = await suspended(suspender)
+    sup.set_errors = [error]
+    with pytest.raises(SupplicantError):
+        await suspender.restore(s, "wlan0")
+    assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
+    await suspender.restore(s, "wlan0")
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
+
+
+async def test_forget_all_after_a_wpa_supplicant_restart(sup, journal, suspender, writes):
+    await suspended(suspender)
+    journal.record(IFACE1 + "/Networks/4", "wlé0", OTHER)
+    before = writes["n"]
+    suspender.forget_all()
+    assert writes["n"] - before == 1
+    assert on_disk(journal) == {}
+
+
+async def test_forget_after_network_removed(sup, journal, suspender):
+    s = await suspended(suspender)
+    suspender.forget(s.network)
+    assert on_disk(journal) == {}
+
+
+# ---- the real Supplicant class: which replies are uncertain ----------------------------------
+
+class ScriptedBus:
+    """Answers the calls Supplicant makes; Set is applied, then answered with `set_error`."""
+
+    def __init__(self, set_error: str | None) -> None:
+        self.bgscan = NM_BGSCAN
+        self.set_error = set_error
+
+    async def call(self, msg: Message) -> Message:
+        if msg.member == "Get" and msg.body[1] == "CurrentNetwork":
+            return Message(message_type=MessageType.METHOD_RETURN, reply_serial=1,
+                           signature="v", body=[Variant("o", NET0)])
+        if msg.member == "Get" and msg.body[1] == "Properties":
+            props = {"bgscan": Variant("s", f'"{self.bgscan}"')}  # wpa_supplicant quotes it
+            return Message(message_type=MessageType.METHOD_RETURN, reply_serial=1,
+                           signature="v", body=[Variant("a{sv}", props)])
+        if msg.member == "Set":
+            self.bgscan = msg.body[2].value["bgscan"].value
+            if self.set_error:
+                return Message(message_type=MessageType.ERROR, error_name=self.set_error,
+                               reply_serial=1, signature="s", body=["no answer in time"])
+            return Message(message_type=MessageType.METHOD_RETURN, reply_serial=1)
+        raise AssertionError(f"unexpected call {msg.member}")
+
+
+@pytest.mark.parametrize("error, uncertain, not_running", [
+    (TIMEOUT, True, False), (NO_REPLY, True, False), (ACCESS_DENIED, False, False),
+    (SERVICE_UNKNOWN, False, True), ("org.freedesktop.DBus.Error.NameHasNoOwner", False, True),
+    (UNKNOWN_METHOD, False, False),
+])
+async def test_errors_of_the_real_supplicant_are_classified(error, uncertain, not_running):
+    with pytest.raises(SupplicantError) as e:
+        await Supplicant(ScriptedBus(error)).set_bgscan(NET0, "")
+    assert is_uncertain(e.value) is uncertain
+    assert is_not_running(e.value) is not_running
+
+
+async def test_late_reply_through_the_real_supplicant_is_restored(journal):
+    bus = ScriptedBus(NO_REPLY)
+    suspender = Suspender(Supplicant(bus), journal)
+    s = await suspender.suspend(IFACE0, "wlan0")
+    assert bus.bgscan == "" and on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
+    bus.set_error = None
+    await suspender.restore(s, "wlan0")
+    assert bus.bgscan == NM_BGSCAN and on_disk(journal) == {}
+
+
+# ---- replaying the journal of a previous instance ---------------------------------------------
+
+def left_behind(journal: Journal, entries: dict[str, tuple[str, str]]) -> None:
+    """What a crashed instance left: a journal on disk, networks at "" in wpa_supplicant."""
+    with open(journal.path, "w") as f:
+        json.dump({n: {"ifname": i, "bgscan": b} for n, (i, b) in entries.items()}, f)
+
+
+async def test_replay_restores_under_the_interface_and_drops_the_rest(sup, journal, suspender,
+                                                                      writes, caplog):
+    ours, theirs, stray = IFACE0 + "/Networks/7", IFACE1 + "/Networks/7", IFACE0 + "/Networks/8"
+    sup.interfaces["wlé0"] = IFACE1
+    sup.networks = {ours: {"bgscan": ""}, theirs: {"bgscan": ""}, stray: {"bgscan": ""}}
+    left_behind(journal, {
+        ours: ("wlan0", NM_BGSCAN),
+        theirs: ("wlan0", OTHER),  # claims wlan0 but lies under wlé0's object: forged or stale
+        stray: ("wlé0", OTHER),  # claims wlé0 but lies under wlan0's
+        IFACE0 + "/Networks/9": ("gone0", OTHER),  # wpa_supplicant does not know the interface
+    })
+    await suspender.restore_journal()
+    assert sup.networks == {ours: {"bgscan": NM_BGSCAN}, theirs: {"bgscan": ""},
+                            stray: {"bgscan": ""}}
+    assert sup.sets() == [("set", ours, NM_BGSCAN)]
+    assert writes["n"] == 1
+    assert on_disk(journal) == {}
+    assert caplog.text.count("does not lie under the interface's object") == 2
+
+
+async def test_replay_with_non_ascii_interface_name(sup, journal, suspender):
+    sup.interfaces = {"wlé0": IFACE1}
+    mine = IFACE1 + "/Networks/0"
+    sup.networks = {mine: {"bgscan": ""}}
+    left_behind(journal, {mine: ("wlé0", NM_BGSCAN)})
+    await suspender.restore_journal()
+    assert sup.networks[mine]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
+
+
+async def test_replay_uses_the_callers_lookup(sup, journal, suspender):
+    sup.networks = {NET0: {"bgscan": ""}}
+    left_behind(journal, {NET0: ("wlan0", NM_BGSCAN)})
+    asked = []
+
+    async def known(ifname):
+        asked.append(ifname)
+        return IFACE0
+
+    await suspender.restore_journal(known)
+    assert asked == ["wlan0"] and ("interface", "wlan0") not in sup.calls
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN
+
+
+async def test_replay_keeps_what_it_could_not_restore(sup, journal, suspender, writes):
+    other = IFACE0 + "/Networks/1"
+    sup.networks = {NET0: {"bgscan": ""}, other: {"bgscan": ""}}
+    left_behind(journal, {NET0: ("wlan0", NM_BGSCAN), other: ("wlan0", OTHER)})
+    sup.set_errors = [ACCESS_DENIED]  # the first restore (NET0, first in the file) is refused
+    await suspender.restore_journal()
+    assert writes["n"] == 1
+    assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
+    assert sup.networks == {NET0: {"bgscan": ""}, other: {"bgscan": OTHER}}
+
+
+@pytest.mark.parametrize("how", ["flag", "interface", "restore"])
+async def test_wpa_supplicant_not_running_drops_everything_in_one_write(sup, journal, suspender,
+                                                                        writes, how):
+    nets = [IFACE0 + f"/Networks/{n}" for n in range(5)]
+    sup.networks = {n: {"bgscan": ""} for n in nets}
+    left_behind(journal, {n: ("wlan0", NM_BGSCAN) for n in nets})
+    if how == "flag":
+        await suspender.restore_journal(running=False)
+        assert sup.calls == []
+    elif how == "interface":
+        sup.interface_error = SERVICE_UNKNOWN
+        await suspender.restore_journal()
+    else:
+        sup.set_errors = [SERVICE_UNKNOWN]
+        await suspender.restore_journal()
+    assert writes["n"] == 1
+    assert on_disk(journal) == {}
+
+
+async def test_other_lookup_failures_keep_the_entries(sup, journal, suspender):
+    sup.networks = {NET0: {"bgscan": ""}}
+    left_behind(journal, {NET0: ("wlan0", NM_BGSCAN)})
+    sup.interface_error = ACCESS_DENIED
+    await suspender.restore_journal()
+    assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
+
+
+async def test_replay_of_a_damaged_journal_is_not_fatal(sup, journal, suspender, caplog):
+    with open(journal.path, "w") as f:
+        f.write('{"/n/0": {"ifname": "wlan0", "bgscan": "$(id)"}, ')
+    await suspender.restore_journal()
+    assert sup.calls == [] and "cannot use the journal" in caplog.text
+
+
+async def test_replay_of_2000_entries_writes_once(tmp_path, sup, writes):
+    n = 2000
+    journal = Journal(str(tmp_path), max_bytes=1 << 20)  # 2000 entries exceed MAX_BYTES
+    nets = [IFACE0 + f"/Networks/{i}" for i in range(n)]
+    sup.networks = {net: {"bgscan": ""} for net in nets}
+    left_behind(journal, {net: ("wlan0", NM_BGSCAN) for net in nets})
+    start = time.perf_counter()
+    await Suspender(sup, journal).restore_journal()
+    took = time.perf_counter() - start
+    print(f"\nrestore_journal of {n} entries: {took * 1000:.1f} ms, {writes['n']} write(s)")
+    assert writes["n"] == 1
+    assert all(sup.networks[net]["bgscan"] == NM_BGSCAN for net in nets)
+    assert sup.calls.count(("interface", "wlan0")) == 1
+    assert Journal(str(tmp_path), max_bytes=1 << 20).load() == {}
