@@ -1,0 +1,334 @@
+"""Who holds bgscan off, in one table: the only owner of hold records and of their caps.
+
+A hold is taken in two steps because authorising it (polkit) needs an await, and whatever is
+checked before an await and acted on after it can be raced: 120 concurrent Hold calls from one
+client once all passed a "fewer than 64?" check made before polkit answered.  So a Hold call
+first *reserves* a slot, synchronously, before its first await; the reservation counts against
+every cap at once, and only then is polkit asked.  The answer turns the reservation into a hold
+(``commit``) or gives the slot back (``cancel``).  There is no window in which a cap can be
+exceeded, however many calls are in flight.
+
+The caps also bound the ActiveHolds property (``aa{sv}``), which is sent whole in every
+PropertiesChanged: six clients with 64 holds of 256-character texts once made it ≈256 KB, more
+than a socket buffer, and the daemon froze writing it.  With the default caps (64 holds in all;
+reason and application id at most 256 bytes of UTF-8; a caller's unique name at most 255 bytes,
+the D-Bus limit; an interface name at most 15 bytes, the kernel's) the marshalled property is at
+most 64,711 bytes (``size_bound()``, which adds every padding byte D-Bus alignment could insert),
+under 64 KiB, whatever clients send.
+
+Modelled on power-profiles-daemon: one table keyed by a random non-zero u32 cookie; the
+per-interface view is derived from it; ``release`` and ``caller_left`` end holds through one
+removal path; listeners hear about every change once.  Pure Python: no D-Bus, no I/O; the bus
+API maps ``HoldError.kind`` to D-Bus error names.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import unicodedata
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Callable, Literal
+
+log = logging.getLogger("scanguard.holds")
+
+MAX_PER_CALLER = 16
+MAX_PER_UID = 32
+MAX_TOTAL = 64
+MAX_TEXT_BYTES = 256      # reason, application_id
+MAX_CALLER_BYTES = 255    # D-Bus specification: a bus name is at most 255 bytes
+MAX_IFNAME_BYTES = 15     # IFNAMSIZ - 1
+
+# The D-Bus type of each key of an ActiveHolds dictionary (documented in the introspection XML);
+# the bus API builds its Variants from this, and size_bound() measures with it.
+HOLD_FIELDS: dict[str, str] = {
+    "cookie": "u", "reason": "s", "application_id": "s", "interface": "s", "caller": "s",
+    "caller_uid": "u", "since": "d",
+}
+
+Kind = Literal["too-many", "unknown", "not-holder", "bad-text", "caller-left"]
+
+
+class HoldError(Exception):
+    """A refused hold operation: ``kind`` for the program, ``text`` for the person.
+
+    Kinds: "too-many" (a cap is reached), "unknown" (no hold has that cookie), "not-holder"
+    (someone else's hold), "bad-text" (a text too long or with control characters),
+    "caller-left" (the client left the bus while its hold was being authorised; nobody is
+    left to read the reply).
+    """
+
+    def __init__(self, kind: Kind, text: str) -> None:
+        super().__init__(text)
+        self.kind: Kind = kind
+        self.text = text
+
+
+@dataclass(frozen=True)
+class Hold:
+    """One hold, as ActiveHolds shows it.  Frozen: a record handed out cannot drift from the table."""
+
+    cookie: int
+    reason: str
+    application_id: str
+    interface: str      # "" = every Wi-Fi interface, also those that connect later
+    caller: str         # unique bus name of the client
+    caller_uid: int
+    since: float        # wall clock, seconds since the Unix epoch
+
+
+def check_text(what: str, text: str, limit: int = MAX_TEXT_BYTES) -> None:
+    """Refuse text that would bloat ActiveHolds or garble a terminal that prints it.
+
+    Measured in UTF-8 bytes, because that is what D-Bus sends and what the size bound counts:
+    "☕" is one character but three bytes.  Control characters (C0, DEL and C1) are refused so
+    that scanguardctl and the journal never print an escape sequence a client chose.
+    """
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise HoldError("bad-text", f"{what} is not valid Unicode text (it contains a lone "
+                        "surrogate); send it as UTF-8") from None
+    if size > limit:
+        raise HoldError("bad-text", f"{what} is {size} bytes in UTF-8; at most {limit}"
+                        f"{' (non-ASCII characters take 2-4 bytes each)' if size > len(text) else ''}")
+    for i, c in enumerate(text):
+        if unicodedata.category(c) == "Cc":
+            raise HoldError("bad-text", f"{what} contains the control character U+{ord(c):04X} "
+                            f"at position {i}; use printable text only")
+
+
+class Reservation:
+    """A slot taken before polkit is asked; becomes a hold with ``commit`` or is given back.
+
+    Use it as a context manager so that an exception or a refusal anywhere in between gives the
+    slot back: ``with holds.reserve(sender) as r: ...; r.set_uid(uid); ...; hold = r.commit(...)``.
+    A HoldError from ``set_uid`` or ``commit`` gives the slot back by itself.
+    """
+
+    def __init__(self, holds: Holds, caller: str) -> None:
+        self._holds = holds
+        self.caller = caller
+        self.uid: int | None = None
+        self._state: Literal["pending", "committed", "cancelled", "abandoned"] = "pending"
+
+    @property
+    def pending(self) -> bool:
+        """True until committed, cancelled or abandoned (its caller left the bus)."""
+        return self._state == "pending"
+
+    def set_uid(self, uid: int) -> None:
+        """Count this reservation against `uid`'s cap too, as soon as the uid is known."""
+        self._check_pending("set_uid")
+        if not 0 <= uid <= 0xFFFFFFFF:
+            raise ValueError(f"uid {uid} is not a Unix user id (0 to 2**32-1)")
+        if self.uid is not None:
+            if self.uid != uid:
+                raise ValueError(f"this reservation already belongs to uid {self.uid}, not {uid}")
+            return
+        try:
+            self._holds._check_uid(uid)
+        except HoldError:
+            self.cancel()
+            raise
+        self.uid = uid
+
+    def commit(self, reason: str, application_id: str, interface: str, since: float) -> Hold:
+        """Turn the reservation into a hold with a fresh cookie; listeners are told."""
+        if self._state == "abandoned":
+            raise HoldError("caller-left", f"client {self.caller} left the bus before its hold "
+                            "was taken; nothing is held")
+        self._check_pending("commit")
+        if self.uid is None:
+            raise RuntimeError("Reservation.commit() before set_uid(): the uid cap was never checked")
+        try:
+            check_text("reason", reason)
+            check_text("application_id", application_id)
+            check_text("interface", interface, MAX_IFNAME_BYTES)
+        except HoldError:
+            self.cancel()
+            raise
+        self._state = "committed"
+        return self._holds._commit(self, reason, application_id, interface, since)
+
+    def cancel(self) -> None:
+        """Give the slot back; harmless after commit or a second time."""
+        if self._state == "pending":
+            self._state = "cancelled"
+            self._holds._pending.discard(self)
+
+    def _abandon(self) -> None:
+        if self._state == "pending":
+            self._state = "abandoned"
+            self._holds._pending.discard(self)
+
+    def _check_pending(self, what: str) -> None:
+        if self._state in ("committed", "cancelled"):
+            raise RuntimeError(f"Reservation.{what}() on a reservation already {self._state}")
+
+    def __enter__(self) -> Reservation:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.cancel()
+
+    def __repr__(self) -> str:
+        return f"<Reservation {self._state} caller={self.caller} uid={self.uid}>"
+
+
+class Holds:
+    """Every hold and every pending reservation, with caps that hold however calls interleave."""
+
+    def __init__(self, on_change: Callable[[], None] | None = None, *,
+                 per_caller: int = MAX_PER_CALLER, per_uid: int = MAX_PER_UID,
+                 total: int = MAX_TOTAL) -> None:
+        for name, cap in (("per_caller", per_caller), ("per_uid", per_uid), ("total", total)):
+            if cap < 1:
+                raise ValueError(f"{name} cap is {cap}; it must be at least 1")
+        self.per_caller = per_caller
+        self.per_uid = per_uid
+        self.total = total
+        self._holds: dict[int, Hold] = {}
+        self._pending: set[Reservation] = set()
+        self._listeners: list[Callable[[], None]] = []
+        if on_change is not None:
+            self.add_listener(on_change)
+
+    def add_listener(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once after every change of the holds (not of reservations)."""
+        self._listeners.append(callback)
+
+    # ---- taking ---------------------------------------------------------------------------
+
+    def reserve(self, caller: str) -> Reservation:
+        """Take a slot for `caller` now, before any await; raises HoldError("too-many")."""
+        if not caller or len(caller.encode("utf-8", "surrogatepass")) > MAX_CALLER_BYTES:
+            raise ValueError(f"caller {caller!r} is not a D-Bus unique name (1 to "
+                             f"{MAX_CALLER_BYTES} bytes)")
+        mine = self._count(lambda c, _uid: c == caller)
+        if mine >= self.per_caller:
+            raise HoldError("too-many", f"this client already has {mine} holds (taken or being "
+                            "authorised); release some (Release) before taking more")
+        if len(self._holds) + len(self._pending) >= self.total:
+            raise HoldError("too-many", f"every one of the {self.total} holds the service allows "
+                            "is taken; try again when other clients have released theirs")
+        reservation = Reservation(self, caller)
+        self._pending.add(reservation)
+        return reservation
+
+    def _check_uid(self, uid: int) -> None:
+        theirs = self._count(lambda _c, u: u == uid)
+        if theirs >= self.per_uid:
+            raise HoldError("too-many", f"user {uid} already has {theirs} holds (taken or being "
+                            "authorised); release some (Release) before taking more")
+
+    def _count(self, match: Callable[[str, int | None], bool]) -> int:
+        return (sum(1 for h in self._holds.values() if match(h.caller, h.caller_uid))
+                + sum(1 for r in self._pending if match(r.caller, r.uid)))
+
+    def _commit(self, reservation: Reservation, reason: str, application_id: str,
+                interface: str, since: float) -> Hold:
+        assert reservation.uid is not None
+        self._pending.discard(reservation)
+        cookie = 0
+        while cookie == 0 or cookie in self._holds:
+            cookie = secrets.randbits(32)
+        hold = Hold(cookie, reason, application_id, interface, reservation.caller,
+                    reservation.uid, since)
+        self._holds[cookie] = hold
+        self._notify()
+        return hold
+
+    # ---- ending ---------------------------------------------------------------------------
+
+    def release(self, cookie: int, caller: str, caller_is_root: bool) -> Hold:
+        """End one hold; only its holder or root may.  Returns the hold that ended."""
+        hold = self._holds.get(cookie)
+        if hold is None:
+            raise HoldError("unknown", f"there is no hold with cookie {cookie} (already released, "
+                            "or its holder left the bus)")
+        if hold.caller != caller and not caller_is_root:
+            raise HoldError("not-holder", f"hold {cookie} belongs to another client "
+                            f"({hold.caller}); only it or root may release it")
+        self._remove([hold])
+        return hold
+
+    def caller_left(self, caller: str) -> list[Hold]:
+        """End every hold of a client that left the bus, and void its pending reservations."""
+        for reservation in [r for r in self._pending if r.caller == caller]:
+            reservation._abandon()
+        gone = sorted((h for h in self._holds.values() if h.caller == caller), key=_order)
+        self._remove(gone)
+        return gone
+
+    def _remove(self, gone: list[Hold]) -> None:
+        """The one way a hold ends."""
+        for hold in gone:
+            del self._holds[hold.cookie]
+        if gone:
+            self._notify()
+
+    def _notify(self) -> None:
+        # A listener's bug must not leave the others uninformed, nor make a done change look failed.
+        for callback in list(self._listeners):
+            try:
+                callback()
+            except Exception:
+                log.exception("a listener of the holds failed")
+
+    # ---- views ----------------------------------------------------------------------------
+
+    def held(self, ifname: str) -> bool:
+        """Whether a hold keeps bgscan off on `ifname` (a hold on "" covers every interface)."""
+        return any(h.interface in ("", ifname) for h in self._holds.values())
+
+    def get(self, cookie: int) -> Hold | None:
+        """The hold with this cookie, e.g. to learn its holder before asking whether a caller is root."""
+        return self._holds.get(cookie)
+
+    def all(self) -> list[Hold]:
+        """Every hold, oldest first (ties by cookie), so that ActiveHolds has a stable order."""
+        return sorted(self._holds.values(), key=_order)
+
+    def callers(self) -> set[str]:
+        """Clients holding at least one hold: whose leaving the bus must be watched."""
+        return {h.caller for h in self._holds.values()}
+
+    def count_for(self, caller: str) -> int:
+        """Holds taken by `caller` (pending reservations not included)."""
+        return sum(1 for h in self._holds.values() if h.caller == caller)
+
+    def pending_count(self) -> int:
+        """Reservations not yet committed or cancelled (Hold calls waiting for polkit)."""
+        return len(self._pending)
+
+    def __len__(self) -> int:
+        return len(self._holds)
+
+    def size_bound(self) -> int:
+        """The most bytes ActiveHolds (``aa{sv}``) can marshal to with these caps.
+
+        Every value at its largest and every alignment padding at its worst, so it holds
+        wherever in a message the array starts.  Default caps: 64,711 bytes.
+        """
+        largest = {"reason": MAX_TEXT_BYTES, "application_id": MAX_TEXT_BYTES,
+                   "interface": MAX_IFNAME_BYTES, "caller": MAX_CALLER_BYTES}
+        one = 3 + 4  # padding to 4, array length (the padding to the first entry is in `entry`)
+        for key, sig in HOLD_FIELDS.items():
+            entry = 7 + 4 + len(key.encode()) + 1 + 1 + len(sig) + 1  # pad to 8, key, signature
+            if sig == "s":
+                entry += 3 + 4 + largest[key] + 1
+            elif sig == "u":
+                entry += 3 + 4
+            elif sig == "d":
+                entry += 7 + 8
+            else:  # pragma: no cover - HOLD_FIELDS uses only the types above
+                raise AssertionError(f"size_bound() does not know D-Bus type {sig}")
+            one += entry
+        return 3 + 4 + self.total * one
+
+
+def _order(hold: Hold) -> tuple[float, int]:
+    return (hold.since, hold.cookie)
