@@ -8,10 +8,16 @@ that key, with a warning, because a user's profile must never stop the service.
 
 from __future__ import annotations
 
+import codecs
 import configparser
 import dataclasses
+import hashlib
 import logging
-import math
+import os
+import re
+import stat
+import unicodedata
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -21,9 +27,69 @@ DEFAULT_CONFIG_PATH = "/etc/scanguard/scanguard.conf"
 SECTION = "scanguard"
 USER_DATA_PREFIX = "scanguard."
 
+# A real scanguard.conf is about 2 KiB with every comment; anything much larger is the wrong file
+# (or /dev/zero behind a symlink) and must not be read into memory whole.
+MAX_FILE_BYTES = 65536
+# Every valid value is a short number or word; longer profile values are refused unread.
+MAX_PROFILE_VALUE = 256
+# Echoed text (values, keys, names) is cut to this many characters in errors and log lines.
+SHOWN_CHARS = 40
+NAME_CHARS = 64
+# At most this many bad keys of one profile are reported one by one; the rest in one line.
+MAX_PROBLEMS_PER_PROFILE = 16
+
+_ASCII_SPACE = " \t\n\r\f\v"
+# The number grammar is deliberately narrower than int()/float(): ASCII digits only (no "١٢"),
+# no "1_000", no exponent, no nan/inf, no inner spaces.  A sign is allowed; so is a single
+# decimal point for non-whole quantities ("2.5", ".5", "5.").
+_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)", re.ASCII)
+_MAX_NUMBER_CHARS = 32
+# ZWNJ/ZWJ are format characters that scripts and emoji need; every other control, format,
+# separator, surrogate, private-use or unassigned character, and every space but " " (a no-break
+# space is why "5 " is not a number), is shown as an escape.
+_KEEP_FORMAT = {"\u200c", "\u200d"}
+_ESCAPED_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+_SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
+
 
 class ConfigError(Exception):
     """A configuration problem, worded for the person who has to fix it."""
+
+
+def _escape(char: str) -> str:
+    if char in _SHORT_ESCAPES:
+        return _SHORT_ESCAPES[char]
+    category = unicodedata.category(char)
+    if char == " " or char in _KEEP_FORMAT or (category not in _ESCAPED_CATEGORIES
+                                                and category != "Zs"):
+        return char
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def clipped(text: str, limit: int = SHOWN_CHARS) -> str:
+    """`text` made safe to echo: control characters escaped (a newline cannot split a log line or
+    forge a second one) and cut to about `limit` characters, so a 100 KB value costs one short line.
+    Non-ASCII text such as "Café ☕" or "5µ" is kept as it is."""
+    out: list[str] = []
+    used = 0
+    for char in text:
+        piece = _escape(char)
+        if used + len(piece) > limit:
+            return "".join(out) + f"… ({len(text)} characters)"
+        out.append(piece)
+        used += len(piece)
+    return "".join(out)
+
+
+def quoted(text: str, limit: int = SHOWN_CHARS) -> str:
+    """`clipped(text)` in single quotes, the form every message uses for a user's value."""
+    return f"'{clipped(text, limit)}'"
 
 
 @dataclass(frozen=True)
@@ -35,7 +101,7 @@ class Key:
 
 
 def _bool(text: str) -> bool:
-    value = text.strip().lower()
+    value = text.strip(_ASCII_SPACE).lower()
     if value in ("1", "yes", "true", "on"):
         return True
     if value in ("0", "no", "false", "off"):
@@ -44,9 +110,14 @@ def _bool(text: str) -> bool:
 
 
 def _number(lo: float, hi: float, integer: bool = False) -> Callable[[str], float | int]:
+    grammar = _INTEGER if integer else _DECIMAL
+
     def parse(text: str) -> float | int:
-        value = int(text.strip()) if integer else float(text.strip())
-        if not math.isfinite(value) or not lo <= value <= hi:
+        digits = text.strip(_ASCII_SPACE)
+        if len(digits) > _MAX_NUMBER_CHARS or grammar.fullmatch(digits) is None:
+            raise ValueError(text)
+        value = int(digits) if integer else float(digits)
+        if not lo <= value <= hi:
             raise ValueError(text)
         return value
 
@@ -125,13 +196,103 @@ class Settings:
 
 
 def parse_value(key: str, text: str, where: str) -> Any:
+    """One value, or a ConfigError naming `where`, the key, the value (cut) and the form wanted."""
     spec = KEYS.get(key)
     if spec is None:
-        raise ConfigError(f"{where}: unknown key '{key}' (known keys: {', '.join(KEYS)})")
+        raise ConfigError(f"{where}: unknown key {quoted(key, NAME_CHARS)} "
+                          f"(known keys: {', '.join(KEYS)})")
     try:
         return spec.parse(text)
     except (ValueError, TypeError):
-        raise ConfigError(f"{where}: {key} = '{text}' is not valid; expected {spec.form}") from None
+        raise ConfigError(f"{where}: {key} = {quoted(text)} is not valid; "
+                          f"expected {spec.form}") from None
+
+
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _too_big(path: str, size: str) -> ConfigError:
+    return ConfigError(f"{path}: is {size} bytes; at most {MAX_FILE_BYTES} "
+                       "(a scanguard.conf is a few KiB at most: is this the right file?)")
+
+
+def _read_config(path: str) -> str | None:
+    """The file's text, or None when it does not exist.
+
+    Opened with O_NONBLOCK so that a FIFO cannot hang start-up or a reload, then checked with
+    fstat (not stat: no window to swap the file) to be a regular file of at most MAX_FILE_BYTES;
+    a symlink to /dev/zero is therefore refused instead of eating all memory."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except PermissionError:
+        raise ConfigError(f"{path}: cannot read: permission denied; make it readable by the "
+                          "service's user (e.g. mode 0644, owner root)") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror or e}; point --config at a "
+                          "readable regular file") from None
+    try:
+        info = os.fstat(fd)
+        for is_kind, kind in _FILE_KINDS:
+            if is_kind(info.st_mode):
+                raise ConfigError(f"{path}: cannot read: it is {kind}, not a regular file; "
+                                  "point --config at a regular file")
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"{path}: cannot read: it is not a regular file; "
+                              "point --config at a regular file")
+        if info.st_size > MAX_FILE_BYTES:
+            raise _too_big(path, str(info.st_size))
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_FILE_BYTES:  # the file may grow after fstat: never read past the cap
+            chunk = os.read(fd, MAX_FILE_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_FILE_BYTES:
+            raise _too_big(path, f"more than {MAX_FILE_BYTES}")
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror or e}; point --config at a "
+                          "readable regular file") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if data.startswith(codecs.BOM_UTF8):  # some editors write one; it is not part of the text
+        data = data[len(codecs.BOM_UTF8):]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ConfigError(f"{path}: line {line}: not valid UTF-8 ({e.reason}); "
+                          "save the file as UTF-8") from None
+
+
+def _ini_error(path: str, e: configparser.Error) -> ConfigError:
+    """configparser's own texts quote whole lines (megabytes, if the file is one long line)."""
+    what = f"{path}: not a valid INI file"
+    if isinstance(e, configparser.MissingSectionHeaderError):
+        return ConfigError(f"{what}: line {e.lineno}: a setting before the first section header; "
+                           f"put [{SECTION}] at the top")
+    if isinstance(e, configparser.ParsingError):
+        lines = [str(lineno) for lineno, _ in e.errors]
+        more = f" (and {len(lines) - 5} more lines)" if len(lines) > 5 else ""
+        return ConfigError(f"{what}: line{'s' if len(lines) > 1 else ''} {', '.join(lines[:5])}"
+                           f"{more}: not 'key = value', a [section] header or a # comment")
+    if isinstance(e, configparser.DuplicateOptionError):
+        return ConfigError(f"{what}: line {e.lineno}: {quoted(e.option, NAME_CHARS)} is set twice "
+                           f"in [{clipped(e.section, NAME_CHARS)}]; keep one")
+    if isinstance(e, configparser.DuplicateSectionError):
+        return ConfigError(f"{what}: line {e.lineno}: section [{clipped(e.section, NAME_CHARS)}] "
+                           "appears twice; keep one")
+    return ConfigError(f"{what}: {type(e).__name__}; compare it with the shipped example")
 
 
 def load_file(path: str | None) -> Settings:
@@ -139,47 +300,128 @@ def load_file(path: str | None) -> Settings:
     base = Settings()
     if path is None:
         return base
-    parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=("#", ";"))
-    try:
-        with open(path, encoding="utf-8") as f:
-            parser.read_file(f, source=path)
-    except FileNotFoundError:
+    text = _read_config(path)
+    if text is None:
         log.debug("no %s, using built-in defaults", path)
         return base
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read: {e}") from None
+    # default_section "\n" cannot occur in a header, so a [DEFAULT] section is refused as unknown
+    # instead of being merged silently into [scanguard].
+    parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=("#", ";"),
+                                       default_section="\n")
+    try:
+        parser.read_string(text, source=path)
     except configparser.Error as e:
-        raise ConfigError(f"{path}: not a valid INI file: {e}") from None
+        raise _ini_error(path, e) from None
     extra = [s for s in parser.sections() if s != SECTION]
     if extra:
-        raise ConfigError(f"{path}: unknown section [{extra[0]}]; put every key under [{SECTION}]")
+        raise ConfigError(f"{path}: unknown section [{clipped(extra[0], NAME_CHARS)}]; "
+                          f"put every key under [{SECTION}]")
     values: dict[str, Any] = {}
     if parser.has_section(SECTION):
-        for key, text in parser.items(SECTION):
-            values[key] = parse_value(key, text, f"{path} [{SECTION}]")
+        for key, value in parser.items(SECTION):
+            values[key] = parse_value(key, value, f"{path} [{SECTION}]")
     settings = base.with_values(values, path)
     settings.check(path)
     return settings
 
 
-def apply_profile(base: Settings, user_data: Mapping[str, str], profile: str) -> Settings:
-    """Overlay `scanguard.*` user data of one NM profile; bad values fall back with a warning."""
-    where = f"NetworkManager profile '{profile}'"
+def _digest(*parts: str) -> bytes:
+    h = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\0")
+    return h.digest()
+
+
+class ProfileWarnings:
+    """Which bad profile values were already reported, so that each is logged once.
+
+    apply_profile runs on every NetworkManager signal for every active device: without this a
+    bad value would be logged again on every sync.  A value that changes (still bad) is reported
+    again; a value that is fixed is forgotten, so breaking it again is reported again.  Memory is
+    bounded: only digests are kept, at most `max_entries` of them, oldest profiles dropped first
+    (a dropped profile is simply reported once more)."""
+
+    def __init__(self, max_entries: int = 1024) -> None:
+        self.max_entries = max_entries
+        # digest of the profile name -> {problem key: digest of (value, message)}
+        self._seen: OrderedDict[bytes, dict[str, bytes]] = OrderedDict()
+        self._entries = 0
+
+    def __len__(self) -> int:
+        return self._entries
+
+    def clear(self) -> None:
+        self._seen.clear()
+        self._entries = 0
+
+    def report(self, profile: str, problems: Mapping[str, tuple[str, str]]) -> list[str]:
+        """Log the messages of `problems` (key -> (value, message)) not yet logged for `profile`
+        with that same value and message; forget the profile's other keys.  Returns what it
+        logged."""
+        name = _digest(profile)
+        previous = self._seen.pop(name, {})
+        self._entries -= len(previous)
+        current: dict[str, bytes] = {}
+        logged: list[str] = []
+        for key, (value, message) in problems.items():
+            seen = _digest(value, message)
+            if len(current) < self.max_entries:
+                current[key] = seen
+            if previous.get(key) != seen:
+                log.warning("%s", message)
+                logged.append(message)
+        if current:
+            self._seen[name] = current
+            self._entries += len(current)
+            while self._entries > self.max_entries:
+                _, dropped = self._seen.popitem(last=False)
+                self._entries -= len(dropped)
+        return logged
+
+
+# The daemon's default memo; pass your own `warned=` to apply_profile to keep it apart.
+PROFILE_WARNINGS = ProfileWarnings()
+_CHECK = "(consistency)"  # problem keys that cannot clash with user data keys ("scanguard.…")
+_MORE = "(more)"
+
+
+def apply_profile(base: Settings, user_data: Mapping[str, str], profile: str, *,
+                  warned: ProfileWarnings | None = None) -> Settings:
+    """Overlay `scanguard.*` user data of one NM profile; bad values fall back with a warning.
+
+    Each bad value is warned about once per profile (see ProfileWarnings), not on every call."""
+    memo = PROFILE_WARNINGS if warned is None else warned
+    where = f"NetworkManager profile {quoted(profile, NAME_CHARS)}"
     values: dict[str, Any] = {}
+    problems: dict[str, tuple[str, str]] = {}
+    bad: list[tuple[str, str]] = []
     for full_key, text in sorted(user_data.items()):
         if not full_key.startswith(USER_DATA_PREFIX):
             continue
         key = full_key[len(USER_DATA_PREFIX):]
+        item = f"{where}: user data {clipped(full_key, NAME_CHARS)}"
         try:
-            values[key] = parse_value(key, text, f"{where}: user data {full_key}")
+            if key in KEYS and len(text) > MAX_PROFILE_VALUE:
+                raise ConfigError(f"{item}: {key} = {quoted(text)} is too long (at most "
+                                  f"{MAX_PROFILE_VALUE} characters); expected {KEYS[key].form}")
+            values[key] = parse_value(key, text, item)
         except ConfigError as e:
-            log.warning("%s; using %s", e, _fallback(base, key))
+            if len(problems) < MAX_PROBLEMS_PER_PROFILE:
+                problems[full_key] = (text, f"{e}; using {_fallback(base, key)}")
+            else:
+                bad.append((full_key, text))
+    if bad:
+        problems[_MORE] = (_digest(*(part for pair in bad for part in pair)).hex(),
+                           f"{where}: {len(bad)} more bad scanguard.* user data keys are ignored "
+                           f"as well, from {clipped(bad[0][0], NAME_CHARS)} on")
     settings = base.with_values(values, f"profile {profile}")
     try:
         settings.check(where)
     except ConfigError as e:
-        log.warning("%s; ignoring this profile's scanguard settings", e)
-        return base
+        problems[_CHECK] = ("", f"{e}; ignoring this profile's scanguard settings")
+        settings = base
+    memo.report(profile, problems)
     return settings
 
 

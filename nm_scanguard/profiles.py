@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import USER_DATA_PREFIX
+from .config import NAME_CHARS, USER_DATA_PREFIX, quoted
 
 GLib: Any = None
 NM: Any = None
@@ -63,10 +63,10 @@ def find(nm: Any, name: str) -> Any:
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise ProfileError(f"NetworkManager has no connection profile '{name}'; "
+        raise ProfileError(f"NetworkManager has no connection profile {quoted(name, NAME_CHARS)}; "
                            "`nmcli connection show` lists them (name or UUID)")
     uuids = ", ".join(f"{c.get_uuid()} ({c.get_connection_type()})" for c in matches)
-    raise ProfileError(f"{len(matches)} NetworkManager profiles are named '{name}': {uuids}; "
+    raise ProfileError(f"{len(matches)} NetworkManager profiles are named {quoted(name, NAME_CHARS)}: {uuids}; "
                        "give the UUID instead")
 
 
