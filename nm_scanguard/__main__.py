@@ -1,3 +1,3 @@
-from nm_scanguard.daemon import main
+from nm_scanguard.service import main
 
 raise SystemExit(main())

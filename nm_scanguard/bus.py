@@ -7,11 +7,30 @@ proxies need an Introspect round trip per object, and NM re-creates objects all 
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import re
 from typing import Any, Iterable
 
 from .dbuslib import Message, MessageBus, MessageType, Variant
 
-CALL_TIMEOUT = 10.0
+log = logging.getLogger("scanguard")
+
+
+def _call_timeout(default: float = 10.0) -> float:
+    """How long a peer may take to answer.  SCANGUARD_CALL_TIMEOUT (0.5 to 120 seconds) lets the
+    fault-injection tests make late replies happen in seconds instead of tens of seconds."""
+    text = os.environ.get("SCANGUARD_CALL_TIMEOUT", "").strip()
+    if not text:
+        return default
+    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", text, re.ASCII) and 0.5 <= float(text) <= 120:
+        return float(text)
+    log.warning("SCANGUARD_CALL_TIMEOUT=%r is not a number of seconds from 0.5 to 120; using %g",
+                text[:20], default)
+    return default
+
+
+CALL_TIMEOUT = _call_timeout()
 
 
 class BusError(Exception):

@@ -13,19 +13,16 @@ from typing import Any
 
 from . import __version__
 from .bus import BusError, call, get_all, unwrap
-from .config import DEFAULT_CONFIG_PATH, KEYS, USER_DATA_PREFIX, ConfigError, Settings, \
-    apply_profile, load_file, parse_value
+from .config import (DEFAULT_CONFIG_PATH, KEYS, NAME_CHARS, USER_DATA_PREFIX, ConfigError, Settings,
+                     apply_profile, clipped, load_file, parse_value, quoted)
 from .dbuslib import BusType, Message, MessageBus, MessageFlag, MessageType
+from .names import ACCESS_DENIED, BUS_NAME as NAME, ERROR_UNKNOWN_HOLD, IFACE, NOT_RUNNING, PATH
 from .profiles import ProfileError
+from .status import FIELDS, duration
 
-NAME = "io.github.nm_scanguard.ScanGuard1"
-PATH = "/io/github/nm_scanguard/ScanGuard1"
-IFACE = NAME
 
 HOLD_TIMEOUT = 130.0  # polkit may be asking for a password
 
-NOT_RUNNING = ("org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner",
-               "org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout")
 
 
 class Failure(Exception):
@@ -45,7 +42,7 @@ def explain(e: BusError) -> Failure:
     if e.name in NOT_RUNNING:
         return Failure("the scanguard service is not running and could not be started "
                        f"({e.name}); see `systemctl status scanguard`")
-    if e.name == "org.freedesktop.DBus.Error.AccessDenied":
+    if e.name == ACCESS_DENIED:
         return Failure(f"permission denied: {e.text or e.name}")
     return Failure(e.text or e.name)
 
@@ -60,12 +57,7 @@ async def properties(bus: MessageBus) -> dict[str, Any]:
 # ---- status ----------------------------------------------------------------------------------
 
 def _ago(since: float) -> str:
-    s = max(0, int(time.time() - since))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return duration(time.time() - since)
 
 
 def device_line(d: dict[str, Any]) -> str:
@@ -101,7 +93,8 @@ def status_json(props: dict[str, Any]) -> dict[str, Any]:
     devices = []
     for d in props.get("Devices", []):
         d = dict(d)
-        d.setdefault("signal_dbm", None)
+        for key in FIELDS:  # a key the daemon left out (signal_dbm when unknown) is null
+            d.setdefault(key, None)
         devices.append(d)
     return {"version": props.get("Version", ""), "devices": devices,
             "holds": list(props.get("ActiveHolds", []))}
@@ -153,7 +146,7 @@ async def cmd_hold(args: argparse.Namespace) -> int:
             try:
                 await call(bus, NAME, PATH, IFACE, "Release", "u", [cookie])
             except BusError as e:
-                if not e.name.endswith("UnknownHold"):
+                if e.name != ERROR_UNKNOWN_HOLD:
                     print(f"scanguardctl: could not release hold {cookie}: {e.text or e.name}",
                           file=sys.stderr)
     finally:
@@ -224,7 +217,7 @@ def cmd_config_show(args: argparse.Namespace) -> int:
         ignored = [k for k in data if k.startswith(USER_DATA_PREFIX)
                    and k[len(USER_DATA_PREFIX):] not in KEYS]
         for k in ignored:
-            print(f"  (ignored: unknown user data key {k})")
+            print(f"  (ignored: unknown user data key {clipped(k, NAME_CHARS)})")
     width = max(len(k) for k in KEYS)
     for key, value in settings.values().items():
         print(f"{key:<{width}}  {_show_value(value):<10}  {settings.source(key)}")
@@ -234,7 +227,7 @@ def cmd_config_show(args: argparse.Namespace) -> int:
 def _key(text: str) -> str:
     key = text[len(USER_DATA_PREFIX):] if text.startswith(USER_DATA_PREFIX) else text
     if key not in KEYS:
-        raise Failure(f"unknown key '{text}' (known keys: {', '.join(KEYS)})")
+        raise Failure(f"unknown key {quoted(text, NAME_CHARS)} (known keys: {', '.join(KEYS)})")
     return key
 
 
@@ -246,7 +239,7 @@ def cmd_config_set(args: argparse.Namespace) -> int:
     for item in args.assignments:
         key, sep, text = item.partition("=")
         if not sep:
-            raise Failure(f"'{item}' is not KEY=VALUE (e.g. threshold_mbit=5)")
+            raise Failure(f"{quoted(item)} is not KEY=VALUE (e.g. threshold_mbit=5)")
         key = _key(key.strip())
         parse_value(key, text, where)  # raises ConfigError with the expected form
         values[key] = text.strip()

@@ -1,43 +1,69 @@
-"""One activated Wi-Fi interface: sample counters, ask the policy, suspend or restore bgscan."""
+"""One activated Wi-Fi interface: sample counters, ask the policy, suspend or restore bgscan.
+
+A Guard gets what it works with injected (a counter reader, wpa_supplicant for the interface
+object and the signal, a Suspender that owns the bgscan string and the journal) and reports
+through one listener; it never reaches into the daemon.  So it can be tested with fakes.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 from . import policy as P
 from .config import Settings
 from .nm import WifiDevice
 from .policy import Policy
-from .rates import RateMeter, Rates
+from .rates import Counters, RateMeter, Rates
+from .status import DeviceStatus, duration
 from .supplicant import SupplicantError
+from .suspension import NothingToSuspend, Suspended, Suspender
 
-if TYPE_CHECKING:
-    from .daemon import Daemon
+log = logging.getLogger("scanguard")
 
-log = logging.getLogger(__name__)
+
+class CounterReader(Protocol):
+    def read(self, ifname: str) -> Counters | None: ...
+
+
+class SupplicantView(Protocol):
+    """The part of wpa_supplicant a Guard asks itself: where the interface is, how loud."""
+
+    async def interface(self, ifname: str) -> str: ...
+
+    async def signal(self, iface_path: str) -> int | None: ...
+
+
+class GuardListener(Protocol):
+    def guard_state_changed(self, guard: Guard, state: str, reason: str) -> None: ...
+
+    def guard_changed(self, guard: Guard) -> None: ...
 
 
 class Guard:
-    def __init__(self, daemon: "Daemon", dev: WifiDevice, settings: Settings) -> None:
-        self.daemon = daemon
+    def __init__(self, dev: WifiDevice, settings: Settings, *, counters: CounterReader,
+                 supplicant: SupplicantView, suspender: Suspender,
+                 listener: GuardListener) -> None:
         self.dev = dev
         self.ifname = dev.ifname
         self.policy = Policy(settings)
         self.meter = RateMeter()
         self.rates: Rates | None = None
         self.iface_path: str | None = None  # wpa_supplicant's object for this interface
-        self.network: str | None = None  # the network whose bgscan we suspended
-        self.saved: str | None = None  # and the value we found there
+        self.suspended: Suspended | None = None  # the network whose bgscan we suspended
         self.no_bgscan: str | None = None  # why there is nothing to suspend, if so
         self.scans_guarding = 0
         self.scans_idle = 0
         self.state = P.IDLE
         self.reason = "connected"
         self.since = time.time()
-        self._task: asyncio.Task | None = None
+        self._counters = counters
+        self._supplicant = supplicant
+        self._suspender = suspender
+        self._listener = listener
+        self._task: asyncio.Task[None] | None = None
         self._error: str | None = None  # the current problem, shown in the status
         self._logged: str | None = None  # the last problem logged: log changes, not repeats
         self._busy = asyncio.Lock()
@@ -50,7 +76,7 @@ class Guard:
 
     @property
     def engaged(self) -> bool:
-        return self.network is not None
+        return self.suspended is not None
 
     async def attach(self) -> None:
         """Find the interface in wpa_supplicant now, so that scans are counted from the start,
@@ -92,7 +118,7 @@ class Guard:
     # ---- one sample -----------------------------------------------------------------------
 
     async def step(self) -> None:
-        counters = self.daemon.counters.read(self.ifname)
+        counters = self._counters.read(self.ifname)
         if counters is None:
             self._fail(f"{self.ifname}: interface has vanished; waiting for NetworkManager to notice")
             self.meter.reset()
@@ -115,7 +141,7 @@ class Guard:
             iface = await self._iface()
         except SupplicantError:
             return None
-        return await self.daemon.supplicant.signal(iface)
+        return await self._supplicant.signal(iface)
 
     async def reconcile(self) -> bool:
         """Make wpa_supplicant match what the policy wants; safe to call at any time.
@@ -140,50 +166,31 @@ class Guard:
 
     async def _iface(self) -> str:
         if self.iface_path is None:
-            self.iface_path = await self.daemon.supplicant.interface(self.ifname)
+            self.iface_path = await self._supplicant.interface(self.ifname)
         return self.iface_path
 
     async def _engage(self) -> None:
-        sup = self.daemon.supplicant
-        net = await sup.current_network(await self._iface())
-        if net is None:
-            self.no_bgscan = "not associated in wpa_supplicant"
-            return
-        value = await sup.get_bgscan(net)
-        if value is None or value == "":
-            why = "the network has no bgscan (BSSID-locked profile or AP mode)" if value is None \
-                else "bgscan is already off on this network"
-            if self.no_bgscan != why:
-                log.info("%s: nothing to suspend: %s", self.ifname, why)
-            self.no_bgscan = why
-            return
         try:
-            self.daemon.journal.record(net, self.ifname, value)
-        except OSError as e:
-            raise SupplicantError(
-                f"cannot write {self.daemon.journal.path} ({e}); not suspending bgscan, since it "
-                "could not be restored after a crash. Check the state directory's permissions"
-            ) from None
-        try:
-            await sup.set_bgscan(net, "")
-        except SupplicantError:
-            self.daemon.journal.forget(net)
-            raise
-        self.network, self.saved, self.no_bgscan = net, value, None
-        log.info("%s: bgscan suspended on %s (was \"%s\"): %s", self.ifname, net, value,
-                 self.policy.reason)
+            self.suspended = await self._suspender.suspend(await self._iface(), self.ifname)
+        except NothingToSuspend as e:
+            if self.no_bgscan != e.reason:
+                log.info("%s: nothing to suspend: %s", self.ifname, e.reason)
+            self.no_bgscan = e.reason
+            return
+        self.no_bgscan = None
+        log.info("%s: bgscan suspended on %s (was \"%s\"): %s", self.ifname,
+                 self.suspended.network, self.suspended.saved, self.policy.reason)
 
     async def _release(self, why: str) -> None:
-        net, value = self.network, self.saved
-        if net is None or value is None:
+        if self.suspended is None:
             return
-        await self.daemon.restore(net, value, self.ifname)
-        self.network = self.saved = None
-        log.info("%s: bgscan restored to \"%s\": %s", self.ifname, value, why)
+        await self._suspender.restore(self.suspended, self.ifname)
+        log.info("%s: bgscan restored to \"%s\": %s", self.ifname, self.suspended.saved, why)
+        self.suspended = None
 
     async def network_changed(self, net: str | None) -> None:
         """wpa_supplicant's CurrentNetwork changed (NM re-activated, or we lost the AP)."""
-        if self.engaged and net != self.network:
+        if self.suspended is not None and net != self.suspended.network:
             async with self._busy:
                 await self._release("wpa_supplicant switched to another network object")
         self.no_bgscan = None
@@ -194,18 +201,18 @@ class Guard:
         network ids, so NM's remove-then-add on re-activation often brings back the *same*
         path with a fresh bgscan: only this signal tells the two objects apart."""
         async with self._busy:
-            if self.network != net:
+            if self.suspended is None or self.suspended.network != net:
                 return
-            self.daemon.journal.forget(net)
-            self.network = self.saved = None
+            self._suspender.forget(self.suspended.network)
+            self.suspended = None
             log.info("%s: network %s was removed (NetworkManager re-activating?)", self.ifname, net)
         await self.reconcile()
 
     def supplicant_restarted(self) -> None:
-        """A new wpa_supplicant has fresh networks from NM: nothing of ours is left to restore."""
-        if self.network is not None:
-            self.daemon.journal.forget(self.network)
-        self.network = self.saved = self.iface_path = self.no_bgscan = None
+        """A new wpa_supplicant has fresh networks from NM: nothing of ours is left to restore
+        (the daemon clears the journal)."""
+        self.suspended = None
+        self.iface_path = self.no_bgscan = None
 
     def count_scan(self) -> None:
         if self.engaged:
@@ -214,7 +221,7 @@ class Guard:
                      "nmcli, geoclue?); bgscan cannot stop those", self.ifname)
         else:
             self.scans_idle += 1
-        self.daemon.changed(self)
+        self._listener.guard_changed(self)
 
     # ---- reporting ------------------------------------------------------------------------
 
@@ -230,36 +237,38 @@ class Guard:
             state = P.NO_BGSCAN
         if state != self.state:
             self.state, self.since = state, time.time()
-            self.reason = self.no_bgscan if state == P.NO_BGSCAN else self.policy.reason
-            self.daemon.state_changed(self, state, self.reason)
-        self.daemon.changed(self)
+            self.reason = self.no_bgscan if state == P.NO_BGSCAN and self.no_bgscan \
+                else self.policy.reason
+            log.info("%s: %s (%s)", self.ifname, state, self.reason)
+            self._listener.guard_state_changed(self, state, self.reason)
+        self._listener.guard_changed(self)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> DeviceStatus:
         r = self.rates
-        return {
-            "interface": self.ifname,
-            "state": self.state,
-            "reason": self.reason,
-            "since": self.since,
-            "rx_bps": r.rx_bps if r else 0.0,
-            "tx_bps": r.tx_bps if r else 0.0,
-            "pps": r.pps if r else 0.0,
-            "signal_dbm": self.policy.signal,
-            "suspended_bgscan": self.saved or "",
-            "network": self.network or "",
-            "scans_guarding": self.scans_guarding,
-            "scans_idle": self.scans_idle,
-            "connection_id": self.dev.connection_id,
-            "connection_uuid": self.dev.connection_uuid,
-            "error": self._error or "",
-            "settings": self.settings.values(),
-            "settings_sources": {k: self.settings.source(k) for k in self.settings.values()},
-        }
+        return DeviceStatus(
+            interface=self.ifname,
+            state=self.state,
+            reason=self.reason,
+            since=self.since,
+            rx_bps=r.rx_bps if r else 0.0,
+            tx_bps=r.tx_bps if r else 0.0,
+            pps=r.pps if r else 0.0,
+            signal_dbm=self.policy.signal,
+            suspended_bgscan=self.suspended.saved if self.suspended else "",
+            network=self.suspended.network if self.suspended else "",
+            scans_guarding=self.scans_guarding,
+            scans_idle=self.scans_idle,
+            connection_id=self.dev.connection_id,
+            connection_uuid=self.dev.connection_uuid,
+            error=self._error or "",
+            settings=self.settings.values(),
+            settings_sources={k: self.settings.source(k) for k in self.settings.values()},
+        )
 
     def status_line(self) -> str:
         if self.state in (P.GUARDING, P.HELD):
             mbit = self.rates.mbit if self.rates else 0.0
-            text = f"{self.ifname}: {self.state} {mbit:.0f} Mbit/s for {_duration(time.time() - self.since)}"
+            text = f"{self.ifname}: {self.state} {mbit:.0f} Mbit/s for {duration(time.time() - self.since)}"
             text += ", bgscan suspended" if self.engaged else ", bgscan NOT suspended"
             n = self.scans_guarding
             text += f", {n} scan{'s' if n != 1 else ''}" + (" it could not stop" if n else "")
@@ -271,11 +280,3 @@ class Guard:
             return f"{self.ifname}: busy, {self.no_bgscan}"
         return f"{self.ifname}: {self.state}"
 
-
-def _duration(seconds: float) -> str:
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"

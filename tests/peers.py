@@ -25,8 +25,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from nm_scanguard.api import NAME
-from nm_scanguard.bus import call, name_has_owner
+from nm_scanguard.names import BUS_NAME as NAME
+from nm_scanguard.bus import BusError, call, get_property, name_has_owner
 from nm_scanguard.dbuslib import MessageBus
 from tests.conftest import MockProcess, MockSupplicant, stop_process
 
@@ -191,6 +191,13 @@ class NetworkManagerMock(MockProcess):
         settings["user"] = {"data": self._dbus.Dictionary(data, signature="ss")}
         self.connection.call_blocking(NM_NAME, conn, CONN_IFACE, "Update", "a{sa{sv}}", [settings])
 
+    def rename_profile(self, conn: str, name: str) -> None:
+        """Give the profile a new connection id with Update, as `nmcli connection modify ID
+        connection.id NAME` would: NM signals Updated."""
+        settings = self.settings(conn)
+        settings["connection"]["id"] = self._dbus.String(name)
+        self.connection.call_blocking(NM_NAME, conn, CONN_IFACE, "Update", "a{sa{sv}}", [settings])
+
 
 class Polkit(MockProcess):
     """python-dbusmock's polkitd template: says no to every action until told otherwise."""
@@ -264,6 +271,45 @@ class Peers:
         (self.iface,) = await self.wpa_mock("AddWifiInterface", "s", [self.ifname])
         return await self.new_network(bgscan)
 
+    async def reactivate(self, bgscan=BGSCAN):
+        """`nmcli connection up` again: NM removes the network and adds a fresh one with its
+        bgscan (wpa_supplicant reuses the id, so usually the same path), then selects it."""
+        try:
+            await self.remove_network(self.net)
+        except BusError:
+            pass  # already gone (a wpa_supplicant restart raced us): NM only adds
+        return await self.new_network(bgscan)
+
+    async def restart_nm(self, bgscan=BGSCAN):
+        """NetworkManager restarts: it leaves the bus, comes back without devices, finds the
+        device and profile again and activates it with a fresh wpa_supplicant network."""
+        self.nm.stop()
+        self.nm.start()
+        self.dev, self.ap, self.conn = self.nm.add_wifi(self.ifname)
+        net = await self.reactivate(bgscan)
+        await self.activate()
+        return net
+
+    async def networks(self) -> dict[str, str | None]:
+        """Every network of every interface wpa_supplicant has now: path -> bgscan as read
+        (quoted), None when the network has no bgscan key."""
+        found: dict[str, str | None] = {}
+        root = MockSupplicant.MAIN_OBJ
+        for iface in await get_property(self.bus, MockSupplicant.BUS_NAME, root,
+                                        "fi.w1.wpa_supplicant1", "Interfaces"):
+            for net in await get_property(self.bus, MockSupplicant.BUS_NAME, iface,
+                                          "fi.w1.wpa_supplicant1.Interface", "Networks"):
+                props = await get_property(self.bus, MockSupplicant.BUS_NAME, net,
+                                           "fi.w1.wpa_supplicant1.Network", "Properties")
+                found[net] = props.get("bgscan")
+        return found
+
+    async def clear_wpa_faults(self):
+        """Undo SetSetDelay, SetHang and SetFailNext (hung calls are carried out now)."""
+        await self.wpa_mock("SetFailNext", "su", ["", 0])
+        await self.wpa_mock("SetHang", "b", [False])
+        await self.wpa_mock("SetSetDelay", "u", [0])
+
 
 # ---- the daemon ---------------------------------------------------------------------------------
 
@@ -312,3 +358,20 @@ class DaemonProcess:
             self.process = None
 
     close = stop
+
+    def returncode(self) -> int | None:
+        """The exit status if the process has ended (and was not stopped by us), else None."""
+        return self.process.poll() if self.process is not None else None
+
+    def max_rss_kib(self) -> int | None:
+        """The process's peak resident memory (VmHWM, KiB) so far; None once it has ended."""
+        if self.process is None or self.process.poll() is not None:
+            return None
+        try:
+            with open(f"/proc/{self.process.pid}/status", encoding="ascii") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1])
+        except OSError:
+            return None
+        return None

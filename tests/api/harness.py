@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, AsyncIterator
 
-from nm_scanguard.api import IFACE, NAME, PATH
+from nm_scanguard.names import BUS_NAME as NAME, IFACE, PATH
 from nm_scanguard.bus import add_match, unwrap
 from nm_scanguard.dbuslib import Message, MessageBus, MessageType
 from tests.conftest import MockSupplicant, assert_eventually, call_failed

@@ -11,7 +11,9 @@ import sys
 import time
 
 from nm_scanguard import __version__
-from nm_scanguard.api import XML_NAME, load_interface
+from nm_scanguard.api import xml_path
+from nm_scanguard.export import load_interface
+from nm_scanguard.names import XML_NAME
 from nm_scanguard.dbuslib import Variant, introspection
 from tests.api.harness import (BGSCAN, IFACE, NAME, PATH, REPO, Signals, api_call, env_for,
                                error_of, kill, props, scanguardctl)
@@ -43,7 +45,7 @@ async def test_exported_introspection_is_exactly_the_canonical_xml(scenario):
     assert _shape(exported[IFACE]) == _shape(ours)
     assert set(exported) == {IFACE, "org.freedesktop.DBus.Properties",
                              "org.freedesktop.DBus.Introspectable", "org.freedesktop.DBus.Peer"}
-    assert _shape(load_interface()) == _shape(ours)  # what the daemon dispatches on
+    assert _shape(load_interface(xml_path(), IFACE)) == _shape(ours)  # what the daemon dispatches on
     tree = await asyncio.to_thread(subprocess.run, ["busctl", f"--address={scenario.address}", "tree",
                                                     "--list", NAME], capture_output=True, text=True)
     assert PATH in tree.stdout.split(), tree.stdout + tree.stderr
@@ -103,9 +105,11 @@ async def test_hold_suspends_bgscan_on_an_idle_link_and_release_restores_it(scen
     assert (await props(scenario.bus))["ActiveHolds"] == []
     await assert_eventually(scenario.state, message="state known")
     assert await scenario.state() == "idle"
-    changed = [c[1] for c in signals.named("PropertiesChanged") if c[0] == IFACE]
-    assert any("ActiveHolds" in c and c["ActiveHolds"] == [] for c in changed)
-    assert any("Devices" in c for c in changed)
+    def changed():  # ActiveHolds changes are coalesced: the last one comes within about 1 s
+        return [c[1] for c in signals.named("PropertiesChanged") if c[0] == IFACE]
+    await assert_eventually(lambda: any("ActiveHolds" in c and c["ActiveHolds"] == []
+                                        for c in changed()), message="ActiveHolds [] announced")
+    assert any("Devices" in c for c in changed())
 
 
 async def test_hold_on_one_interface_and_unknown_interface(scenario):

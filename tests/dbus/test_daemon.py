@@ -16,6 +16,7 @@ import pytest
 
 from nm_scanguard.config import Settings
 from nm_scanguard.daemon import Daemon
+from nm_scanguard.dbuslib import BusType, MessageBus
 from nm_scanguard.supplicant import Supplicant
 
 from tests.conftest import call_failed
@@ -42,6 +43,7 @@ async def daemon(system_bus, tmp_path):
 
     async def start(settings=FAST):
         d = Daemon(settings, None, str(tmp_path / "state"))
+        await d.connect(await MessageBus(bus_type=BusType.SYSTEM).connect())
         await d.start()
         started.append(d)
         return d
@@ -74,8 +76,8 @@ async def test_busy_link_suspends_bgscan_and_idle_link_restores_it(bus, link, pe
     t = await eventually(lambda: suspended(bus, peers.net), what="bgscan suspended")
     record("engage latency (traffic start -> bgscan \"\")", t)
     guard = d.guards[link.ifname]
-    assert guard.state == "guarding" and guard.saved == ORIGINAL
-    assert guard.status()["tx_bps"] > 4e6
+    assert guard.state == "guarding" and guard.suspended.saved == ORIGINAL
+    assert guard.status().tx_bps > 4e6
     link.stop()
     t = await eventually(lambda: restored(bus, peers.net), what="bgscan restored")
     record("release latency (traffic stop -> bgscan restored)", t)
@@ -143,7 +145,7 @@ async def test_reactivation_while_busy_engages_on_the_new_network(bus, link, pee
         assert new != old
     await eventually(lambda: suspended(bus, new), what="engagement on the new network object")
     assert await peers.sets(new) == [{"bgscan": ""}]
-    assert d.guards[link.ifname].network == new and d.guards[link.ifname].saved == ORIGINAL
+    assert d.guards[link.ifname].suspended.network == new and d.guards[link.ifname].suspended.saved == ORIGINAL
     assert list(json.loads(open(d.journal.path).read())) == [new]
     link.stop()
     await eventually(lambda: restored(bus, new), what="new network restored")
@@ -203,7 +205,7 @@ async def test_interface_unknown_to_supplicant_is_reported_not_fatal(bus, link, 
         d = await daemon()
         link.send(mbit=8)
         await eventually(lambda: "does not manage this interface" in caplog.text, what="warning")
-        await eventually(lambda: "does not manage" in d.guards[link.ifname].status()["error"],
+        await eventually(lambda: "does not manage" in d.guards[link.ifname].status().error,
                          what="error in the status while busy")
     # It comes back (e.g. wpa_supplicant re-created it): the guard recovers by itself.
     (peers.iface,) = await peers.wpa_mock("AddWifiInterface", "s", [link.ifname])

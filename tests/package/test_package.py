@@ -50,11 +50,13 @@ INSTALLED = {
     "./usr/share/doc/nm-scanguard/copyright": "-rw-r--r--",
     "./usr/lib/python3/dist-packages/nm_scanguard/__init__.py": "-rw-r--r--",
     "./usr/lib/python3/dist-packages/nm_scanguard/daemon.py": "-rw-r--r--",
+    "./usr/lib/python3/dist-packages/nm_scanguard/service.py": "-rw-r--r--",
     "./usr/lib/python3/dist-packages/nm_scanguard/cli.py": "-rw-r--r--",
 }
 
 DEPENDS = [
-    "python3-dbus-fast | python3-dbus-next",
+    # dbus-fast before 2.0 marshals non-ASCII strings wrongly: Debian 12 gets dbus-next
+    "python3-dbus-fast (>= 2) | python3-dbus-next",
     "python3-pyroute2",
     "python3-gi",
     "gir1.2-nm-1.0",

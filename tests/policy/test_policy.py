@@ -11,7 +11,7 @@ import json
 import sys
 import xml.etree.ElementTree as ET
 
-from nm_scanguard.api import ACTION_HOLD, ACTION_RELOAD, IFACE, NAME
+from nm_scanguard.names import ACTION_HOLD, ACTION_RELOAD, BUS_NAME as NAME, IFACE
 from tests.api.harness import BGSCAN, props, scanguardctl
 from tests.conftest import assert_eventually
 from tests.policy.conftest import SHIPPED_POLICY

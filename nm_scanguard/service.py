@@ -1,0 +1,190 @@
+"""scanguardd's process life cycle: arguments, logging, the bus and its name, signals, exit codes.
+
+Everything that ends the process ends here, in `main`, with an exit code: a stop signal (0), a
+bad configuration or a bus we cannot join (1), losing the bus connection or our bus name (1, so
+that systemd's Restart=on-failure starts a new instance, whose journal replay restores bgscan).
+Nothing deeper raises SystemExit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from typing import Callable
+
+from . import __version__
+from .api import Api
+from .bus import BusError, call
+from .config import DEFAULT_CONFIG_PATH, ConfigError, Settings, load_file
+from .daemon import Daemon
+from .dbuslib import LIBRARY, SKIPPED, BusType, Message, MessageBus, MessageType
+from .journal import DEFAULT_STATE_DIR
+from .names import BUS_NAME, DBUS
+
+log = logging.getLogger("scanguard")
+
+# RequestName flags and replies (D-Bus specification).
+DO_NOT_QUEUE = 0x4
+PRIMARY_OWNER, ALREADY_OWNER = 1, 4
+
+
+class _JournalFormatter(logging.Formatter):
+    """Under systemd, prefix the syslog priority so journald files warnings as warnings."""
+
+    PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3,
+                logging.CRITICAL: 2}
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"<{self.PRIORITY.get(record.levelno, 6)}>{super().format(record)}"
+
+
+def setup_logging(verbose: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if os.environ.get("JOURNAL_STREAM"):
+        handler.setFormatter(_JournalFormatter("%(message)s"))
+    else:
+        handler.setFormatter(logging.Formatter("scanguardd: %(levelname)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="scanguardd",
+        description="Suspend wpa_supplicant background scans (bgscan) while a Wi-Fi link is busy, "
+                    "and restore them exactly when it goes idle or the signal fades.",
+        epilog="Normally started by systemd as scanguard.service. See scanguard.conf(5) for the "
+               "settings and scanguardctl(1) to look at what it is doing.",
+    )
+    setattr(p, "man_short_description",  # read by argparse-manpage
+            "suspend Wi-Fi background scans while the link is busy")
+    p.add_argument("-c", "--config", metavar="FILE", default=DEFAULT_CONFIG_PATH,
+                   help="global settings file (default: %(default)s; a missing file means "
+                        "built-in defaults)")
+    p.add_argument("--state-dir", metavar="DIR",
+                   default=os.environ.get("SCANGUARD_STATE_DIR", DEFAULT_STATE_DIR),
+                   help="where the journal of suspended bgscans is kept, so that a restart after "
+                        "a crash restores them (default: %(default)s)")
+    p.add_argument("--check-config", action="store_true",
+                   help="validate the settings file, print the effective settings and exit")
+    p.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.verbose)
+    try:
+        settings = load_file(args.config)
+    except ConfigError as e:
+        print(f"scanguardd: {e}", file=sys.stderr)
+        return 1
+    if args.check_config:
+        present = os.path.exists(args.config)
+        print(f"{args.config}: OK" if present else f"{args.config}: not present, built-in defaults apply")
+        for key, value in settings.values().items():
+            print(f"  {key} = {value}    ({settings.source(key)})")
+        return 0
+    for why in SKIPPED:
+        log.warning("D-Bus library: %s", why)
+    log.debug("using D-Bus library %s", LIBRARY)
+    try:
+        return asyncio.run(serve(args.config, args.state_dir, settings))
+    except KeyboardInterrupt:
+        return 0
+
+
+async def own_name(bus: MessageBus, name: str) -> str | None:
+    """Ask for `name`; None when we own it, else what went wrong, worded for the admin."""
+    try:
+        (result,) = await call(bus, *DBUS, "RequestName", "su", [name, DO_NOT_QUEUE])
+    except BusError as e:
+        if e.name == "org.freedesktop.DBus.Error.AccessDenied":
+            return (f"the system bus does not let this user own {name} ({e.text}). Run it as user "
+                    "'scanguard' (systemctl start scanguard) or install "
+                    f"/usr/share/dbus-1/system.d/{name}.conf")
+        return f"cannot own {name} on the system bus: {e}"
+    if result not in (PRIMARY_OWNER, ALREADY_OWNER):
+        return (f"{name} is already owned by another process: another scanguardd is running "
+                "(systemctl status scanguard). Stop it first")
+    return None
+
+
+async def serve(config_path: str | None, state_dir: str, settings: Settings) -> int:
+    """Run until a stop signal (0) or until the bus or our name is lost (1)."""
+    try:
+        bus = await MessageBus(bus_type=BusType.SYSTEM).connect()
+    except Exception as e:
+        log.error("cannot connect to the system bus (%s); is dbus running?", e)
+        return 1
+    daemon = Daemon(settings, config_path, state_dir)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    lost: list[str] = []  # why we must exit non-zero; the first reason wins
+
+    def fatal(why: str) -> None:
+        if not lost:
+            lost.append(why)
+        stop.set()
+
+    def on_message(msg: Message) -> None:
+        if (msg.message_type == MessageType.SIGNAL and msg.member == "NameLost"
+                and msg.sender == DBUS[0] and msg.body and msg.body[0] == BUS_NAME):
+            fatal(f"lost the bus name {BUS_NAME}")
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, lambda: daemon.spawn(_reload(daemon)))
+    watch = asyncio.ensure_future(_watch_bus(bus, fatal))
+    bus.add_message_handler(on_message)
+    try:
+        await daemon.connect(bus)
+        api = Api(daemon, bus)
+        api.start()
+        problem = await own_name(bus, BUS_NAME)
+        if problem:
+            log.error("%s", problem)
+            return 1
+        await daemon.start()  # replays the journal: only after we own the name
+        log.info("started (nm-scanguard %s)", __version__)
+        await stop.wait()
+        if lost:
+            log.error("%s; exiting with status 1 so that systemd restarts the service (the "
+                      "restarted daemon restores bgscan from %s)", lost[0], daemon.journal.path)
+            return 1
+        log.info("stopping: restoring bgscan")
+        return 0
+    except (BusError, EOFError, ConnectionError) as e:
+        if not bus.connected:
+            log.error("lost the system bus during start-up (%s); exiting with status 1", e)
+            return 1
+        raise
+    finally:
+        watch.cancel()
+        await daemon.stop()
+        bus.disconnect()
+
+
+async def _watch_bus(bus: MessageBus, fatal: Callable[[str], None]) -> None:
+    try:
+        await bus.wait_for_disconnect()
+        why = "the system bus closed our connection"
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:
+        why = f"lost the system bus connection ({e!r})"
+    fatal(why)
+
+
+async def _reload(daemon: Daemon) -> None:
+    try:
+        await daemon.reload()
+    except ConfigError as e:
+        log.error("%s; keeping the previous settings", e)
+

@@ -1,0 +1,94 @@
+"""What the service says about one interface: the `Devices` entry, defined once.
+
+Each field carries its D-Bus type; the bus API marshals from it, scanguardctl reads with it,
+and a test holds it against the XML's documentation.  Texts that come from users or peers
+(profile names, reasons, errors) are cut to `MAX_TEXT` characters so that no single message
+can grow without bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from .dbuslib import Variant
+
+MAX_TEXT = 256
+
+
+def cut(text: str, limit: int = MAX_TEXT) -> str:
+    """`text` at most `limit` characters long, marked with "…" where it was cut."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _typed(signature: str, default: Any = dataclasses.MISSING) -> Any:
+    if isinstance(default, (dict, list)):
+        return field(default_factory=type(default), metadata={"dbus": signature})
+    return field(default=default, metadata={"dbus": signature})
+
+
+@dataclass
+class DeviceStatus:
+    interface: str = _typed("s")
+    state: str = _typed("s")
+    reason: str = _typed("s", "")
+    since: float = _typed("d", 0.0)
+    rx_bps: float = _typed("d", 0.0)
+    tx_bps: float = _typed("d", 0.0)
+    pps: float = _typed("d", 0.0)
+    signal_dbm: float | None = _typed("i", None)  # absent on the bus when unknown
+    suspended_bgscan: str = _typed("s", "")
+    network: str = _typed("s", "")
+    scans_guarding: int = _typed("u", 0)
+    scans_idle: int = _typed("u", 0)
+    connection_id: str = _typed("s", "")
+    connection_uuid: str = _typed("s", "")
+    error: str = _typed("s", "")
+    settings: dict[str, Any] = _typed("a{sv}", {})
+    settings_sources: dict[str, str] = _typed("a{ss}", {})
+
+    def as_dbus(self) -> dict[str, Variant]:
+        out: dict[str, Variant] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                out[f.name] = _variant(f.metadata["dbus"], value)
+        return out
+
+
+# key -> D-Bus signature, in declaration order
+FIELDS: dict[str, str] = {f.name: f.metadata["dbus"] for f in dataclasses.fields(DeviceStatus)}
+
+
+def _variant(signature: str, value: Any) -> Variant:
+    if signature == "a{sv}":
+        return Variant("a{sv}", {str(k): _setting(v) for k, v in value.items()})
+    if signature == "a{ss}":
+        return Variant("a{ss}", {str(k): cut(str(v)) for k, v in value.items()})
+    if signature in ("i", "u"):
+        return Variant(signature, int(round(value)))
+    if signature == "d":
+        return Variant("d", float(value))
+    return Variant("s", cut(str(value)))
+
+
+def _setting(value: Any) -> Variant:
+    """A settings value: b for yes/no keys, x for whole numbers, d for the others."""
+    if isinstance(value, bool):
+        return Variant("b", value)
+    if isinstance(value, int):
+        return Variant("x", value)
+    if isinstance(value, float):
+        return Variant("d", value)
+    return Variant("s", cut(str(value)))
+
+
+def duration(seconds: float) -> str:
+    """A short human duration: 42s, 3m07s, 2h05m."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
