@@ -87,7 +87,8 @@ async def get_property(bus: MessageBus, destination: str, path: str, interface: 
 async def get_all(bus: MessageBus, destination: str, path: str, interface: str) -> dict[str, Any]:
     (values,) = await call(bus, destination, path, "org.freedesktop.DBus.Properties", "GetAll", "s",
                            [interface])
-    return unwrap(values)
+    result: dict[str, Any] = unwrap(values)
+    return result
 
 
 async def set_property(bus: MessageBus, destination: str, path: str, interface: str, name: str,

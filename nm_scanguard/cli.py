@@ -9,6 +9,7 @@ import logging
 import signal
 import sys
 import time
+from types import ModuleType
 from typing import Any
 
 from . import __version__
@@ -107,7 +108,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
     finally:
         bus.disconnect()
     if args.json:
-        json.dump(status_json(props), sys.stdout, indent=2, sort_keys=True)
+        json.dump(status_json(props), sys.stdout, indent=2, sort_keys=True, ensure_ascii=False)
         print()
         return 0
     devices, holds = props.get("Devices", []), props.get("ActiveHolds", [])
@@ -183,7 +184,9 @@ def _forward(proc: asyncio.subprocess.Process, sig: int) -> None:
 
 # ---- config ----------------------------------------------------------------------------------
 
-def _profiles():
+def _profiles() -> ModuleType:
+    """profiles.py, imported only by the config verbs: libnm through GObject introspection
+    costs ~100 ms and memory that status, hold and monitor do not need."""
     from . import profiles
 
     return profiles
@@ -360,7 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
                "which nmcli cannot write: use `scanguardctl config set`. See scanguardd(8) and "
                "scanguard.conf(5).",
     )
-    p.man_short_description = "look at and control the Wi-Fi scan guard"  # argparse-manpage
+    setattr(p, "man_short_description",  # read by argparse-manpage
+            "look at and control the Wi-Fi scan guard")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="verb", metavar="COMMAND", required=True)
 
@@ -419,8 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(format="scanguardctl: %(levelname)s: %(message)s", level=logging.WARNING)
     try:
         if args.run_async:
-            return asyncio.run(args.func(args))
-        return args.func(args)
+            return int(asyncio.run(args.func(args)))
+        return int(args.func(args))
     except (Failure, ConfigError, ProfileError) as e:
         print(f"scanguardctl: {e}", file=sys.stderr)
         return 1

@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any, Callable, Coroutine
 
-from systemd import daemon as sd_daemon
+import systemd.daemon as sd_daemon
 
 from .bus import BusError, add_match, name_has_owner
 from .config import NAME_CHARS, ProfileWarnings, Settings, apply_profile, load_file, quoted
@@ -113,9 +113,14 @@ class Daemon:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        restore = self._bus is not None and self._bus.connected
+        if not restore and self.journal.entries():
+            log.error("the system bus is gone, so bgscan cannot be restored now; %d suspended "
+                      "bgscan(s) stay in %s and the next start restores them",
+                      len(self.journal.entries()), self.journal.path)
         for ifname, guard in list(self.guards.items()):
             try:
-                await guard.stop()
+                await guard.stop(restore=restore)
             except Exception as e:  # keep restoring the others
                 log.error("%s: could not restore bgscan on stop: %s; it stays in %s and the next "
                           "start restores it", ifname, e, self.journal.path)
@@ -141,9 +146,9 @@ class Daemon:
                 return
             active = {d.ifname: d for d in devices if d.activated and d.ifname}
             for ifname in [i for i in self.guards if i not in active]:
-                guard = self.guards.pop(ifname)
+                gone = self.guards.pop(ifname)
                 log.info("%s: no longer activated in NetworkManager; stop guarding", ifname)
-                await guard.stop()
+                await gone.stop()
             for ifname, dev in active.items():
                 settings = self.settings_for(dev)
                 guard = self.guards.get(ifname)
@@ -196,8 +201,8 @@ class Daemon:
             elif name == WPAS_NAME:
                 log.info("wpa_supplicant %s", "appeared" if new else "left the bus; its networks "
                          "are gone, so is anything we suspended")
-                for guard in self.guards.values():
-                    guard.supplicant_restarted()
+                for each in self.guards.values():
+                    each.supplicant_restarted()
                 self.suspender.forget_all()
                 self.schedule_sync()
         elif msg.interface and msg.interface.startswith(NM_NAME):

@@ -87,8 +87,9 @@ class Guard:
             self._fail(f"{self.ifname}: {e}")
         self._task = asyncio.create_task(self._run(), name=f"guard-{self.ifname}")
 
-    async def stop(self) -> None:
-        """Stop sampling and give back whatever we suspended."""
+    async def stop(self, restore: bool = True) -> None:
+        """Stop sampling and give back whatever we suspended (unless the bus is gone: then
+        the journal keeps it for the next start)."""
         if self._task is not None:
             self._task.cancel()
             try:
@@ -96,8 +97,9 @@ class Guard:
             except asyncio.CancelledError:
                 pass
             self._task = None
-        async with self._busy:
-            await self._release("the guard stopped")
+        if restore:
+            async with self._busy:
+                await self._release("the guard stopped")
 
     def update(self, dev: WifiDevice, settings: Settings) -> None:
         if dev.connection_uuid != self.dev.connection_uuid:

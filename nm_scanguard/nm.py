@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .bus import BusError, call, get_all, get_property
+from .bus import BusError, call, get_all, get_property, unwrap
 from .dbuslib import MessageBus
 
 NAME = "org.freedesktop.NetworkManager"
@@ -68,11 +68,14 @@ class NetworkManager:
         return dev
 
     async def read_profile(self, dev: WifiDevice) -> None:
+        if dev.connection_path is None:
+            return
         (settings,) = await call(self.bus, NAME, dev.connection_path, SETTINGS_CONNECTION, "GetSettings")
+        settings = unwrap(settings)
         connection = settings.get("connection", {})
-        dev.connection_id = _value(connection.get("id", ""))
-        dev.connection_uuid = _value(connection.get("uuid", ""))
-        data = _value(settings.get("user", {}).get("data", {}))
+        dev.connection_id = str(connection.get("id", ""))
+        dev.connection_uuid = str(connection.get("uuid", ""))
+        data = settings.get("user", {}).get("data", {})
         dev.user_data = {str(k): str(v) for k, v in dict(data).items()}
 
     async def wifi_devices(self) -> list[WifiDevice]:
@@ -83,6 +86,3 @@ class NetworkManager:
                 devices.append(dev)
         return devices
 
-
-def _value(v):
-    return getattr(v, "value", v)

@@ -118,9 +118,10 @@ def _commit(conn: Any) -> None:
 
 
 def _explain(e: Any) -> str:
-    text = e.message.strip().splitlines()[-1] if e.message.strip() else str(e)
-    if "PermissionDenied" in e.message or "Insufficient privileges" in e.message or \
-            "not authorized" in e.message.lower():
+    message = str(e.message)
+    text = message.strip().splitlines()[-1] if message.strip() else str(e)
+    if "PermissionDenied" in message or "Insufficient privileges" in message or \
+            "not authorized" in message.lower():
         return (f"{text}. Changing a profile needs NetworkManager's permission "
                 "(org.freedesktop.NetworkManager.settings.modify.*): run with sudo, or from "
                 "the desktop session that owns the profile")

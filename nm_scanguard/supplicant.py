@@ -85,7 +85,7 @@ class Supplicant:
             (path,) = await call(self.bus, NAME, PATH, NAME, "GetInterface", "s", [ifname])
         except BusError as e:
             raise explain(e, f"GetInterface({ifname})") from None
-        return path
+        return str(path)
 
     async def current_network(self, iface_path: str) -> str | None:
         try:

@@ -351,6 +351,25 @@ async def test_kill9_then_restart_restores(bus, link, peers, processes, tmp_path
     await eventually(lambda: "a previous instance left suspended" in q.log(), what="restore logged")
 
 
+async def test_lost_bus_ends_the_process_with_status_1(bus, link, peers, processes, tmp_path,
+                                                       system_bus):
+    """Finding: after the bus went away the daemon stayed alive and useless, so systemd's
+    Restart=on-failure never fired.  Now it exits 1 with a log line; its journal keeps what it
+    suspended, for the restarted instance (see test_kill9_then_restart_restores)."""
+    await peers.setup()
+    p = processes(tmp_path)
+    link.send(mbit=8)
+    await eventually(lambda: suspended(bus, peers.net), timeout=15, what="engaged")
+    system_bus.process.kill()
+    start = asyncio.get_running_loop().time()
+    rc = await asyncio.get_running_loop().run_in_executor(None, p.process.wait, 15)
+    record("bus lost -> process exited", asyncio.get_running_loop().time() - start)
+    assert rc == 1, p.log()
+    assert "exiting with status 1 so that systemd restarts the service" in p.log()
+    entries = json.loads((tmp_path / "state" / "suspended.json").read_text())
+    assert entries == {peers.net: {"ifname": link.ifname, "bgscan": ORIGINAL}}
+
+
 async def test_status_line_reaches_systemd(bus, link, peers, processes, tmp_path):
     await peers.setup()
     sock_path = str(tmp_path / "notify")
