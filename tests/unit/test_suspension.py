@@ -11,7 +11,7 @@ import pytest
 from nm_scanguard.bus import BusError
 from nm_scanguard.dbuslib import Message, MessageType, Variant
 from nm_scanguard.journal import Journal, JournalEntry
-from nm_scanguard.supplicant import NAME, ObjectGone, Supplicant, SupplicantError, explain
+from nm_scanguard.supplicant import NAME, Supplicant, SupplicantError, explain
 from nm_scanguard.suspension import (
     ALREADY_OFF, NO_BGSCAN_KEY, NO_NETWORK, NothingToSuspend, Suspended, Suspender,
     UncertainOutcome, is_not_running, is_uncertain,

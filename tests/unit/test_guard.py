@@ -1,0 +1,223 @@
+"""Guard with fakes: counters, wpa_supplicant and a listener injected; a real Suspender and
+journal.  No bus, no daemon: the guard's decisions and what it does with them, sample by sample."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nm_scanguard import policy as P
+from nm_scanguard.config import Settings
+from nm_scanguard.guard import Guard
+from nm_scanguard.journal import Journal
+from nm_scanguard.nm import WifiDevice
+from nm_scanguard.rates import Counters
+from nm_scanguard.suspension import ALREADY_OFF, Suspender
+from tests.unit.test_suspension import IFACE0, NET0, NM_BGSCAN, FakeSupplicant
+
+ACCESS_DENIED = "org.freedesktop.DBus.Error.AccessDenied"
+SETTINGS = Settings(threshold_mbit=1.0, threshold_pps=0, engage_after=2, release_below_mbit=0.5,
+                    release_after=2.0, sample_interval=1.0, signal_floor_dbm=-75.0,
+                    signal_hysteresis_db=5.0, signal_poll_interval=0.5)
+
+
+class FakeCounters:
+    """An interface's counters, advanced by the test: `traffic(mbit)` adds one second of it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.bytes = 0
+        self.packets = 0
+        self.gone = False
+
+    def traffic(self, mbit: float) -> None:
+        self.now += 1.0
+        self.bytes += int(mbit * 1e6 / 8)
+        self.packets += int(mbit * 100)
+
+    def read(self, ifname: str) -> Counters | None:
+        if self.gone:
+            return None
+        return Counters(time=self.now, rx_bytes=self.bytes, tx_bytes=0, rx_packets=self.packets,
+                        tx_packets=0)
+
+
+class FakeView(FakeSupplicant):
+    """wpa_supplicant as a Guard sees it: also the signal."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rssi: int | None = -50
+
+    async def signal(self, iface_path: str) -> int | None:
+        return self.rssi
+
+
+class Listener:
+    def __init__(self) -> None:
+        self.states: list[tuple[str, str]] = []
+        self.changes = 0
+
+    def guard_state_changed(self, guard: Guard, state: str, reason: str) -> None:
+        self.states.append((state, reason))
+
+    def guard_changed(self, guard: Guard) -> None:
+        self.changes += 1
+
+
+@pytest.fixture
+def parts(tmp_path) -> dict[str, Any]:
+    sup = FakeView()
+    journal = Journal(str(tmp_path))
+    return {"sup": sup, "journal": journal, "counters": FakeCounters(), "listener": Listener(),
+            "suspender": Suspender(sup, journal)}
+
+
+@pytest.fixture
+async def guard(parts) -> Guard:
+    dev = WifiDevice(path="/org/freedesktop/NetworkManager/Devices/1", ifname="wlan0", state=100,
+                     connection_id="Café ☕", connection_uuid="u-1")
+    g = Guard(dev, SETTINGS, counters=parts["counters"], supplicant=parts["sup"],
+              suspender=parts["suspender"], listener=parts["listener"])
+    await g._iface()
+    return g
+
+
+async def run(guard: Guard, counters: FakeCounters, mbit: float, seconds: int) -> None:
+    for _ in range(seconds):
+        counters.traffic(mbit)
+        await guard.step()
+
+
+async def test_busy_link_suspends_and_quiet_link_restores(guard, parts):
+    sup, counters, listener = parts["sup"], parts["counters"], parts["listener"]
+    await guard.step()  # the first reading is only a baseline
+    await run(guard, counters, 8, 1)
+    assert not guard.engaged and sup.networks[NET0]["bgscan"] == NM_BGSCAN  # engage_after 2
+    await run(guard, counters, 8, 1)
+    assert guard.engaged and guard.state == P.GUARDING
+    assert sup.networks[NET0]["bgscan"] == ""
+    assert parts["journal"].get(NET0).bgscan == NM_BGSCAN  # on disk before the Set
+    assert listener.states[-1][0] == P.GUARDING
+    status = guard.status()
+    assert status.suspended_bgscan == NM_BGSCAN and status.network == NET0
+    assert status.connection_id == "Café ☕" and status.rx_bps == pytest.approx(8e6)
+
+    await run(guard, counters, 0, 2)  # release_after 2 s of quiet
+    assert not guard.engaged and guard.state == P.IDLE
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN
+    assert parts["journal"].entries() == {}
+    assert [s for s, _ in listener.states] == [P.GUARDING, P.IDLE]
+
+
+async def test_a_hold_suspends_an_idle_link_and_its_end_restores(guard, parts):
+    guard.hold_changed(True)
+    assert await guard.kick()
+    assert guard.state == P.HELD and parts["sup"].networks[NET0]["bgscan"] == ""
+    guard.hold_changed(False)
+    assert await guard.kick()
+    assert guard.state == P.IDLE and parts["sup"].networks[NET0]["bgscan"] == NM_BGSCAN
+
+
+async def test_a_fading_signal_releases_so_wpa_supplicant_can_roam(guard, parts):
+    sup, counters = parts["sup"], parts["counters"]
+    await guard.step()
+    await run(guard, counters, 8, 2)
+    assert guard.engaged
+    sup.rssi = -80
+    guard.policy._last_poll = None  # the next sample polls (the poll interval is wall-clock)
+    await run(guard, counters, 8, 1)
+    assert guard.state == P.WEAK and not guard.engaged
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN
+    assert "bgscan left on so it can roam" in guard.status_line()
+    sup.rssi = -60  # back above floor + hysteresis
+    guard.policy._last_poll = None
+    await run(guard, counters, 8, 1)
+    assert guard.state == P.GUARDING and guard.engaged
+
+
+async def test_a_network_without_bgscan_is_reported_not_touched(guard, parts):
+    sup = parts["sup"]
+    sup.networks[NET0] = {}
+    guard.hold_changed(True)
+    await guard.kick()
+    assert guard.state == P.NO_BGSCAN and "no bgscan" in guard.reason
+    assert sup.sets() == []
+    sup.networks[NET0] = {"bgscan": ""}  # off by someone else, and not in our journal
+    guard.no_bgscan = None
+    await guard.kick()
+    assert guard.no_bgscan == ALREADY_OFF and sup.sets() == []
+
+
+async def test_a_refusal_is_reported_and_the_next_sample_tries_again(guard, parts):
+    sup = parts["sup"]
+    sup.set_errors = [ACCESS_DENIED]
+    guard.hold_changed(True)
+    assert not await guard.kick()
+    assert not guard.engaged and "refused" in guard.status().error
+    assert parts["journal"].entries() == {}  # a definite refusal leaves nothing to restore
+    assert await guard.kick()
+    assert guard.engaged and sup.networks[NET0]["bgscan"] == ""
+
+
+async def test_a_late_reply_still_gets_restored(guard, parts):
+    sup = parts["sup"]
+    sup.set_errors, sup.late = ["org.freedesktop.DBus.Error.Timeout"], True
+    guard.hold_changed(True)
+    await guard.kick()
+    assert guard.engaged and sup.networks[NET0]["bgscan"] == ""
+    guard.hold_changed(False)
+    await guard.kick()
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and parts["journal"].entries() == {}
+
+
+async def test_a_removed_network_is_forgotten_and_the_new_one_guarded(guard, parts):
+    sup = parts["sup"]
+    guard.hold_changed(True)
+    await guard.kick()
+    # NM re-activates: removes the network and adds a fresh one at the same path, NM's bgscan
+    sup.networks[NET0] = {"bgscan": NM_BGSCAN}
+    await guard.network_removed(NET0)
+    assert guard.engaged and sup.networks[NET0]["bgscan"] == ""
+    assert parts["journal"].get(NET0).bgscan == NM_BGSCAN
+
+
+async def test_stop_restores_unless_the_bus_is_gone(guard, parts):
+    sup = parts["sup"]
+    guard.hold_changed(True)
+    await guard.kick()
+    await guard.stop(restore=False)
+    assert sup.networks[NET0]["bgscan"] == "" and parts["journal"].get(NET0) is not None
+    await guard.stop()
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and parts["journal"].entries() == {}
+
+
+async def test_scans_are_counted_by_whether_bgscan_was_suspended(guard, parts):
+    guard.count_scan()
+    guard.hold_changed(True)
+    await guard.kick()
+    guard.count_scan()
+    guard.count_scan()
+    assert (guard.scans_idle, guard.scans_guarding) == (1, 2)
+    assert "2 scans it could not stop" in guard.status_line()
+
+
+async def test_a_vanished_interface_is_reported_once(guard, parts, caplog):
+    parts["counters"].gone = True
+    await guard.step()
+    await guard.step()
+    assert "interface has vanished" in guard.status().error
+    assert caplog.text.count("interface has vanished") == 1
+    parts["counters"].gone = False
+    await guard.step()
+    await guard.step()
+    assert guard.status().error == ""
+
+
+async def test_the_interface_is_looked_up_once(guard, parts):
+    guard.hold_changed(True)
+    await guard.kick()
+    await guard.kick()
+    assert [c for c in parts["sup"].calls if c[0] == "interface"] == [("interface", "wlan0")]
+    assert guard.iface_path == IFACE0
