@@ -6,8 +6,10 @@ the crash journal (through the Suspender) and the status line systemd shows.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import tempfile
 import time
 from typing import Any, Callable, Coroutine
 
@@ -29,6 +31,8 @@ from .suspension import Suspender
 log = logging.getLogger("scanguard")
 
 STATUS_EVERY = 5.0  # seconds between STATUS= updates while only the figures change
+JOURNAL_RETRY_FIRST = 2.0  # seconds before a journal entry that could not be restored is retried
+JOURNAL_RETRY_MAX = 60.0
 
 MATCH_RULES = (
     "type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged',arg0='%s'" % NM_NAME,
@@ -44,6 +48,68 @@ MATCH_RULES = (
 )
 
 
+DEFER_FILE = "defer-scans"  # read by systemd/nm-scanguard-defer-scans for the polkit rule
+
+
+def _start_time() -> str:
+    """This process's start time in clock ticks since boot (/proc/self/stat field 22): with
+    the pid, it names this process and no later one that reuses the pid."""
+    with open("/proc/self/stat", encoding="ascii", errors="replace") as f:
+        return f.read().rsplit(")", 1)[1].split()[19]
+
+
+class ScanDeferral:
+    """Publishes whether other programs' Wi-Fi scan requests should be refused now.
+
+    The shipped polkit rule cannot ask us over the bus (duktape rules cannot) and must answer
+    fast, so its helper reads one small world-readable file: "defer PID STARTTIME" while any
+    interface defers, absent otherwise.  The file lives in /run/scanguard, which survives a
+    restart; so that a crashed or killed daemon cannot leave "defer" behind, it names this
+    process and the helper checks that the process still runs (same pid, same start time).
+    Written atomically (rename), so the helper never reads half a line."""
+
+    def __init__(self, state_dir: str) -> None:
+        self.path = os.path.join(state_dir, DEFER_FILE)
+        self.active: bool | None = None  # None: unknown, write at the next set()
+        self._problem: str | None = None
+
+    def set(self, defer: bool) -> None:
+        if defer == self.active:
+            return
+        try:
+            if defer:
+                self._write(f"defer {os.getpid()} {_start_time()}\n")
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.path)
+        except OSError as e:
+            problem = f"{self.path}: cannot {'write' if defer else 'remove'} ({e.strerror or e})"
+            if problem != self._problem:
+                log.warning("%s; other programs' Wi-Fi scans are %s meanwhile; check that "
+                            "the directory exists and belongs to the service user", problem,
+                            "not deferred" if defer else "still refused while it names this process")
+                self._problem = problem
+            self.active = None  # try again on the next change
+            return
+        self._problem = None
+        if defer != bool(self.active):
+            log.debug("client Wi-Fi scan requests are %s", "deferred" if defer else "allowed again")
+        self.active = defer
+
+    def _write(self, text: str) -> None:
+        directory = os.path.dirname(self.path)
+        fd, tmp = tempfile.mkstemp(prefix=".defer-scans.", suffix=".tmp", dir=directory)
+        try:
+            os.fchmod(fd, 0o644)  # polkitd's helper runs as user polkitd
+            with os.fdopen(fd, "w", encoding="ascii") as f:
+                f.write(text)
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+
 class Daemon:
     def __init__(self, settings: Settings, config_path: str | None, state_dir: str) -> None:
         self.settings = settings
@@ -53,6 +119,7 @@ class Daemon:
         self.holds = Holds()
         self.holds.add_listener(self._holds_changed)
         self.guards: dict[str, Guard] = {}
+        self.deferral = ScanDeferral(state_dir)
         # Listeners for the bus API: (interface, state, reason) and "something changed".
         self.on_state_changed: list[Callable[[str, str, str], None]] = []
         self.on_changed: list[Callable[[], None]] = []
@@ -62,6 +129,7 @@ class Daemon:
         self._suspender: Suspender | None = None
         self._profile_warnings = ProfileWarnings()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._retry: asyncio.Task[None] | None = None
         self._sync_lock = asyncio.Lock()
         self._sync_pending = False
         self._status_sent = ("", 0.0)
@@ -103,12 +171,39 @@ class Daemon:
     async def start(self) -> None:
         """Restore what a previous instance left, then guard.  The caller owns the bus name
         first, so that a second instance never touches the journal of a running one."""
-        running = await name_has_owner(self.bus, WPAS_NAME)
-        await self.suspender.restore_journal(running=running)
+        self.deferral.set(False)  # whatever a previous instance left says nothing about now
+        await self.restore_journal()
         await self.sync()
+
+    async def restore_journal(self) -> None:
+        """Replay the journal; entries that could not be restored (wpa_supplicant refused or did
+        not answer) are tried again with a growing pause, until none is left."""
+        kept = await self._replay()
+        if kept and self._retry is None:
+            self._retry = self.spawn(self._retry_journal())
+
+    async def _replay(self) -> int:
+        owned = {g.suspended.network for g in self.guards.values() if g.suspended is not None}
+        running = await name_has_owner(self.bus, WPAS_NAME)
+        return await self.suspender.restore_journal(running=running, skip=owned)
+
+    async def _retry_journal(self) -> None:
+        try:
+            delay = JOURNAL_RETRY_FIRST
+            while True:
+                await asyncio.sleep(delay)
+                try:
+                    if not await self._replay():
+                        return
+                except BusError as e:
+                    log.warning("cannot replay the crash journal yet (%s); trying again", e)
+                delay = min(delay * 2, JOURNAL_RETRY_MAX)
+        finally:
+            self._retry = None
 
     async def stop(self) -> None:
         """Restore every bgscan we suspended.  Called on SIGTERM/SIGINT and on any fatal error."""
+        self.deferral.set(False)
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -251,6 +346,7 @@ class Daemon:
     # ---- what the guards report (GuardListener) --------------------------------------------
 
     def guard_state_changed(self, guard: Guard, state: str, reason: str) -> None:
+        self._update_deferral()
         for cb in self.on_state_changed:
             cb(guard.ifname, state, reason)
         self._send_status(force=True)
@@ -259,9 +355,24 @@ class Daemon:
         self._changed(force=False)
 
     def _changed(self, force: bool) -> None:
+        self._update_deferral()
         for cb in self.on_changed:
             cb()
         self._send_status(force=force)
+
+    # ---- other programs' scan requests (the polkit rule) ----------------------------------
+
+    def _update_deferral(self) -> None:
+        self.deferral.set(any(g.deferring for g in self.guards.values()))
+
+    def scan_request_deferred(self, who: str) -> int:
+        """The polkit rule refused a NetworkManager scan request (its helper told the bus API).
+        polkit does not say for which device, so each deferring interface counts it.  Returns
+        how many interfaces counted it (0: we no longer defer, e.g. it arrived late)."""
+        deferring = [g for g in self.guards.values() if g.deferring]
+        for guard in deferring:
+            guard.count_deferred_request(who)
+        return len(deferring)
 
     # ---- status ---------------------------------------------------------------------------
 

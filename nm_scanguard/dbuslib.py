@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import os
 from types import ModuleType
+from typing import Any
 
 PROBE = "é"  # two bytes in UTF-8: a correct marshaller writes length 2
 KNOWN = ("dbus_fast", "dbus_next")
@@ -70,7 +71,49 @@ LIBRARY, _lib, SKIPPED = _choose()
 _aio = importlib.import_module(LIBRARY + ".aio")
 _introspection = importlib.import_module(LIBRARY + ".introspection")
 
-MessageBus = _aio.MessageBus
+
+class _EagainSafeSocket:
+    """The bus socket as dbus-next 0.2.3's writer needs it.  Its write_callback sends queued
+    messages in a loop on the non-blocking socket; a partial send makes it wait for the socket
+    to be writable, but when the buffer is full exactly at a message boundary `send` raises
+    BlockingIOError (EAGAIN) and the writer treats that as fatal: the connection is finalised
+    and the daemon stops answering (found by the fault-injection suite under a hold flood).
+    Reporting 0 bytes sent instead makes the writer wait for the socket, as it does for a
+    partial send."""
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+
+    def send(self, data: Any, *args: Any) -> int:
+        try:
+            return int(self._sock.send(data, *args))
+        except BlockingIOError:
+            return 0
+
+    def sendmsg(self, *args: Any) -> int:
+        try:
+            return int(self._sock.sendmsg(*args))
+        except BlockingIOError:
+            return 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+class MessageBus(_aio.MessageBus):  # type: ignore[misc,name-defined]
+    """The library's asyncio MessageBus, with its writer made safe against EAGAIN."""
+
+    async def connect(self) -> "MessageBus":
+        bus = await super().connect()
+        writer = getattr(self, "_writer", None)
+        if writer is not None and not isinstance(getattr(writer, "sock", None), _EagainSafeSocket):
+            try:
+                writer.sock = _EagainSafeSocket(writer.sock)
+            except (AttributeError, TypeError):  # a compiled writer with a typed slot: its own code
+                pass
+        return bus  # type: ignore[no-any-return]
+
+
 BusType = _lib.BusType
 Message = _lib.Message
 MessageType = _lib.MessageType

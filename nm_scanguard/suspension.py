@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Protocol
+from typing import Awaitable, Callable, Collection, Protocol
 
 from .ifname import valid_ifname
 from .journal import Journal, valid_bgscan, valid_network_path
@@ -187,7 +187,7 @@ class Suspender:
                         self.journal.path, e)
 
     async def restore_journal(self, known: Callable[[str], Awaitable[str | None]] | None = None,
-                              *, running: bool = True) -> None:
+                              *, running: bool = True, skip: Collection[str] = ()) -> int:
         """Restore what a previous instance left suspended, with one journal write.
 
         `known(ifname)` gives wpa_supplicant's object path for an interface, or None if it does
@@ -195,8 +195,9 @@ class Suspender:
         path under that interface; others are forged or stale (wpa_supplicant restarted and
         numbered its objects anew) and dropped.  With `running=False`, or when the bus says no
         wpa_supplicant is there, every entry is dropped: its networks are gone with it.  Other
-        failures keep the entry for the next start."""
-        entries = self.journal.load()
+        failures keep the entry for a later try; the number of those is returned.  Entries of
+        networks in `skip` (suspended by a running guard) are left alone."""
+        entries = {net: e for net, e in self.journal.load().items() if net not in skip}
         lookup = known if known is not None else self._interface
         paths: dict[str, str | None] = {}
         failed: dict[str, SupplicantError] = {}  # ifname -> why its interface is unknown
@@ -207,7 +208,7 @@ class Suspender:
                     log.info("wpa_supplicant is not running: the %d network(s) a previous "
                              "instance changed are gone with it; nothing to restore", len(entries))
                     self.journal.forget_many(entries)
-                    return
+                    return 0
                 for net, entry in entries.items():
                     ifname = entry.ifname
                     if ifname not in paths and ifname not in failed:
@@ -219,7 +220,7 @@ class Suspender:
                                          "previous instance changed are gone with it; nothing "
                                          "to restore", e)
                                 self.journal.forget_many(entries)
-                                return
+                                return 0
                             failed[ifname] = e
                     if ifname in failed:
                         log.error("%s: cannot restore bgscan \"%s\" on %s left suspended by a "
@@ -249,7 +250,7 @@ class Suspender:
                             log.info("wpa_supplicant left while restoring (%s): the networks a "
                                      "previous instance changed are gone with it", e)
                             self.journal.forget_many(entries)
-                            return
+                            return 0
                         log.error("%s: cannot restore bgscan \"%s\" on %s left suspended by a "
                                   "previous instance: %s; it stays in %s for the next start",
                                   ifname, entry.bgscan, net, e, self.journal.path)
@@ -264,6 +265,7 @@ class Suspender:
         if entries:
             log.info("crash journal replayed: %d restored, %d dropped, %d kept for a later try",
                      restored, dropped, kept)
+        return kept
 
     async def _interface(self, ifname: str) -> str | None:
         try:
