@@ -90,12 +90,34 @@ Mock control methods (interface ``org.freedesktop.DBus.Mock`` on /fi/w1/wpa_supp
     data is in dbusmock's call log: ``GetMethodCalls("Set")`` on the network object's path
     returns ``(timestamp, [interface, property, value])`` rows; ``ClearCalls()`` resets it.
 
+``SetSetDelay(u ms)``
+    From now on, ``Properties`` Set on a *network* is carried out at once but answered (reply
+    or error) only *ms* milliseconds later: a slow wpa_supplicant, or with *ms* beyond the
+    caller's timeout, a late reply to a call that did take effect.  0 restores prompt replies.
+``SetHang(b hang)``
+    While true, ``Properties`` Get, GetAll and Set on every wpa_supplicant object are neither
+    carried out nor answered: they wait in arrival order.  ``SetHang(false)`` carries them out
+    and answers them then, like a process that was stuck (in a driver call) catching up: a
+    Set the caller has long given up on still takes effect.  The delay of ``SetSetDelay``
+    applies to those Sets too.
+``SetFailNext(s error_name, u count)``
+    The next *count* calls of the kind a client such as nm-scanguard makes (``Properties``
+    Get/GetAll/Set on any wpa_supplicant object, ``GetInterface``, ``SignalPoll``) fail with
+    *error_name* and a text saying the failure was injected, without doing anything.  The
+    calls NetworkManager makes (AddNetwork, RemoveNetwork, SelectNetwork, CreateInterface...)
+    are not counted.  A count of 0 clears what is left.
+``GetFaults() -> a{sv}``
+    What the three controls above are set to now: ``set_delay_ms`` (u), ``hang`` (b),
+    ``hung_calls`` (u, calls waiting), ``fail_error`` (s), ``fail_left`` (u).
+
 Removing networks and interfaces goes through the normal API (``RemoveNetwork`` on the
 interface, ``RemoveInterface``), as NetworkManager does.  To simulate a wpa_supplicant restart,
 stop the mock process and start a new one (the name owner changes).
 """
 
+import functools
 import os
+import time
 
 import dbus
 from gi.repository import GLib
@@ -525,6 +547,11 @@ def load(mock, parameters):
     mock.wpa_next_iface = 0
     mock.AddProperties(MAIN_IFACE, {"Interfaces": dbus.Array([], signature="o")})
     _install_properties(mock)
+    mock.wpa_set_delay_ms = 0
+    mock.wpa_hang = False
+    mock.wpa_hung = []  # (connection, message) waiting for SetHang(false)
+    mock.wpa_fail = ("", 0)  # (error name, calls left to fail)
+    mock.connection.add_message_filter(functools.partial(_fault_filter, mock))
 
 
 @dbus.service.method(MAIN_IFACE, in_signature="s", out_signature="o")
@@ -610,3 +637,115 @@ def GetPropertiesSets(self, net_path):
     if net is None or net.interface != NETWORK_IFACE:
         raise _error(ERR_NETWORK_UNKNOWN, "There is no such a network in this interface.")
     return dbus.Array(net.wpa_sets, signature="a{sv}")
+
+
+# --- injected faults: slow, stuck and failing calls (SetSetDelay, SetHang, SetFailNext) ---
+#
+# dbus-python answers a method as soon as it returns, so delaying or withholding a reply needs
+# the message itself: a filter on the connection sees every call before the objects do, and
+# answers the ones a fault applies to by hand.
+
+# The calls a client like nm-scanguard makes; SetFailNext counts only these.
+_CLIENT_CALLS = {(PROPS_IFACE, "Get"), (PROPS_IFACE, "GetAll"), (PROPS_IFACE, "Set"),
+                 (MAIN_IFACE, "GetInterface"), (INTERFACE_IFACE, "SignalPoll")}
+_NOT_OURS = dbus.lowlevel.HANDLER_RESULT_NOT_YET_HANDLED
+_PROPERTIES_CALLS = {(PROPS_IFACE, "Get"), (PROPS_IFACE, "GetAll"), (PROPS_IFACE, "Set")}
+
+
+def _fault_filter(mock, connection, message):
+    """Answer the calls an injected fault applies to; let every other message through."""
+    if not isinstance(message, dbus.lowlevel.MethodCallMessage):
+        return _NOT_OURS
+    path = message.get_path() or ""
+    if path != MAIN_OBJ and not path.startswith(MAIN_OBJ + "/"):
+        return _NOT_OURS
+    call = (message.get_interface(), message.get_member())
+    error, left = mock.wpa_fail
+    if left > 0 and call in _CLIENT_CALLS:
+        mock.wpa_fail = (error, left - 1)
+        mock.log(f"injected failure {error} for {path} {call[0]}.{call[1]} ({left - 1} left)")
+        connection.send_message(dbus.lowlevel.ErrorMessage(
+            message, error, f"failure injected by the wpa_supplicant mock (SetFailNext) "
+            f"into {call[1]}"))
+        return dbus.lowlevel.HANDLER_RESULT_HANDLED
+    if call not in _PROPERTIES_CALLS:
+        return _NOT_OURS
+    if mock.wpa_hang:
+        mock.wpa_hung.append((connection, message))
+        mock.log(f"hanging {path} {call[0]}.{call[1]} ({len(mock.wpa_hung)} waiting)")
+        return dbus.lowlevel.HANDLER_RESULT_HANDLED
+    if mock.wpa_set_delay_ms and call[1] == "Set" and _is_network(path):
+        _carry_out(mock, connection, message)
+        return dbus.lowlevel.HANDLER_RESULT_HANDLED
+    return _NOT_OURS
+
+
+def _is_network(path):
+    obj = dbusmock.mockobject.objects.get(path)
+    return obj is not None and obj.interface == NETWORK_IFACE
+
+
+def _carry_out(mock, connection, message):
+    """Do what a Properties call asks, as the object would, and answer it (later for a Set on a
+    network while SetSetDelay is on)."""
+    path, member = message.get_path(), message.get_member()
+    args = message.get_args_list()
+    obj = dbusmock.mockobject.objects.get(path)
+    try:
+        if obj is None:
+            raise _error("org.freedesktop.DBus.Error.UnknownMethod",
+                         f"No such interface 'org.freedesktop.DBus.Properties' at object path '{path}'")
+        obj.log(f"{member}{tuple(args)!r}")
+        obj.call_log.append((int(time.time()), member, args))
+        if member == "Get":
+            reply = dbus.lowlevel.MethodReturnMessage(message)
+            reply.append(_props_get(obj, *args), signature="v")
+        elif member == "GetAll":
+            reply = dbus.lowlevel.MethodReturnMessage(message)
+            reply.append(_props_get_all(obj, *args), signature="a{sv}")
+        else:
+            _props_set(obj, *args)
+            reply = dbus.lowlevel.MethodReturnMessage(message)
+    except dbus.exceptions.DBusException as e:
+        reply = dbus.lowlevel.ErrorMessage(message, e.get_dbus_name() or ERR_FAILED,
+                                           e.get_dbus_message())
+    except (TypeError, ValueError) as e:  # wrong argument count or types
+        reply = dbus.lowlevel.ErrorMessage(message, ERR_INVALID_ARGS, str(e))
+    delay = mock.wpa_set_delay_ms if member == "Set" and obj is not None \
+        and obj.interface == NETWORK_IFACE else 0
+    if delay:
+        mock.log(f"answering {member} on {path} in {delay} ms")
+        _later(delay, connection.send_message, reply)
+    else:
+        connection.send_message(reply)
+
+
+@dbus.service.method(MOCK_IFACE, in_signature="u", out_signature="")
+def SetSetDelay(self, ms):
+    self.wpa_set_delay_ms = int(ms)
+
+
+@dbus.service.method(MOCK_IFACE, in_signature="b", out_signature="")
+def SetHang(self, hang):
+    self.wpa_hang = bool(hang)
+    if not self.wpa_hang:
+        waiting, self.wpa_hung = self.wpa_hung, []
+        for connection, message in waiting:
+            _carry_out(self, connection, message)
+
+
+@dbus.service.method(MOCK_IFACE, in_signature="su", out_signature="")
+def SetFailNext(self, error_name, count):
+    if count and not error_name:
+        raise _error(ERR_INVALID_ARGS, "SetFailNext needs an error name, e.g. "
+                     "org.freedesktop.DBus.Error.Failed")
+    self.wpa_fail = (str(error_name), int(count))
+
+
+@dbus.service.method(MOCK_IFACE, in_signature="", out_signature="a{sv}")
+def GetFaults(self):
+    return dbus.Dictionary({
+        "set_delay_ms": dbus.UInt32(self.wpa_set_delay_ms), "hang": dbus.Boolean(self.wpa_hang),
+        "hung_calls": dbus.UInt32(len(self.wpa_hung)), "fail_error": dbus.String(self.wpa_fail[0]),
+        "fail_left": dbus.UInt32(self.wpa_fail[1]),
+    }, signature="sv")
