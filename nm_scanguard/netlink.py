@@ -28,6 +28,10 @@ class LinkCounters:
 
     def read(self, ifname: str) -> Counters | None:
         """Counters of `ifname`, or None if the interface does not exist (any more)."""
+        size = len(ifname.encode("utf-8", "surrogatepass"))
+        if not 1 <= size <= 15 or "\0" in ifname:
+            raise ValueError(f"{ifname!r} is not an interface name Linux can have "
+                             "(1 to 15 bytes, no NUL)")
         try:
             msg = self._socket().link("get", ifname=ifname)[0]
         except NetlinkError as e:
