@@ -10,7 +10,8 @@ export CACHE
 DEPS_RUNTIME = python3-dbus-fast python3-dbus-next python3-pyroute2 python3-gi gir1.2-nm-1.0 \
                python3-systemd
 DEPS_TEST    = $(DEPS_RUNTIME) python3-pytest python3-pytest-asyncio python3-dbusmock \
-               dbus dbus-daemon wpasupplicant iproute2 iputils-ping systemd
+               python3-hypothesis mypy python3-venv dbus dbus-daemon wpasupplicant iproute2 \
+               iputils-ping procps util-linux systemd
 DEPS_LAB     = $(DEPS_TEST) qemu-system-x86 busybox network-manager hostapd iw tshark \
                wireless-regdb kmod udev iperf3 python3-matplotlib
 DEPS_DEB     = $(DEPS_RUNTIME) debhelper dh-python pybuild-plugin-pyproject python3-setuptools \
@@ -20,8 +21,21 @@ DEPS_DEB     = $(DEPS_RUNTIME) debhelper dh-python pybuild-plugin-pyproject pyth
 DEB_PATH     = /usr/sbin:/usr/bin:/sbin:/bin
 
 DBUS_TESTS = tests/dbus tests/api tests/policy
+# The linter comes from PyPI, pinned, in a virtualenv under $(CACHE); mypy is Debian's.
+RUFF_VERSION = 0.17.5
+RUFF         = $(CACHE)/ruff-$(RUFF_VERSION)/bin/ruff
+# Which D-Bus library a run really uses: one that marshals non-ASCII wrongly is skipped.
+SHOW_LIB     = $(PYTHON) -c 'import nm_scanguard.dbuslib as d; print("    D-Bus library in use:", d.LIBRARY, *("(skipped: " + s + ")" for s in d.SKIPPED))'
 
-.PHONY: all test demo bench deb deps-test deps-lab deps-deb unit dbus contract lab package clean
+# $(call step,NAME,COMMANDS): print the step's name, run it, print how long it took.
+define step
+	@echo "==> [$$(date +%H:%M:%S)] $(1)"; start=$$(date +%s); \
+	( $(2) ); rc=$$?; \
+	echo "<== $(1): $$(( $$(date +%s) - start )) s$$( [ $$rc -eq 0 ] || echo ", FAILED (exit $$rc)")"; \
+	exit $$rc
+endef
+
+.PHONY: all test lint demo bench deb deps-test deps-lab deps-deb unit dbus fault contract lab package clean
 
 all:
 	@echo "Use 'make demo' (the Wi-Fi lab, guard off vs on) or 'make test' (every test)."
@@ -43,24 +57,36 @@ deps-deb:
 	$(call apt_install,$(DEPS_DEB))
 
 test: deps-test deps-lab deps-deb
-	@echo "==> [1/6] unit tests (policy, config, rates)"
-	$(PYTEST) -q tests/unit
-	@echo "==> [2/6] D-Bus tests on a private bus: daemon, API, policy (dbus-fast)"
-	SCANGUARD_DBUS_LIB=dbus_fast $(PYTEST) -v $(DBUS_TESTS)
-	@echo "==> [3/6] the same with dbus-next"
-	SCANGUARD_DBUS_LIB=dbus_next $(PYTEST) -v $(DBUS_TESTS)
-	@echo "==> [4/6] contract tests against the real wpa_supplicant (dbus-fast, dbus-next)"
-	SCANGUARD_DBUS_LIB=dbus_fast $(PYTEST) -v tests/contract
-	SCANGUARD_DBUS_LIB=dbus_next $(PYTEST) -q tests/contract
-	@echo "==> [5/6] package: build, lintian, hardening"
-	$(PYTEST) -v tests/package
-	@echo "==> [6/6] the virtual Wi-Fi lab (QEMU, mac80211_hwsim, NetworkManager)"
-	$(PYTEST) -v -s tests/lab
+	$(call step,1/9 lint: mypy --strict and ruff,$(MAKE) -s lint)
+	$(call step,2/9 unit tests (policy, config, holds, journal, rates),$(PYTEST) -q tests/unit)
+	$(call step,3/9 D-Bus tests on a private bus: daemon and API (SCANGUARD_DBUS_LIB=dbus_fast),\
+	  SCANGUARD_DBUS_LIB=dbus_fast $(SHOW_LIB) && SCANGUARD_DBUS_LIB=dbus_fast $(PYTEST) -v $(DBUS_TESTS))
+	$(call step,4/9 the same with dbus-next,\
+	  SCANGUARD_DBUS_LIB=dbus_next $(SHOW_LIB) && SCANGUARD_DBUS_LIB=dbus_next $(PYTEST) -v $(DBUS_TESTS))
+	$(call step,5/9 fault injection (Hypothesis) with each D-Bus library,\
+	  SCANGUARD_DBUS_LIB=dbus_fast $(PYTEST) -v -s tests/fault && \
+	  SCANGUARD_DBUS_LIB=dbus_next $(PYTEST) -v -s tests/fault)
+	$(call step,6/9 contract tests against the real wpa_supplicant (dbus-fast; dbus-next),\
+	  SCANGUARD_DBUS_LIB=dbus_fast $(PYTEST) -v tests/contract && \
+	  SCANGUARD_DBUS_LIB=dbus_next $(PYTEST) -q tests/contract)
+	$(call step,7/9 package: build; lintian; hardening,$(PYTEST) -v tests/package)
+	$(call step,8/9 the virtual Wi-Fi lab (QEMU; mac80211_hwsim; NetworkManager),$(PYTEST) -v -s tests/lab)
+	@echo "==> [$$(date +%H:%M:%S)] 9/9 done: every step passed"
+
+$(RUFF):
+	$(PYTHON) -m venv $(CACHE)/ruff-$(RUFF_VERSION)
+	$(CACHE)/ruff-$(RUFF_VERSION)/bin/pip install -q --disable-pip-version-check ruff==$(RUFF_VERSION)
+
+lint: deps-test $(RUFF)
+	$(PYTHON) -m mypy nm_scanguard
+	$(RUFF) check --no-cache nm_scanguard tests
 
 unit: deps-test
 	$(PYTEST) -v tests/unit
 dbus: deps-test
 	$(PYTEST) -v $(DBUS_TESTS)
+fault: deps-test
+	$(PYTEST) -v -s tests/fault
 contract: deps-test
 	$(PYTEST) -v tests/contract
 package: deps-test deps-deb
