@@ -103,19 +103,6 @@ def suspender(sup, journal):
     return Suspender(sup, journal)
 
 
-@pytest.fixture
-def writes(monkeypatch):
-    count = {"n": 0}
-    real = os.replace
-
-    def counting(src, dst, *a, **kw):
-        count["n"] += 1
-        return real(src, dst, *a, **kw)
-
-    monkeypatch.setattr(os, "replace", counting)
-    return count
-
-
 def on_disk(journal: Journal) -> dict:
     return Journal(os.path.dirname(journal.path)).load()
 
