@@ -308,10 +308,13 @@ class Daemon:
                 guard.count_scan()
         elif msg.interface == WPAS_IFACE and msg.member == "NetworkRemoved":
             net = msg.body[0]
+            # At once, before any reply queued behind this signal resumes a suspend in flight:
+            # that suspend must learn that the object it read bgscan from is gone.
+            self.suspender.network_removed(net)
             guard = self._guard_for(msg.path)
-            if guard is not None and guard.suspended is not None and guard.suspended.network == net:
+            if guard is not None:  # it waits for a suspend in flight, then sorts it out
                 self.spawn(guard.network_removed(net))
-            else:  # a stale entry (e.g. a suspension cancelled mid-call) goes with the object
+            else:  # a stale entry goes with the object
                 self.suspender.forget(net)
         elif msg.member == "PropertiesChanged" and msg.path.startswith(WPAS_PATH + "/"):
             if msg.body and msg.body[0] == WPAS_IFACE and "CurrentNetwork" in msg.body[1]:

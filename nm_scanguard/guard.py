@@ -204,6 +204,7 @@ class Guard:
         path with a fresh bgscan: only this signal tells the two objects apart."""
         async with self._busy:
             if self.suspended is None or self.suspended.network != net:
+                self._suspender.forget(net)  # a stale entry, if any, goes with the object
                 return
             self._suspender.forget(self.suspended.network)
             self.suspended = None

@@ -72,6 +72,14 @@ class Suspender:
     def __init__(self, supplicant: SupplicantLike, journal: Journal) -> None:
         self.supplicant = supplicant
         self.journal = journal
+        # NetworkRemoved signals seen, per network path.  wpa_supplicant reuses ids, so NM's
+        # remove-then-add (re-activation) brings back the same path with a fresh bgscan: a
+        # count that moved between our read and our Set means the Set hit the new object.
+        self._removals: dict[str, int] = {}
+
+    def network_removed(self, network: str) -> None:
+        """Call at once when NetworkRemoved arrives (before other queued replies are handled)."""
+        self._removals[network] = self._removals.get(network, 0) + 1
 
     async def suspend(self, iface_path: str, ifname: str) -> Suspended:
         """Turn off bgscan of the interface's current network, journal first.
@@ -85,6 +93,7 @@ class Suspender:
         net = await sup.current_network(iface_path)
         if net is None:
             raise NothingToSuspend(NO_NETWORK)
+        epoch = self._removals.get(net, 0)
         if not valid_network_path(net):
             raise SupplicantError(
                 f"wpa_supplicant reported {net!r} as the current network of {iface_path}, which "
@@ -108,7 +117,31 @@ class Suspender:
                 raise
             log.warning("%s: wpa_supplicant did not confirm turning off bgscan on %s (%s); "
                         "assuming it did, so that it gets restored", ifname, net, e)
+        if self._removals.get(net, 0) != epoch and await self._put_back(net, ifname, value):
+            raise SupplicantError(f"network {net} was re-created while bgscan was being "
+                                  "suspended; trying again on the next sample")
         return Suspended(network=net, saved=value)
+
+    async def _put_back(self, net: str, ifname: str, value: str) -> bool:
+        """NetworkManager removed the network and added a new one at the same path between our
+        read and our Set (wpa_supplicant sends the signal before it handles our Set, so it is
+        seen by now): the "" landed on the new object, whose own bgscan cannot be read back.
+        Put back the value we read, NetworkManager's for the same profile a moment ago, so the
+        next sample suspends the new object properly.  False if that failed: then the entry
+        stays and the caller treats the network as suspended, so that release restores it."""
+        log.warning("%s: NetworkManager re-created network %s while bgscan was being suspended; "
+                    "putting back \"%s\" (the new object's own value cannot be read once "
+                    "overwritten)", ifname, net, value)
+        try:
+            await self.supplicant.set_bgscan(net, value)
+        except ObjectGone:
+            pass  # gone again: nothing of ours is left on it
+        except SupplicantError as e:
+            log.warning("%s: could not put bgscan back on %s (%s); it is restored on release",
+                        ifname, net, e)
+            return False
+        self._forget(net, ifname)
+        return True
 
     def _adopt(self, net: str, ifname: str) -> Suspended:
         """bgscan is "" already.  Only we ever set "" (NetworkManager writes a module or no key),

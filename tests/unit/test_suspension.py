@@ -458,3 +458,37 @@ async def test_replay_of_2000_entries_writes_once(tmp_path, sup, writes):
     assert all(sup.networks[net]["bgscan"] == NM_BGSCAN for net in nets)
     assert sup.calls.count(("interface", "wlan0")) == 1
     assert Journal(str(tmp_path), max_bytes=1 << 20).load() == {}
+
+
+async def test_network_recreated_between_read_and_set_gets_the_value_back(sup, journal, suspender):
+    """Found by the fault suite on Debian 13: NetworkManager re-activated (remove, then add at
+    the same path with its own bgscan) while a suspend was between its read and its Set, so
+    the "" landed on the new object and release wrote the old object's value.  The daemon
+    feeds NetworkRemoved to the Suspender before the Set's reply is handled."""
+    def recreate(net, value):
+        if value == "":
+            suspender.network_removed(net)
+            sup.networks[net] = {"bgscan": OTHER}  # NM's new object, then our "" lands on it
+    sup.on_set = recreate
+    with pytest.raises(SupplicantError, match="re-created"):
+        await suspender.suspend(IFACE0, "wlan0")
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN  # the value read, put back at once
+    assert journal.entries() == {}
+    sup.on_set = None
+    s = await suspender.suspend(IFACE0, "wlan0")  # the next sample: a clean suspend
+    assert s.saved == NM_BGSCAN and sup.networks[NET0]["bgscan"] == ""
+
+
+async def test_network_recreated_and_put_back_fails_is_restored_on_release(sup, journal, suspender):
+    def recreate(net, value):
+        if value == "":
+            suspender.network_removed(net)
+        else:
+            fail(ACCESS_DENIED, f"setting bgscan on {net}")  # the put-back is refused
+    sup.on_set = recreate
+    s = await suspender.suspend(IFACE0, "wlan0")
+    assert s.saved == NM_BGSCAN and journal.get(NET0) is not None
+    assert sup.networks[NET0]["bgscan"] == ""
+    sup.on_set = None
+    await suspender.restore(s, "wlan0")
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and journal.entries() == {}
