@@ -39,6 +39,7 @@ endef
 
 all:
 	@echo "Use 'make demo' (the Wi-Fi lab, guard off vs on) or 'make test' (every test)."
+	@echo "'make test-trixie': the unit, D-Bus, contract and fault rungs on Debian 13 alone."
 
 define apt_install
 	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
@@ -57,21 +58,22 @@ deps-deb:
 	$(call apt_install,$(DEPS_DEB))
 
 test: deps-test deps-lab deps-deb
-	$(call step,1/9 lint: mypy --strict and ruff,$(MAKE) -s lint)
-	$(call step,2/9 unit tests (policy, config, holds, journal, rates),$(PYTEST) -q tests/unit)
-	$(call step,3/9 D-Bus tests on a private bus: daemon and API (SCANGUARD_DBUS_LIB=dbus_fast),\
+	$(call step,1/10 lint: mypy --strict and ruff,$(MAKE) -s lint)
+	$(call step,2/10 unit tests (policy, config, holds, journal, rates),$(PYTEST) -q tests/unit)
+	$(call step,3/10 D-Bus tests on a private bus: daemon and API (SCANGUARD_DBUS_LIB=dbus_fast),\
 	  SCANGUARD_DBUS_LIB=dbus_fast $(SHOW_LIB) && SCANGUARD_DBUS_LIB=dbus_fast $(PYTEST) -v $(DBUS_TESTS))
-	$(call step,4/9 the same with dbus-next,\
+	$(call step,4/10 the same with dbus-next,\
 	  SCANGUARD_DBUS_LIB=dbus_next $(SHOW_LIB) && SCANGUARD_DBUS_LIB=dbus_next $(PYTEST) -v $(DBUS_TESTS))
-	$(call step,5/9 fault injection (Hypothesis) with each D-Bus library,\
+	$(call step,5/10 fault injection (Hypothesis) with each D-Bus library,\
 	  SCANGUARD_DBUS_LIB=dbus_fast $(PYTEST) -v -s tests/fault && \
 	  SCANGUARD_DBUS_LIB=dbus_next $(PYTEST) -v -s tests/fault)
-	$(call step,6/9 contract tests against the real wpa_supplicant (dbus-fast; dbus-next),\
+	$(call step,6/10 contract tests against the real wpa_supplicant (dbus-fast; dbus-next),\
 	  SCANGUARD_DBUS_LIB=dbus_fast $(PYTEST) -v tests/contract && \
 	  SCANGUARD_DBUS_LIB=dbus_next $(PYTEST) -q tests/contract)
-	$(call step,7/9 package: build; lintian; hardening,$(PYTEST) -v tests/package)
-	$(call step,8/9 the virtual Wi-Fi lab (QEMU; mac80211_hwsim; NetworkManager),$(PYTEST) -v -s tests/lab)
-	@echo "==> [$$(date +%H:%M:%S)] 9/9 done: every step passed"
+	$(call step,7/10 package: build; lintian; hardening,$(PYTEST) -v tests/package)
+	$(call step,8/10 Debian 13 (trixie root): unit; D-Bus; contract and fault rungs,$(MAKE) -s test-trixie)
+	$(call step,9/10 the virtual Wi-Fi lab (QEMU; mac80211_hwsim; NetworkManager),$(PYTEST) -v -s tests/lab)
+	@echo "==> [$$(date +%H:%M:%S)] 10/10 done: every step passed"
 
 $(RUFF):
 	$(PYTHON) -m venv $(CACHE)/ruff-$(RUFF_VERSION)
@@ -109,3 +111,6 @@ clean:
 	rm -rf build dist *.egg-info .pybuild debian/.debhelper debian/nm-scanguard debian/files \
 	       debian/*.substvars debian/*.debhelper.log debian/debhelper-build-stamp debian/tmp
 	find . -name __pycache__ -prune -exec rm -rf {} +
+
+# Debian 13 for the lower rungs: trixie-root, test-trixie, trixie-shell (see the file).
+include mk/trixie.mk

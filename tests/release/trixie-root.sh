@@ -1,0 +1,33 @@
+#!/bin/sh
+# Build a Debian 13 "trixie" root directory for the lower test rungs with mmdebstrap.
+#
+#   tests/release/trixie-root.sh PACKAGES_FILE TARGET_DIR
+#
+# Called by tests/release/trixie.py, which names TARGET_DIR after a hash of this file and of
+# PACKAGES_FILE: a change to either makes the next run build a new root instead of testing a stale
+# one.  Environment: TRIXIE_MIRROR (default http://deb.debian.org/debian, the host the Debian 12
+# sources use).  Needs root and mmdebstrap (apt-get install mmdebstrap).
+set -eu
+
+packages_file=$1
+target=$2
+mirror=${TRIXIE_MIRROR:-http://deb.debian.org/debian}
+
+# One comma-separated list, comments and blank lines dropped.
+include=$(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$packages_file" | paste -sd, -)
+[ -n "$include" ] || { echo "trixie-root.sh: no packages in $packages_file" >&2; exit 1; }
+
+# Documentation, manual pages and translations are never read by a test: leaving them out
+# makes the root about a quarter smaller.  The copyright files stay.
+exec mmdebstrap \
+    --mode=root \
+    --variant=apt \
+    --format=directory \
+    --components=main \
+    --include="$include" \
+    --dpkgopt='path-exclude=/usr/share/man/*' \
+    --dpkgopt='path-exclude=/usr/share/doc/*' \
+    --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' \
+    --dpkgopt='path-exclude=/usr/share/info/*' \
+    trixie "$target" "deb $mirror trixie main"
