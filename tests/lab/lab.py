@@ -25,7 +25,6 @@ from __future__ import annotations
 import atexit
 import fcntl
 import json
-import os
 import shlex
 import shutil
 import signal
@@ -36,14 +35,18 @@ from pathlib import Path
 from typing import Callable
 
 from . import build, measure
-from .vm import GUEST_SHARE, REPO, GuestCommandError, GuestProcess, LabError, VM, kill_stale_qemu
+from .vm import GUEST_SHARE, REPO, GuestProcess, LabError, VM, kill_stale_qemu
 
-SSID = "scanguard-lab"
+# Not ASCII on purpose: NetworkManager names a profile after its SSID, so users' profiles carry
+# names like this one, and the daemon sends that name over D-Bus (status, signals).  13 bytes in
+# UTF-8 (the SSID limit is 32 bytes).  Quote both with shlex.quote in every guest command.
+SSID = "Café ☕ lab"
 PSK = "scanguard-lab-psk"
 AP_IF, STA_IF = "wlan0", "wlan1"
 AP_NS = "apns"
 AP_ADDR = "192.168.77.1"
-CONNECTION = "lab"
+CONNECTION = SSID  # what `nmcli device wifi connect` would name the profile
+SCANGUARD_NAME = "io.github.nm_scanguard.ScanGuard1"
 KEEP_SESSIONS = 10  # older $CACHE/lab-logs/<timestamp> dirs are pruned
 
 WPAS = "fi.w1.wpa_supplicant1"
@@ -73,13 +76,13 @@ domains=ALL,WIFI:DEBUG,SUPPLICANT:DEBUG
 # The lab's dbus-daemon uses Debian's system.conf (deny own="*" by default).  The project's
 # policy lets only user 'scanguard' own the name; in the lab the daemon runs as root.
 DBUS_POLICY = "io.github.nm_scanguard.ScanGuard1.conf"
-DBUS_LAB_ROOT_POLICY = """\
+DBUS_LAB_ROOT_POLICY = f"""\
 <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
 <!-- nm-scanguard lab only: the daemon runs as root here, not as user 'scanguard'. -->
 <busconfig>
   <policy user="root">
-    <allow own="io.github.nm_scanguard.ScanGuard1"/>
+    <allow own="{SCANGUARD_NAME}"/>
   </policy>
 </busconfig>
 """
@@ -89,11 +92,14 @@ DISPATCHER_LOG = f"""\
 echo "$(date +%s.%N) $1 $2 $CONNECTION_ID" >>{GUEST_SHARE}/logs/dispatcher-events.log
 """
 
+# ssid2= in hex: `ssid=` would take the raw UTF-8 bytes too, but hex says exactly which bytes go
+# on the air.  utf8_ssid=1 sets the "SSID is UTF-8" bit in the Extended Capabilities element.
 HOSTAPD_CONF = f"""\
 interface={AP_IF}
 driver=nl80211
 ctrl_interface=/run/lab/hostapd
-ssid={SSID}
+ssid2={SSID.encode().hex()}
+utf8_ssid=1
 hw_mode=g
 channel=6
 ieee80211n=1
@@ -102,6 +108,9 @@ wpa=2
 wpa_key_mgmt=WPA-PSK
 rsn_pairwise=CCMP
 wpa_passphrase={PSK}
+# A CPU-starved TCG guest answers EAPOL-Key frames late; hostapd's first retry comes after
+# 100 ms and it gives up after 4 tries (4-way handshake timeout, seen on a loaded host).
+wpa_pairwise_update_count=8
 """
 
 UDHCPD_CONF = f"""\
@@ -112,6 +121,9 @@ lease_file /run/lab/udhcpd.leases
 option subnet 255.255.255.0
 option lease 86400
 """
+
+
+_CON = shlex.quote(CONNECTION)
 
 
 def wait_until(cond: Callable[[], object], timeout: float, what: str, interval: float = 0.5):
@@ -418,23 +430,62 @@ class Lab:
 
     def connect(self) -> None:
         """Create (once) and activate the NM profile; wait for an IPv4 address and a ping."""
-        if self.run(f"nmcli -t -f NAME connection show | grep -qx {CONNECTION}")[0] != 0:
+        if CONNECTION not in self.check("nmcli -t -f NAME connection show").splitlines():
             # autoconnect off: activations happen when a test asks, not when NM feels like it.
-            self.check(f"nmcli connection add type wifi ifname {STA_IF} con-name {CONNECTION} "
-                       f"ssid {SSID} connection.autoconnect no wifi-sec.key-mgmt wpa-psk "
-                       f"wifi-sec.psk {PSK} ipv6.method disabled")
-        # NM refuses to activate a profile whose SSID is not in its scan list yet.
+            self.check(f"nmcli connection add type wifi ifname {STA_IF} con-name {_CON} "
+                       f"ssid {shlex.quote(SSID)} connection.autoconnect no wifi-sec.key-mgmt "
+                       f"wpa-psk wifi-sec.psk {PSK} ipv6.method disabled")
+        # NM refuses to activate a profile whose SSID is not in its scan list yet.  One SSID
+        # a line (it has spaces); -t escapes only ':' and '\\', which it does not have.
         wait_until(lambda: SSID in self.run(f"nmcli -t -f SSID device wifi list ifname {STA_IF}"
-                                            f" --rescan auto", 30)[1].split(),
-                   60, f"{SSID} in NetworkManager's scan list", interval=2)
-        self.check(f"nmcli --wait 60 connection up {CONNECTION}", 90)
+                                            f" --rescan auto", 30)[1].splitlines(),
+                   60, f"{SSID!r} in NetworkManager's scan list", interval=2)
+        self._up()
         self.sta_addr = wait_until(self.station_address, 30, f"IPv4 address on {STA_IF}")
         self.check(f"ping -c 2 -W 3 {AP_ADDR}", 30)
 
+    def _up(self) -> None:
+        """`nmcli connection up`, with the PSK in a passwd-file: after a 4-way handshake timeout
+        NetworkManager asks for the secrets again, and nmcli without one fails the activation
+        ("Passwords or encryption keys are required"), seen on a loaded host."""
+        self.write_file("/run/lab/nmcli-secrets", f"802-11-wireless-security.psk:{PSK}\n", 0o600)
+        self.check(f"nmcli --wait 60 connection up id {_CON} passwd-file /run/lab/nmcli-secrets",
+                   90)
+
+    def ensure_connected(self) -> bool:
+        """Connect again if the station lost its link (and NetworkManager gave up on it);
+        True if it had to."""
+        if self.station_address() and self.network_path() != "/":
+            return False
+        self.say(f"{STA_IF} is not connected; connecting again")
+        self.connect()
+        return True
+
     def reconnect(self) -> None:
         """`nmcli connection up` again: NM creates a new wpa_supplicant network object."""
-        self.check(f"nmcli --wait 60 connection up {CONNECTION}", 90)
+        self._up()
         self.sta_addr = wait_until(self.station_address, 30, f"IPv4 address on {STA_IF}")
+
+    def disconnect(self) -> None:
+        """`nmcli connection down` of the lab's profile."""
+        self.check(f"nmcli connection down id {_CON}", 60)
+
+    def active_connections(self) -> list[tuple[str, str]]:
+        """(profile name, device) of every active NetworkManager connection."""
+        out = self.check("nmcli -t -f NAME,DEVICE connection show --active")
+        # -t escapes ':' in values as '\\:'; split on the last unescaped one.
+        return [tuple(line.rsplit(":", 1)) for line in out.splitlines() if ":" in line]
+
+    def name_owner(self, name: str = SCANGUARD_NAME) -> str | None:
+        """The unique bus name (":1.42") owning `name` on the system bus, None if nobody does.
+
+        dbus-daemon never hands out a unique name twice: the same owner at two moments means
+        the same connection held the name all along, with no drop and reconnect in between.
+        """
+        rc, out, _ = self.run(f"busctl --system --json=short call org.freedesktop.DBus "
+                              f"/org/freedesktop/DBus org.freedesktop.DBus GetNameOwner s {name}",
+                              30)
+        return json.loads(out)["data"][0] if rc == 0 else None
 
     def station_address(self) -> str:
         out = self.run(f"ip -4 -o addr show dev {STA_IF}")[1].split()

@@ -65,6 +65,22 @@ def parse_scans(text: str, ifname: str = "wlan1") -> list[Scan]:
     return scans
 
 
+# The station losing its link: mac80211 missed beacons (a CPU-starved TCG guest), then gave up
+# ("disconnected (local request) reason: 4"), or a deauthentication either way.
+_IW_LINK = re.compile(r"^(\d+\.\d+): (\S+) \(phy #\d+\): "
+                      r"(CQM event: beacon loss|disconnected.*|deauth .*|disassoc .*)$")
+
+
+def parse_link_losses(text: str, ifname: str = "wlan1") -> list[tuple[float, str]]:
+    """(time, event) of every beacon loss, disconnect or deauth of `ifname` in `iw event -t`."""
+    out = []
+    for line in text.splitlines():
+        m = _IW_LINK.match(line)
+        if m and m.group(2) == ifname:
+            out.append((float(m.group(1)), m.group(3)))
+    return out
+
+
 _WPA_TS = re.compile(r"^(\d+\.\d+): (.*)$")
 
 
@@ -181,16 +197,43 @@ class IperfResult:
 
     @staticmethod
     def _stats(intervals: list[Interval]) -> dict:
-        # Under TCG interval lengths jitter (0.5–2 s); drop only stubs such as iperf3's last
-        # fractional interval, which would bias the minimum.
+        # Under TCG interval lengths jitter (0.4–2.2 s); drop only stubs such as iperf3's last
+        # fractional interval, which would bias the minimum.  How many intervals there are says
+        # little (a busy sender reports fewer, longer ones: trap 18 of README.md); how much time
+        # they cover says whether the transfer ran for its whole duration.
         v = [i.mbps for i in intervals if i.seconds >= 0.5]
         return {"n": len(v), "min": min(v, default=math.nan), "p5": percentile(v, 5),
-                "median": percentile(v, 50), "max": max(v, default=math.nan)}
+                "median": percentile(v, 50), "max": max(v, default=math.nan),
+                "intervals": len(intervals), "seconds": round(covered_seconds(intervals), 2),
+                "longest_s": round(max((i.seconds for i in intervals), default=math.nan), 2)}
 
     def stats(self) -> dict:
         return {"sender_mbps": self._stats(self.sender),
                 "receiver_mbps": self._stats(self.receiver),
                 "mean_sent_mbps": self.sent_mbps, "mean_received_mbps": self.received_mbps}
+
+
+def covered_seconds(intervals: list[Interval]) -> float:
+    """The time iperf3's intervals cover: the whole transfer, however they are cut up."""
+    return sum(i.seconds for i in intervals)
+
+
+def longest_quiet(intervals: list[Interval], below_mbps: float) -> tuple[float, float]:
+    """(start, seconds) of the longest run of consecutive intervals under `below_mbps`;
+    (nan, 0) if there is none.  iperf3's last stub interval (< 0.5 s) is not judged."""
+    best, run_start, run = (math.nan, 0.0), math.nan, 0.0
+    for iv in intervals:
+        if iv.seconds < 0.5 and iv is intervals[-1]:
+            break
+        if iv.mbps < below_mbps:
+            if run == 0.0:
+                run_start = iv.start
+            run += iv.seconds
+            if run > best[1]:
+                best = (run_start, run)
+        else:
+            run = 0.0
+    return best
 
 
 def _intervals(doc: dict) -> list[Interval]:
@@ -211,6 +254,19 @@ def parse_iperf(text: str, direction: str) -> IperfResult:
     return IperfResult(direction, sender, receiver,
                        end["sum_sent"]["bits_per_second"] / 1e6,
                        end["sum_received"]["bits_per_second"] / 1e6, doc)
+
+
+# ---- wpa_supplicant's strings ------------------------------------------------------------------
+def wpas_string(value: str) -> str:
+    """A string property as wpa_supplicant gives it ("ssid", ...): quoted when every byte is
+    printable ASCII, else the bytes in hex (so "Café ☕ lab" comes back as 436166c3a9...)."""
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        return value[1:-1]
+    try:
+        return bytes.fromhex(value).decode()
+    except ValueError as e:
+        raise ValueError(f"wpa_supplicant string {value!r} is neither quoted nor UTF-8 hex: {e}") \
+            from None
 
 
 # ---- capture on hwsim0 -----------------------------------------------------------------------
@@ -283,7 +339,11 @@ def format_summary(s: dict) -> str:
     tp, rtt = s["throughput"], s["rtt"]
 
     def mb(d: dict) -> str:
-        return f"min {d['min']:.1f} / p5 {d['p5']:.1f} / median {d['median']:.1f} Mbit/s"
+        text = f"min {d['min']:.1f} / p5 {d['p5']:.1f} / median {d['median']:.1f} Mbit/s"
+        if "seconds" in d:  # summaries written before these keys existed lack them
+            text += (f" ({d['intervals']} intervals over {d['seconds']:.1f} s, longest "
+                     f"{d['longest_s']:.1f} s)")
+        return text
 
     def ms(d: dict) -> str:
         return (f"p50 {d['p50_ms']:.1f} / p99 {d['p99_ms']:.1f} / max {d['max_ms']:.1f} ms"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import measure
-from .lab import STA_IF, Lab, TrafficRun, wait_until
+from .lab import SCANGUARD_NAME, STA_IF, Lab, TrafficRun, wait_until
 from .vm import REPO, GuestProcess, LabError
 
 NM_DEFAULT_BGSCAN = "simple:30:-70:86400"
@@ -49,15 +49,48 @@ class Guardd:
     def __init__(self, lab: Lab, config: str = GUARD_CONFIG):
         self.lab, self.config = lab, config
         self.proc: GuestProcess | None = None
+        self.owner: str | None = None      # its unique bus name since start, e.g. ":1.23"
+        self.started_at = 0.0              # guest time it owned its name
 
-    def start(self, timeout: float = 60) -> "Guardd":
-        """Start it and wait until it owns its bus name and has looked at NetworkManager."""
+    def start(self, timeout: float = 60, require_bus: bool = True) -> "Guardd":
+        """Start it and wait until it owns its bus name and has looked at NetworkManager.
+
+        require_bus=False: a daemon that logs its start but is not on the bus is left running
+        for the checks to report (bus_problem), instead of raising here in a fixture."""
         self.proc = self.lab.start_daemon(self.config)
         wait_until(lambda: "started (nm-scanguard" in self.log() or not self.proc.running(),
                    timeout, "scanguardd to start", interval=0.5)
         if not self.proc.running():
             raise LabError(f"scanguardd exited at start:\n{self.log()}")
+        self.started_at = self.lab.guest_time()
+        try:
+            self.owner = wait_until(lambda: self.lab.name_owner(), 15,
+                                    f"scanguardd to own {SCANGUARD_NAME}")
+        except LabError:
+            self.owner = None
+            if require_bus:
+                raise LabError(self.bus_problem()) from None
         return self
+
+    def bus_problem(self) -> str | None:
+        """Why the daemon is not the same connection on the bus as at its start; None if it is.
+
+        A dropped connection shows as no owner, or as another unique name if it reconnected.
+        """
+        now = self.lab.name_owner()
+        running = self.running()
+        if self.owner is not None and now == self.owner and running:
+            return None
+        since = self.lab.guest_time() - self.started_at
+        what = ("nobody owns it now" if now is None else
+                f"{now} owns it now (a new connection: the old one was dropped)")
+        then = (f"owned {SCANGUARD_NAME} as {self.owner} when it started" if self.owner else
+                f"did not own {SCANGUARD_NAME} within 15 s of logging its start")
+        return (f"scanguardd (started {since:.0f} s ago) {then}; {what}; the process is "
+                f"{'running' if running else 'gone'}.  A daemon "
+                f"that falls off the bus leaves bgscan as it was and answers nobody.  Its last "
+                f"log lines ({self.proc.host_log if self.proc else '-'}):\n"
+                + "\n".join(self.log().splitlines()[-25:]))
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.running()
@@ -142,6 +175,53 @@ def wait_scan(lab: Lab, since: float, timeout: float) -> measure.Scan:
     """The station's first scan starting after guest time `since`."""
     return wait_until(lambda: next((s for s in lab.scans(since) if s.start >= since), None),
                       timeout, "a scan of the station", interval=1)
+
+
+def transfer_problems(m: "MeasuredRun", seconds: float, slack: float = 2.0) -> list[str]:
+    """Why `m` was not a transfer that ran for its whole `seconds`; [] if it was.
+
+    Judged by the time iperf3's intervals cover at each end, not by how many there are: a
+    sending iperf3 on the loaded TCG guest reports its intervals late and merges them (the
+    server of a download gave 24 intervals of up to 2.2 s for 40 s), so the count says how busy
+    the emulated CPU was, not whether data flowed (README.md, trap 18).
+    """
+    tp = m.summary["throughput"]
+    problems = []
+    for side in ("sender", "receiver"):
+        st = tp[f"{side}_mbps"]
+        if st["seconds"] < seconds - slack:
+            problems.append(
+                f"iperf3's {side} reported {st['intervals']} intervals covering only "
+                f"{st['seconds']:.1f} s of the {seconds:g} s {m.run.direction} (expected at least "
+                f"{seconds - slack:g} s): the transfer stopped early")
+    if not tp["mean_received_mbps"] > 1:
+        problems.append(f"the receiver got {tp['mean_received_mbps']:.2f} Mbit/s on average over "
+                        f"the {m.run.direction} (expected > 1): the link carried no traffic")
+    return problems
+
+
+def lab_problems(lab: Lab, m: "MeasuredRun", seconds: float, quiet_limit: float,
+                 below_mbps: float = 1.0) -> list[str]:
+    """Why `m` cannot judge the guard, because of the lab rather than the daemon; [] if it can.
+
+    - the station lost its link during the transfer (a CPU-starved TCG guest misses beacons and
+      mac80211 disconnects: seen on a loaded host), and reconnecting restarts bgscan by itself;
+    - the receiver saw less than `below_mbps` for `quiet_limit` s in a row: a guard that
+      releases then is right to;
+    - the transfer did not run for its whole duration (transfer_problems).
+    """
+    problems = []
+    lost = [(tm, e) for tm, e in measure.parse_link_losses(lab.log_text("iw-event"), STA_IF)
+            if m.t0 <= tm <= m.t_end]
+    if lost:
+        problems.append("the station lost its link during the transfer: " + "; ".join(
+            f"t0 + {tm - m.t0:.1f} s {e}" for tm, e in lost[:4]))
+    start, quiet = measure.longest_quiet(m.run.iperf.receiver, below_mbps)
+    if quiet >= quiet_limit:
+        problems.append(f"the receiver got under {below_mbps:g} Mbit/s for {quiet:.1f} s in a row "
+                        f"from t0 + {start - m.t0:.0f} s (±1 s), at least {quiet_limit:g} s: "
+                        f"the link was quiet long enough for the guard to release")
+    return problems + transfer_problems(m, seconds)
 
 
 # ---- one measured transfer ----------------------------------------------------------------------

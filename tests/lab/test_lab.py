@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from .lab import AP_ADDR, SSID
-from .scenario import NM_DEFAULT_BGSCAN, arm_weak_link, measured_transfer
+from . import measure
+from .lab import AP_ADDR, CONNECTION, SSID, STA_IF
+from .scenario import NM_DEFAULT_BGSCAN, arm_weak_link, measured_transfer, transfer_problems
 
 pytestmark = pytest.mark.lab
 
@@ -25,7 +26,10 @@ def test_station_connected_and_bgscan_visible(lab):
     assert lab.check("nmcli -t -f GENERAL.STATE device show wlan1").strip() \
         == "GENERAL.STATE:100 (connected)"
     assert lab.sta_addr.startswith("192.168.77.")
-    assert lab.network_properties()["ssid"] == f'"{SSID}"'
+    # The SSID is not ASCII: wpa_supplicant gives it in hex, NetworkManager as text.
+    ssid = str(lab.network_properties()["ssid"])
+    assert measure.wpas_string(ssid) == SSID, (ssid, SSID.encode().hex())
+    assert (CONNECTION, STA_IF) in lab.active_connections(), lab.active_connections()
     assert lab.bgscan() == NM_DEFAULT_BGSCAN
     assert lab.signal() == -30
     # nm-dispatcher was activated by dbus-daemon and ran our logging script.
@@ -72,6 +76,6 @@ def test_baseline_upload_bgscan_scans_disturb_the_link(lab):
     rtt = summary["rtt"]
     assert rtt["during_scans"]["n"] > 0 and rtt["outside_scans"]["n"] > 0, summary
     assert rtt["during_scans"]["max_ms"] > 3 * rtt["outside_scans"]["p50_ms"], summary
-    # The transfer itself ran for the whole time.
-    assert summary["throughput"]["sender_mbps"]["n"] >= BASELINE_SECONDS - 10, summary
-    assert summary["throughput"]["mean_received_mbps"] > 1, summary
+    # The transfer itself ran for the whole time (judged by the time iperf3's intervals cover).
+    problems = transfer_problems(m, BASELINE_SECONDS)
+    assert not problems, "; ".join(problems) + "\n" + m.report()
