@@ -180,19 +180,32 @@ class Suspender:
         forgotten.  If wpa_supplicant fails or does not answer, the entry stays and the error
         is raised: the caller tries again, and on stop the next start does."""
         sup = self.supplicant
+        epoch = self._removals.get(s.network, 0)
         try:
             current = await sup.get_bgscan(s.network)
         except ObjectGone:
             log.debug("%s: network %s is gone, nothing to restore", ifname, s.network)
             self._forget(s.network, ifname)
             return
-        if current == "":
+        if current == "" and self._removals.get(s.network, 0) != epoch:
+            # Removed after our read (and maybe added again): our "" went with the old object.
+            log.debug("%s: network %s was re-created while restoring; nothing of ours on it",
+                      ifname, s.network)
+        elif current == "":
             try:
                 await sup.set_bgscan(s.network, s.saved)
             except ObjectGone:
                 log.debug("%s: network %s went away while restoring", ifname, s.network)
                 self._forget(s.network, ifname)
                 return
+            if self._removals.get(s.network, 0) != epoch:
+                # wpa_supplicant's API has no compare-and-set: NetworkManager removed the
+                # network and added a new one at the same path between our read and our Set,
+                # so the Set landed on the new object and its own value is lost.
+                log.warning("%s: NetworkManager re-created network %s while bgscan was being "
+                            "restored; the new object got \"%s\" (the previous object's value) "
+                            "instead of its own; reconnecting gives it NetworkManager's again",
+                            ifname, s.network, s.saved)
             log.debug("%s: bgscan on %s set back to \"%s\"", ifname, s.network, s.saved)
         elif current is None:
             log.info("%s: network %s has no bgscan any more (changed by someone else); leaving "

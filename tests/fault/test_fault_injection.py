@@ -398,13 +398,15 @@ class Runner:
 
     async def do_NmRestart(self, s: NmRestart) -> None:
         assert self.w.peers is not None
+        old = dict(self.w.expected)
         net = await self.w.peers.restart_nm(s.bgscan or "")
-        self.w.expected[net] = s.bgscan
+        self.w.recreated(net, old.get(net, BGSCAN), s.bgscan)
 
     async def do_Reactivate(self, s: Reactivate) -> None:
         assert self.w.peers is not None
+        old = dict(self.w.expected)
         net = await self.w.peers.reactivate(s.bgscan or "")
-        self.w.expected[net] = s.bgscan
+        self.w.recreated(net, old.get(net, BGSCAN), s.bgscan)
 
     async def do_SetDelay(self, s: SetDelay) -> None:
         assert self.w.peers is not None

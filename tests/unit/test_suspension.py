@@ -492,3 +492,21 @@ async def test_network_recreated_and_put_back_fails_is_restored_on_release(sup, 
     sup.on_set = None
     await suspender.restore(s, "wlan0")
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and journal.entries() == {}
+
+
+async def test_network_recreated_between_read_and_set_of_a_restore_is_logged(
+        sup, journal, suspender, caplog):
+    """Found by the fault suite: NetworkManager re-created the network (same path) between a
+    restore's read and its Set.  wpa_supplicant has no compare-and-set, so the Set lands on the
+    new object; bgscan is on (the promise holds) but with the previous object's value, and the
+    daemon says so rather than pretending all is well."""
+    s = await suspender.suspend(IFACE0, "wlan0")
+
+    def recreate(net, value):
+        if value == s.saved:
+            suspender.network_removed(net)
+            sup.networks[net] = {"bgscan": OTHER}  # NetworkManager's new object
+    sup.on_set = recreate
+    await suspender.restore(s, "wlan0")
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and journal.entries() == {}
+    assert "re-created network" in caplog.text and "while bgscan was being restored" in caplog.text
