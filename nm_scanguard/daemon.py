@@ -169,34 +169,32 @@ class Daemon:
             await add_match(bus, rule)
 
     async def start(self) -> None:
-        """Restore what a previous instance left, then guard.  The caller owns the bus name
-        first, so that a second instance never touches the journal of a running one."""
+        """Guard, and restore what a previous instance left.  The caller owns the bus name
+        first, so that a second instance never touches the journal of a running one.  The
+        replay runs beside the guards, so that a slow wpa_supplicant cannot keep the daemon
+        from following NetworkManager and answering; a guard that finds its network's "" in
+        the journal takes the entry over, and the replay leaves that network alone."""
         self.deferral.set(False)  # whatever a previous instance left says nothing about now
-        await self.restore_journal()
         await self.sync()
-
-    async def restore_journal(self) -> None:
-        """Replay the journal; entries that could not be restored (wpa_supplicant refused or did
-        not answer) are tried again with a growing pause, until none is left."""
-        kept = await self._replay()
-        if kept and self._retry is None:
-            self._retry = self.spawn(self._retry_journal())
+        self._retry = self.spawn(self._replay_journal())
 
     async def _replay(self) -> int:
         owned = {g.suspended.network for g in self.guards.values() if g.suspended is not None}
         running = await name_has_owner(self.bus, WPAS_NAME)
         return await self.suspender.restore_journal(running=running, skip=owned)
 
-    async def _retry_journal(self) -> None:
+    async def _replay_journal(self) -> None:
+        """Replay the journal; entries that could not be restored (wpa_supplicant refused or did
+        not answer) are tried again with a growing pause, until none is left."""
         try:
             delay = JOURNAL_RETRY_FIRST
             while True:
-                await asyncio.sleep(delay)
                 try:
                     if not await self._replay():
                         return
                 except BusError as e:
                     log.warning("cannot replay the crash journal yet (%s); trying again", e)
+                await asyncio.sleep(delay)
                 delay = min(delay * 2, JOURNAL_RETRY_MAX)
         finally:
             self._retry = None
