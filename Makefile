@@ -11,7 +11,7 @@ DEPS_RUNTIME = python3-dbus-fast python3-dbus-next python3-pyroute2 python3-gi g
                python3-systemd
 DEPS_TEST    = $(DEPS_RUNTIME) python3-pytest python3-pytest-asyncio python3-dbusmock \
                python3-hypothesis mypy python3-venv dbus dbus-daemon wpasupplicant iproute2 \
-               iputils-ping procps util-linux systemd
+               iputils-ping procps util-linux systemd polkitd duktape network-manager
 DEPS_LAB     = $(DEPS_TEST) qemu-system-x86 busybox network-manager hostapd iw tshark \
                wireless-regdb kmod udev iperf3 python3-matplotlib
 DEPS_DEB     = $(DEPS_RUNTIME) debhelper dh-python pybuild-plugin-pyproject python3-setuptools \
@@ -99,6 +99,7 @@ lab: deps-lab
 # Resource figures (RSS, CPU) of the daemon idle and sampling; prints, asserts nothing.
 bench: deps-test
 	$(PYTHON) -m tests.bench.bench_daemon --seconds 60
+	$(PYTHON) -m tests.bench.bench_polkit
 
 demo: deps-lab
 	$(PYTHON) -m tests.lab.demo

@@ -9,8 +9,10 @@ the daemon write faster than the bus reads.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import pwd
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -24,13 +26,16 @@ from .ifname import valid_ifname
 from .names import (ACCESS_DENIED, ACTION_HOLD, ACTION_RELOAD, DBUS, ERROR_BAD_CONFIG, ERROR_FAILED,
                     ERROR_NOT_READY, ERROR_TOO_MANY_HOLDS, ERROR_UNKNOWN_HOLD, IFACE, INVALID_ARGS,
                     PATH, POLKIT, XML_INSTALLED, XML_NAME)
-from .status import cut
+from .status import MAX_TEXT, cut
 
 if TYPE_CHECKING:
     from .daemon import Daemon
 
 log = logging.getLogger("scanguard.api")
 
+# The user polkitd runs rules' helpers as (polkit.spawn); only it and root may report deferrals.
+POLKIT_USER = "polkitd"
+MAX_PROGRAM = 64  # /proc/PID/comm is at most 15 bytes; anything much longer is not from it
 DEVICE_ACTIONS = ("up", "down", "pre-down", "reapply", "connectivity-change")
 DEVICES_EVERY = 1.0  # seconds between Devices PropertiesChanged while only figures change
 HOLDS_EVERY = 1.0  # seconds between ActiveHolds PropertiesChanged under a stream of changes
@@ -61,7 +66,7 @@ class Api:
         self.object = ExportedObject(
             bus, PATH, load_interface(xml_path(), IFACE),
             {"Hold": self._hold, "Release": self._release, "Reload": self._reload,
-             "DeviceEvent": self._device_event},
+             "DeviceEvent": self._device_event, "ScanRequestDeferred": self._scan_request_deferred},
             self.property_values, LOG_HINT)
         self._watched: set[str] = set()  # callers whose NameOwnerChanged we subscribed to
         self._devices_sent: list[Any] | None = None
@@ -194,6 +199,26 @@ class Api:
         self.daemon.schedule_sync()  # a hint: sync() asks NetworkManager what is true
         return Message.new_method_return(msg)
 
+    async def _scan_request_deferred(self, msg: Message) -> Message:
+        """Counted, never acted on: the refusal already happened in polkitd.  Only the user
+        that polkitd runs the rule's helper as (or root) may report, so that nobody else can
+        inflate the counts; a report is only ever a number in the status and one log line."""
+        user, pid, program = msg.body
+        uid = await self._uid(msg.sender)
+        if uid != 0 and uid != polkit_uid():
+            raise CallError(ACCESS_DENIED, "only polkitd's helper (user polkitd) or root may call "
+                            "ScanRequestDeferred; it reports a Wi-Fi scan request the nm-scanguard "
+                            "polkit rule refused")
+        if len(user) > MAX_TEXT or len(program) > MAX_PROGRAM:
+            raise CallError(INVALID_ARGS, f"user ({len(user)} characters) or program "
+                            f"({len(program)}) is too long: at most {MAX_TEXT} and {MAX_PROGRAM}")
+        who = f"user {quoted(user)}" if user else "a user"
+        who += f" ({quoted(program) + ', ' if program else ''}pid {pid})" if pid else ""
+        counted = self.daemon.scan_request_deferred(who)
+        log.debug("scan request of %s refused by the polkit rule; counted on %d interface(s)",
+                  who, counted)
+        return Message.new_method_return(msg)
+
     # ---- helpers --------------------------------------------------------------------------
 
     async def _check_interface(self, interface: str) -> None:
@@ -252,3 +277,12 @@ class Api:
 def _owner_rule(name: str) -> str:
     return ("type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',"
             f"member='NameOwnerChanged',arg0='{name}'")
+
+
+@functools.cache
+def polkit_uid() -> int | None:
+    """polkitd's uid, looked up once (None when the system has no such user)."""
+    try:
+        return pwd.getpwnam(POLKIT_USER).pw_uid
+    except KeyError:
+        return None

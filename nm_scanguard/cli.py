@@ -74,11 +74,41 @@ def device_line(d: dict[str, Any]) -> str:
     n = d.get("scans_guarding", 0)
     if state in ("guarding", "held") or n:
         parts.append(f"{n} scan{'s' if n != 1 else ''} while guarding")
+    deferred = d.get("scan_requests_deferred", 0)
+    if d.get("deferring_scans"):
+        parts.append(f"client scans deferred ({_requests(deferred)} refused so far)")
+    elif deferred:
+        parts.append(f"{_requests(deferred)} for scans refused while guarding")
     text = f"{head}: {state} for {_ago(d.get('since', time.time()))} ({d.get('reason', '')}); " \
            + ", ".join(parts)
     if d.get("error"):
         text += f"; problem: {d['error']}"
     return text
+
+
+def _requests(n: int) -> str:
+    return f"{n} request{'s' if n != 1 else ''}"
+
+
+GEOCLUE_HINT = ("scans ran while bgscan was suspended and no program asked NetworkManager for one: "
+                "most likely GeoClue (location services: automatic time zone, Night Light "
+                "schedule, weather); see \"Scans other programs ask for\" in nm-scanguard's "
+                "README to turn location off or down")
+
+
+def scan_hint(d: dict[str, Any]) -> str | None:
+    """Who asked for the scans bgscan suspension could not stop, where we can tell.  With no
+    refused client request seen, the likeliest source is GeoClue, which calls wpa_supplicant
+    directly and is never refused (refusing would end its Wi-Fi location for the session)."""
+    if not d.get("scans_guarding"):
+        return None
+    if not d.get("settings", {}).get("defer_client_scans", True):
+        return ("defer_client_scans is off for this connection, so desktop shells, widgets and "
+                "nmcli may scan through NetworkManager while guarding, and GeoClue directly")
+    if not d.get("scan_requests_deferred"):
+        return GEOCLUE_HINT
+    return ("scans that still ran while guarding came from root (e.g. sudo nmcli device wifi "
+            "rescan) or from programs that call wpa_supplicant directly, such as GeoClue")
 
 
 def hold_line(h: dict[str, Any]) -> str:
@@ -116,6 +146,9 @@ async def cmd_status(args: argparse.Namespace) -> int:
         print("no activated Wi-Fi connection: nothing to guard")
     for d in devices:
         print(device_line(d))
+        hint = scan_hint(d)
+        if hint:
+            print(f"  {d.get('interface', '?')}: {hint}")
     for h in holds:
         print(hold_line(h))
     return 0
@@ -299,9 +332,17 @@ async def cmd_monitor(args: argparse.Namespace) -> int:
             name = d.get("interface", "?")
             before = last.get(name, {})
             extra = d.get("scans_guarding", 0) - before.get("scans_guarding", d.get("scans_guarding", 0))
+            refused = (d.get("scan_requests_deferred", 0)
+                       - before.get("scan_requests_deferred", d.get("scan_requests_deferred", 0)))
+            if refused > 0:
+                print(f"{_stamp()} {name}: {_requests(refused)} for a scan refused (deferred "
+                      "while guarding: desktop shell, widget or nmcli)", flush=True)
             if extra > 0:
-                print(f"{_stamp()} {name}: {extra} scan(s) while guarding, requested by someone "
-                      "else (desktop shell, nmcli, GeoClue)", flush=True)
+                who = ("root, or a program calling wpa_supplicant directly (GeoClue?)"
+                       if d.get("deferring_scans") or before.get("deferring_scans")
+                       else "someone else (desktop shell, nmcli, GeoClue)")
+                print(f"{_stamp()} {name}: {extra} scan(s) while guarding, requested by {who}",
+                      flush=True)
             last[name] = d
             print(f"{_stamp()} {device_line(d)}", flush=True)
         for name in [n for n in last if n not in {d.get('interface') for d in devices}]:

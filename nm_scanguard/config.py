@@ -148,6 +148,9 @@ KEYS: dict[str, Key] = {
             "Re-engage only when the signal is this far above the floor again."),
         Key("signal_poll_interval", _number(0.5, 3600.0), "a number of seconds from 0.5 to 3600",
             "How often the signal is read while guarding."),
+        Key("defer_client_scans", _bool, "yes or no",
+            "While guarding or held, refuse the Wi-Fi scans that other programs ask "
+            "NetworkManager for (RequestScan), through the shipped polkit rule."),
     )
 }
 
@@ -167,6 +170,7 @@ class Settings:
     signal_floor_dbm: float = -75.0
     signal_hysteresis_db: float = 5.0
     signal_poll_interval: float = 5.0
+    defer_client_scans: bool = True
     # key -> where the value came from: "default", a file path, or "profile <id>"
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import stat
 import tempfile
 import time
 from typing import Any, Callable, Coroutine
@@ -98,6 +99,12 @@ class ScanDeferral:
 
     def _write(self, text: str) -> None:
         directory = os.path.dirname(self.path)
+        # The unit creates it 0711; run by hand the daemon (or its journal, 0700) makes it, and
+        # polkitd must still be able to reach this one file: search permission, no listing.
+        os.makedirs(directory, mode=0o711, exist_ok=True)
+        mode = stat.S_IMODE(os.stat(directory).st_mode)
+        if not mode & stat.S_IXOTH:
+            os.chmod(directory, mode | 0o011)
         fd, tmp = tempfile.mkstemp(prefix=".defer-scans.", suffix=".tmp", dir=directory)
         try:
             os.fchmod(fd, 0o644)  # polkitd's helper runs as user polkitd

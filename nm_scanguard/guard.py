@@ -56,6 +56,10 @@ class Guard:
         self.no_bgscan: str | None = None  # why there is nothing to suspend, if so
         self.scans_guarding = 0
         self.scans_idle = 0
+        # Client scan requests (NetworkManager RequestScan) the polkit rule refused for us,
+        # in all and since this interface last started deferring (for the log).
+        self.scan_requests_deferred = 0
+        self._deferred_now = 0
         self.state = P.IDLE
         self.reason = "connected"
         self.since = time.time()
@@ -77,6 +81,14 @@ class Guard:
     @property
     def engaged(self) -> bool:
         return self.suspended is not None
+
+    @property
+    def deferring(self) -> bool:
+        """Whether other programs' NetworkManager scan requests should be refused now: the
+        link is guarded or held (also when the network has no bgscan to suspend: their scans
+        hurt the transfer just the same) and defer_client_scans is on.  Not on a weak signal:
+        then scans help, and bgscan is back on anyway."""
+        return self._deferring_in(self.state)
 
     async def attach(self) -> None:
         """Find the interface in wpa_supplicant now, so that scans are counted from the start,
@@ -220,10 +232,27 @@ class Guard:
     def count_scan(self) -> None:
         if self.engaged:
             self.scans_guarding += 1
-            log.info("%s: a scan ran while guarding (requested by someone else: desktop shell, "
-                     "nmcli, geoclue?); bgscan cannot stop those", self.ifname)
+            if self.deferring:
+                log.info("%s: a scan ran while guarding, though client scan requests are refused: "
+                         "root asked NetworkManager, or a program called wpa_supplicant directly "
+                         "(GeoClue, for location services)", self.ifname)
+            else:
+                log.info("%s: a scan ran while guarding (requested by someone else: desktop "
+                         "shell, nmcli, GeoClue?); bgscan cannot stop those; defer_client_scans "
+                         "= yes refuses NetworkManager's clients", self.ifname)
         else:
             self.scans_idle += 1
+        self._listener.guard_changed(self)
+
+    def count_deferred_request(self, who: str) -> None:
+        """The polkit rule refused a client's NetworkManager scan request while we deferred.
+        The first of a guarded period is logged; the rest are counted and summed up when the
+        period ends, so a widget asking every 5 s does not flood the journal."""
+        self.scan_requests_deferred += 1
+        self._deferred_now += 1
+        if self._deferred_now == 1:
+            log.info("%s: refused a Wi-Fi scan request from %s while guarding (defer_client_scans); "
+                     "further ones are counted in scanguardctl status", self.ifname, who)
         self._listener.guard_changed(self)
 
     # ---- reporting ------------------------------------------------------------------------
@@ -239,12 +268,19 @@ class Guard:
         if state in (P.GUARDING, P.HELD) and not self.engaged and self.no_bgscan:
             state = P.NO_BGSCAN
         if state != self.state:
+            if self._deferred_now and not self._deferring_in(state):
+                log.info("%s: %d Wi-Fi scan request(s) of other programs were refused while "
+                         "guarding", self.ifname, self._deferred_now)
+                self._deferred_now = 0
             self.state, self.since = state, time.time()
             self.reason = self.no_bgscan if state == P.NO_BGSCAN and self.no_bgscan \
                 else self.policy.reason
             log.info("%s: %s (%s)", self.ifname, state, self.reason)
             self._listener.guard_state_changed(self, state, self.reason)
         self._listener.guard_changed(self)
+
+    def _deferring_in(self, state: str) -> bool:
+        return self.settings.defer_client_scans and state in (P.GUARDING, P.HELD, P.NO_BGSCAN)
 
     def status(self) -> DeviceStatus:
         r = self.rates
@@ -261,6 +297,8 @@ class Guard:
             network=self.suspended.network if self.suspended else "",
             scans_guarding=self.scans_guarding,
             scans_idle=self.scans_idle,
+            deferring_scans=self.deferring,
+            scan_requests_deferred=self.scan_requests_deferred,
             connection_id=self.dev.connection_id,
             connection_uuid=self.dev.connection_uuid,
             error=self._error or "",
@@ -275,6 +313,9 @@ class Guard:
             text += ", bgscan suspended" if self.engaged else ", bgscan NOT suspended"
             n = self.scans_guarding
             text += f", {n} scan{'s' if n != 1 else ''}" + (" it could not stop" if n else "")
+            if self.deferring:
+                d = self._deferred_now
+                text += f", client scans deferred ({d} request{'s' if d != 1 else ''} refused)"
             return text
         if self.state == P.WEAK:
             sig = f"{self.policy.signal:.0f} dBm" if self.policy.signal is not None else "weak"

@@ -42,6 +42,8 @@ class DeviceStatus:
     network: str = _typed("s", "")
     scans_guarding: int = _typed("u", 0)
     scans_idle: int = _typed("u", 0)
+    deferring_scans: bool = _typed("b", False)
+    scan_requests_deferred: int = _typed("u", 0)
     connection_id: str = _typed("s", "")
     connection_uuid: str = _typed("s", "")
     error: str = _typed("s", "")
@@ -66,6 +68,8 @@ def _variant(signature: str, value: Any) -> Variant:
         return Variant("a{sv}", {str(k): _setting(v) for k, v in value.items()})
     if signature == "a{ss}":
         return Variant("a{ss}", {str(k): cut(str(v)) for k, v in value.items()})
+    if signature == "b":
+        return Variant("b", bool(value))
     if signature in ("i", "u"):
         return Variant(signature, int(round(value)))
     if signature == "d":

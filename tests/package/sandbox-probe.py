@@ -121,7 +121,7 @@ def main() -> None:
     works("RuntimeDirectory", lambda: (open("/run/scanguard/.probe2", "w").close(),
           os.unlink("/run/scanguard/.probe2")), "write in /run/scanguard")
     mode = stat.S_IMODE(os.stat("/run/scanguard").st_mode)
-    report(mode == 0o700, "RuntimeDirectoryMode", f"/run/scanguard mode {mode:o}")
+    report(mode == 0o711, "RuntimeDirectoryMode", f"/run/scanguard mode {mode:o}")
     tmp_entries = sorted(os.listdir("/tmp"))
     report(tmp_entries == [] and os.access("/tmp", os.W_OK), "PrivateTmp",
            f"/tmp writable, entries {tmp_entries}")

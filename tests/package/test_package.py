@@ -41,6 +41,8 @@ INSTALLED = {
     "./usr/share/dbus-1/interfaces/io.github.nm_scanguard.ScanGuard1.xml": "-rw-r--r--",
     "./usr/share/polkit-1/actions/io.github.nm_scanguard.policy": "-rw-r--r--",
     "./usr/lib/NetworkManager/dispatcher.d/90-scanguard": "-rwxr-xr-x",
+    "./usr/share/polkit-1/rules.d/50-nm-scanguard.rules": "-rw-r--r--",
+    "./usr/libexec/nm-scanguard/nm-scanguard-scan-deferral": "-rwxr-xr-x",
     "./etc/scanguard/scanguard.conf": "-rw-r--r--",
     "./usr/bin/scanguardd": "-rwxr-xr-x",
     "./usr/bin/scanguardctl": "-rwxr-xr-x",

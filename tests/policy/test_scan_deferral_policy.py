@@ -1,0 +1,143 @@
+"""ScanRequestDeferred on a default-deny bus with the shipped policy file: only polkitd's helper
+(user polkitd) and root may report a refused scan request; nobody gets AccessDenied from the
+daemon and changes nothing.  Also: the daemon publishes the state file while a hold defers and
+removes it when the hold ends, and scanguardctl shows the counts for a non-ASCII profile."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pwd
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from nm_scanguard.daemon import DEFER_FILE
+from tests.api.harness import api_call, error_of, scanguardctl
+from tests.conftest import assert_eventually, stop_process
+from tests.peers import REPO, env_for
+
+ACCESS_DENIED = "org.freedesktop.DBus.Error.AccessDenied"
+CAFE = "Café ☕"
+
+@pytest.fixture(autouse=True)
+def _polkitd_user() -> None:
+    """Fail loudly, not skip: make test installs polkitd, which creates the user."""
+    if not any(p.pw_name == "polkitd" for p in pwd.getpwall()):
+        pytest.fail("no user polkitd on this machine: apt install polkitd")
+
+
+class Client:
+    """tests/policy/client.py as `user` (see tests/policy/conftest.py's Nobody)."""
+
+    def __init__(self, address: str, user: str) -> None:
+        env = env_for(address)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        self.process = subprocess.Popen(
+            ["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups", sys.executable,
+             str(Path(__file__).parent / "client.py")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=REPO, text=True)
+        if not self.process.stdout.readline():
+            raise RuntimeError(f"the client running as {user} did not connect to the bus")
+
+    def deferred(self, user: str, pid: int, program: str) -> dict[str, Any]:
+        req = {"dest": "io.github.nm_scanguard.ScanGuard1", "path": "/io/github/nm_scanguard/ScanGuard1",
+               "iface": "io.github.nm_scanguard.ScanGuard1", "member": "ScanRequestDeferred",
+               "sig": "sus", "body": [user, pid, program]}
+        self.process.stdin.write(json.dumps(req) + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())
+
+    def close(self) -> None:
+        stop_process(self.process)
+
+
+@pytest.fixture
+def clients(strict_bus) -> Iterator[Any]:
+    made: list[Client] = []
+
+    def make(user: str) -> Client:
+        made.append(Client(strict_bus.address, user))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for c in made:
+            c.close()
+
+
+async def counted(scenario) -> int:
+    return (await scenario.device())["scan_requests_deferred"]
+
+
+async def test_only_polkitd_and_root_may_report_a_deferred_scan(strict_scenario, clients):
+    s = strict_scenario
+    s.nm.rename_profile(s.conn, CAFE)
+    await assert_eventually(lambda: _named(s, CAFE), message="profile renamed")
+    state_file = Path(s.daemon.state_dir) / DEFER_FILE
+    assert not state_file.exists()
+
+    nobody, polkitd = clients("nobody"), clients("polkitd")
+    refused = nobody.deferred(CAFE, 4242, "waybar")
+    assert refused["error"] == ACCESS_DENIED
+    assert "polkitd" in refused["text"] and "Rejected send message" not in refused["text"]
+
+    reply = await api_call(s.bus, "Hold", "sss", ["test", "org.example.Test", ""])  # as root
+    assert error_of(reply) is None
+    await assert_eventually(lambda: _deferring(s), message="deferring while held")
+    text = state_file.read_text()
+    assert text.startswith(f"defer {s.daemon.process.pid} ") and oct(state_file.stat().st_mode)[-3:] == "644"
+
+    assert polkitd.deferred(CAFE, 4242, "waybar") == {"body": []}
+    await assert_eventually(lambda: _count(s, 1), message="counted once")
+    assert nobody.deferred(CAFE, 1, "x")["error"] == ACCESS_DENIED
+    assert (await api_call(s.bus, "ScanRequestDeferred", "sus", ["root", 1, "nmcli"])).message_type.name \
+        == "METHOD_RETURN"
+    await assert_eventually(lambda: _count(s, 2), message="root's report counted")
+    assert await counted(s) == 2  # nobody's did not count
+
+    status = await asyncio.to_thread(scanguardctl, s.address, "status", user="nobody")
+    assert status.returncode == 0, status.stderr
+    assert f"('{CAFE}'): held" in status.stdout
+    assert "client scans deferred (2 requests refused so far)" in status.stdout
+    log = Path(s.daemon.log_path).read_text(encoding="utf-8")
+    assert f"refused a Wi-Fi scan request from user '{CAFE}' ('waybar', pid 4242)" in log
+
+    (cookie,) = reply.body
+    assert error_of(await api_call(s.bus, "Release", "u", [cookie])) is None
+    await assert_eventually(lambda: not state_file.exists(), message="state file removed when idle")
+    assert not (await s.device())["deferring_scans"]
+    # a report arriving after the guard went idle is accepted but not counted
+    assert polkitd.deferred(CAFE, 4242, "waybar") == {"body": []}
+    assert await counted(s) == 2
+    js = json.loads((await asyncio.to_thread(scanguardctl, s.address, "status", "--json")).stdout)
+    assert js["devices"][0]["scan_requests_deferred"] == 2 and js["devices"][0]["connection_id"] == CAFE
+
+
+async def test_stopping_the_daemon_removes_the_state_file(strict_scenario):
+    s = strict_scenario
+    state_file = Path(s.daemon.state_dir) / DEFER_FILE
+    reply = await api_call(s.bus, "Hold", "sss", ["test", "org.example.Test", ""])
+    assert error_of(reply) is None
+    await assert_eventually(lambda: state_file.exists(), message="deferring while held")
+    s.daemon.process.terminate()
+    await asyncio.to_thread(s.daemon.process.wait, 20)
+    assert not state_file.exists()
+
+
+async def _named(s, name: str) -> bool:
+    d = await s.device()
+    return d is not None and d["connection_id"] == name
+
+
+async def _deferring(s) -> bool:
+    d = await s.device()
+    return bool(d and d["deferring_scans"])
+
+
+async def _count(s, n: int) -> bool:
+    return await counted(s) == n

@@ -1,0 +1,327 @@
+"""Deferral of other programs' scan requests, without a bus: the state file the daemon publishes,
+the helper polkitd runs (systemd/nm-scanguard-scan-deferral, run by dash as on Debian), the
+Guard's deferring state and counts, the Devices entry and scanguardctl's lines."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from nm_scanguard import policy as P
+from nm_scanguard.cli import GEOCLUE_HINT, device_line, scan_hint, status_json
+from nm_scanguard.config import KEYS, ConfigError, Settings, apply_profile, load_file
+from nm_scanguard.daemon import DEFER_FILE, Daemon, ScanDeferral
+from nm_scanguard.status import FIELDS, DeviceStatus
+from nm_scanguard.guard import Guard
+from nm_scanguard.journal import Journal
+from nm_scanguard.nm import WifiDevice
+from nm_scanguard.suspension import Suspender
+from tests.unit.test_guard import SETTINGS, FakeCounters, FakeView, Listener, run
+
+HELPER = Path(__file__).resolve().parents[2] / "systemd" / "nm-scanguard-scan-deferral"
+CAFE = "Café ☕"
+
+
+def start_time(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+
+
+@pytest.fixture
+def parts(tmp_path) -> dict:
+    sup, journal = FakeView(), Journal(str(tmp_path / "journal"))
+    return {"sup": sup, "journal": journal, "counters": FakeCounters(), "listener": Listener(),
+            "suspender": Suspender(sup, journal)}
+
+
+@pytest.fixture
+async def guard(parts) -> Guard:
+    dev = WifiDevice(path="/org/freedesktop/NetworkManager/Devices/1", ifname="wlan0", state=100,
+                     connection_id=CAFE, connection_uuid="u-1")
+    g = Guard(dev, SETTINGS, counters=parts["counters"], supplicant=parts["sup"],
+              suspender=parts["suspender"], listener=parts["listener"])
+    await g._iface()
+    return g
+
+
+# ---- the state file ------------------------------------------------------------------------
+
+def test_the_state_file_names_this_process_while_deferring_and_is_gone_otherwise(tmp_path):
+    d = ScanDeferral(str(tmp_path))
+    path = tmp_path / DEFER_FILE
+    d.set(True)
+    assert path.read_text() == f"defer {os.getpid()} {start_time(os.getpid())}\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644  # polkitd's helper reads it
+    assert [p.name for p in tmp_path.iterdir()] == [DEFER_FILE]  # no temporary file left
+    d.set(False)
+    assert not path.exists()
+    d.set(False)  # nothing to remove: fine
+    assert not path.exists()
+
+
+def test_a_leftover_is_removed_at_the_first_set(tmp_path):
+    (tmp_path / DEFER_FILE).write_text("defer 1 1\n")
+    ScanDeferral(str(tmp_path)).set(False)
+    assert not (tmp_path / DEFER_FILE).exists()
+
+
+def test_a_write_that_fails_is_logged_once_and_tried_again(tmp_path, caplog):
+    blocked = tmp_path / "state"
+    blocked.write_text("a file where the directory should be")
+    d = ScanDeferral(str(blocked))
+    d.set(True)
+    d.active = False  # as if a change came in between
+    d.set(True)
+    assert d.active is None
+    warnings = [r for r in caplog.records if "cannot write" in r.getMessage()]
+    assert len(warnings) == 1 and "not deferred" in warnings[0].getMessage()
+    assert str(blocked) in warnings[0].getMessage()
+    blocked.unlink()
+    d.set(True)
+    assert d.active is True and (blocked / DEFER_FILE).exists()
+
+
+def test_a_private_state_directory_is_opened_for_search_only(tmp_path):
+    """Run by hand, the journal may have made the directory 0700 first: polkitd could not
+    reach the file.  It gets search permission for others, never read (no listing)."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    ScanDeferral(str(state)).set(True)
+    assert stat.S_IMODE(state.stat().st_mode) == 0o711
+    fresh = tmp_path / "fresh"
+    ScanDeferral(str(fresh)).set(True)
+    assert stat.S_IMODE(fresh.stat().st_mode) & 0o077 == 0o011
+
+
+# ---- the helper polkitd runs ---------------------------------------------------------------
+
+def helper(state: Path, tmp_path: Path, user: str = "alice", pid: str = "1") -> tuple[str, list[str]]:
+    """Run the helper with a fake busctl first in PATH; returns its answer and what busctl got."""
+    record = tmp_path / "busctl.args"
+    fake = tmp_path / "bin" / "busctl"
+    fake.parent.mkdir(exist_ok=True)
+    fake.write_text(f'#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done > {record}.tmp\n'
+                    f'mv {record}.tmp {record}\n')
+    fake.chmod(0o755)
+    record.unlink(missing_ok=True)
+    env = dict(os.environ, SCANGUARD_DEFER_FILE=str(state), PATH=f"{fake.parent}:/usr/bin:/bin")
+    r = subprocess.run(["dash", str(HELPER), user, pid], env=env, capture_output=True, timeout=10)
+    assert r.returncode == 0 and r.stderr == b""
+    answer = r.stdout.decode()
+    called: list[str] = []
+    if answer == "defer\n":
+        deadline = time.monotonic() + 5
+        while not record.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        called = record.read_text(encoding="utf-8").splitlines()
+    return answer, called
+
+
+@pytest.mark.parametrize("user", ["alice", CAFE])
+def test_helper_defers_while_the_named_process_runs_and_tells_the_daemon(tmp_path, user):
+    state = tmp_path / "defer-scans"
+    state.write_text(f"defer {os.getpid()} {start_time(os.getpid())}\n")
+    answer, called = helper(state, tmp_path, user=user, pid=str(os.getpid()))
+    assert answer == "defer\n"
+    comm = Path(f"/proc/{os.getpid()}/comm").read_text().rstrip("\n")
+    assert called[-5:] == ["ScanRequestDeferred", "sus", user, str(os.getpid()), comm]
+    # it waits for the reply (the daemon must still be able to ask the bus who called), but in
+    # the background; and it never starts the daemon by bus activation
+    assert "--expect-reply=no" not in called and "--auto-start=no" in called
+    assert "--timeout=5" in called
+
+
+@pytest.mark.parametrize("content", [
+    None,  # no file: the daemon is not deferring (or not running)
+    "",
+    "allow\n",
+    "defer\n",
+    "defer 1\n",
+    "defer {pid} {start} extra\n",
+    "defer {pid} 1\n",  # same pid, another start time: the daemon died and the pid was reused
+    "defer 4194303 {start}\n",  # no such process: the daemon crashed
+    "defer x{pid} {start}\n",
+    "defer {pid} {start}x\n",
+    "defer ../../self {start}\n",
+    "defer -1 {start}\n",
+    "défer {pid} {start}\n",
+])
+def test_helper_fails_open(tmp_path, content):
+    state = tmp_path / "defer-scans"
+    if content is not None:
+        state.write_text(content.format(pid=os.getpid(), start=start_time(os.getpid())))
+    assert helper(state, tmp_path) == ("allow\n", [])
+
+
+def test_helper_allows_when_it_cannot_read_the_file():
+    """As user nobody (polkitd's stand-in) in a directory it may enter, but the file is 0000.
+    (Not under pytest's tmp_path or a build tree: those are private to root.)"""
+    shared = Path(tempfile.mkdtemp(prefix="scanguard-helper-"))
+    try:
+        shared.chmod(0o755)
+        script = shared / HELPER.name
+        shutil.copy(HELPER, script)
+        script.chmod(0o755)
+        state = shared / "defer-scans"
+        state.write_text(f"defer {os.getpid()} {start_time(os.getpid())}\n")
+        env = dict(os.environ, SCANGUARD_DEFER_FILE=str(state),
+                   DBUS_SYSTEM_BUS_ADDRESS="unix:path=/nonexistent")  # the report goes nowhere
+        as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                     "dash", str(script), "alice", "1"]
+        state.chmod(0o644)  # the control: readable, it defers (busctl fails quietly here)
+        r = subprocess.run(as_nobody, env=env, capture_output=True, text=True, timeout=10)
+        assert (r.returncode, r.stdout, r.stderr) == (0, "defer\n", "")
+        state.chmod(0)
+        r = subprocess.run(as_nobody, env=env, capture_output=True, text=True, timeout=10)
+        assert (r.returncode, r.stdout, r.stderr) == (0, "allow\n", "")
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_helper_defers_for_a_daemon_whose_name_has_spaces_and_parentheses(tmp_path):
+    """/proc/PID/stat's COMM may hold ") (": the start time is counted from the last ")"."""
+    odd = tmp_path / "a) (b c"
+    odd.write_bytes(Path("/bin/sleep").read_bytes())
+    odd.chmod(0o755)
+    proc = subprocess.Popen([str(odd), "30"])
+    try:
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{proc.pid}/comm").read_text() != "a) (b c\n" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ") (" in Path(f"/proc/{proc.pid}/stat").read_text()
+        state = tmp_path / "defer-scans"
+        state.write_text(f"defer {proc.pid} {start_time(proc.pid)}\n")
+        assert helper(state, tmp_path)[0] == "defer\n"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# ---- the setting ---------------------------------------------------------------------------
+
+def test_defer_client_scans_is_on_by_default_and_can_be_turned_off(tmp_path):
+    assert Settings().defer_client_scans is True and "defer_client_scans" in KEYS
+    conf = tmp_path / "scanguard.conf"
+    conf.write_text("[scanguard]\ndefer_client_scans = no\n")
+    assert load_file(str(conf)).defer_client_scans is False
+    conf.write_text("[scanguard]\ndefer_client_scans = sometimes\n")
+    with pytest.raises(ConfigError, match="defer_client_scans = 'sometimes' is not valid; expected yes or no"):
+        load_file(str(conf))
+    per_profile = apply_profile(Settings(), {"scanguard.defer_client_scans": "no"}, CAFE)
+    assert per_profile.defer_client_scans is False
+    assert per_profile.source("defer_client_scans") == f"profile {CAFE}"
+
+
+# ---- the Guard -----------------------------------------------------------------------------
+
+async def test_a_guard_defers_while_guarding_or_held_and_only_then(guard, parts):
+    counters = parts["counters"]
+    assert not guard.deferring
+    await guard.step()
+    await run(guard, counters, 8, 2)
+    assert guard.state == P.GUARDING and guard.deferring
+    await run(guard, counters, 0, 2)
+    assert guard.state == P.IDLE and not guard.deferring
+    guard.hold_changed(True)
+    await guard.kick()
+    assert guard.state == P.HELD and guard.deferring
+
+
+async def test_the_setting_turns_deferral_off(guard, parts):
+    guard.update(guard.dev, Settings(**{**guard.settings.values(), "defer_client_scans": False,
+                                        "engage_after": 2, "threshold_pps": 0}))
+    guard.hold_changed(True)
+    await guard.kick()
+    assert guard.state == P.HELD and not guard.deferring
+    assert not guard.status().deferring_scans
+
+
+async def test_deferred_requests_are_counted_logged_once_and_summed_up(guard, parts, caplog):
+    caplog.set_level("INFO")
+    guard.hold_changed(True)
+    await guard.kick()
+    for _ in range(3):
+        guard.count_deferred_request(f"user '{CAFE}' (gnome-shell, pid 7)")
+    refused = [r.getMessage() for r in caplog.records if "refused a Wi-Fi scan request" in r.getMessage()]
+    assert refused == [f"wlan0: refused a Wi-Fi scan request from user '{CAFE}' (gnome-shell, pid 7) "
+                       "while guarding (defer_client_scans); further ones are counted in "
+                       "scanguardctl status"]
+    status = guard.status()
+    assert (status.deferring_scans, status.scan_requests_deferred) == (True, 3)
+    assert "client scans deferred (3 requests refused)" in guard.status_line()
+    guard.hold_changed(False)
+    await guard.kick()
+    assert any("3 Wi-Fi scan request(s) of other programs were refused" in r.getMessage()
+               for r in caplog.records)
+    assert guard.status().scan_requests_deferred == 3  # the total stays
+    assert not guard.status().deferring_scans
+
+
+# ---- the Daemon: one file for all interfaces -----------------------------------------------
+
+async def test_the_daemon_publishes_whether_any_guard_defers(guard, parts, tmp_path):
+    daemon = Daemon(Settings(), None, str(tmp_path / "state"))
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / DEFER_FILE).write_text("defer 1 1\n")  # a crashed instance's
+    guard._listener = daemon
+    daemon.guards[guard.ifname] = guard
+    daemon.deferral.set(False)  # what start() does first
+    path = tmp_path / "state" / DEFER_FILE
+    assert not path.exists()
+    guard.hold_changed(True)
+    await guard.kick()
+    assert path.read_text().startswith(f"defer {os.getpid()} ")
+    assert daemon.scan_request_deferred(f"user '{CAFE}'") == 1
+    assert guard.scan_requests_deferred == 1
+    guard.hold_changed(False)
+    await guard.kick()
+    assert not path.exists()
+    assert daemon.scan_request_deferred("late") == 0  # not deferring: not counted
+    assert guard.scan_requests_deferred == 1
+
+
+# ---- the Devices entry and scanguardctl ----------------------------------------------------
+
+def test_the_new_fields_have_their_dbus_types():
+    wire = DeviceStatus(interface="wlan0", state="guarding", deferring_scans=True,
+                        scan_requests_deferred=4).as_dbus()
+    assert (wire["deferring_scans"].signature, wire["deferring_scans"].value) == ("b", True)
+    assert (wire["scan_requests_deferred"].signature, wire["scan_requests_deferred"].value) == ("u", 4)
+    assert FIELDS["deferring_scans"] == "b" and FIELDS["scan_requests_deferred"] == "u"
+
+
+def entry(**kw) -> dict:
+    base = {"interface": "wlan0", "state": "guarding", "reason": "busy", "since": time.time(),
+            "rx_bps": 8e6, "tx_bps": 0.0, "connection_id": CAFE, "scans_guarding": 0,
+            "deferring_scans": True, "scan_requests_deferred": 0}
+    base.update(kw)
+    return base
+
+
+def test_status_line_shows_deferral_with_a_non_ascii_profile():
+    line = device_line(entry(scan_requests_deferred=5))
+    assert line.startswith(f"wlan0 ('{CAFE}'): guarding") and "client scans deferred (5 requests refused so far)" in line
+    idle = device_line(entry(state="idle", deferring_scans=False, scan_requests_deferred=1))
+    assert "1 request for scans refused while guarding" in idle
+
+
+def test_status_points_to_geoclue_only_when_no_client_request_was_seen():
+    assert scan_hint(entry(scans_guarding=0)) is None
+    assert scan_hint(entry(scans_guarding=2, scan_requests_deferred=0)) == GEOCLUE_HINT
+    assert "GeoClue" in GEOCLUE_HINT and "Night Light" in GEOCLUE_HINT
+    other = scan_hint(entry(scans_guarding=2, scan_requests_deferred=3))
+    assert other is not None and "root" in other and other != GEOCLUE_HINT
+    off = scan_hint(entry(scans_guarding=2, settings={"defer_client_scans": False}))
+    assert off is not None and "defer_client_scans is off" in off
+
+
+def test_json_carries_the_counts():
+    (dev,) = status_json({"Devices": [entry(scans_guarding=2, scan_requests_deferred=3)]})["devices"]
+    assert (dev["scans_guarding"], dev["scan_requests_deferred"], dev["deferring_scans"]) == (2, 3, True)
+    assert dev["connection_id"] == CAFE
