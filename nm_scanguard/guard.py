@@ -68,6 +68,7 @@ class Guard:
         self._suspender = suspender
         self._listener = listener
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._error: str | None = None  # the current problem, shown in the status
         self._logged: str | None = None  # the last problem logged: log changes, not repeats
         self._busy = asyncio.Lock()
@@ -102,13 +103,15 @@ class Guard:
     async def stop(self, restore: bool = True) -> None:
         """Stop sampling and give back whatever we suspended (unless the bus is gone: then
         the journal keeps it for the next start)."""
-        if self._task is not None:
+        self._stopping = True
+        # Python 3.11's asyncio.wait_for swallows a cancellation that arrives just as the call
+        # it waits for completes (CPython gh-86296, fixed in 3.12): then the sampling loop would
+        # run on, and stop() waited a whole call timeout.  So the loop also checks _stopping,
+        # and the cancellation is repeated until the task has ended.
+        while self._task is not None and not self._task.done():
             self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+            await asyncio.wait({self._task}, timeout=0.5)
+        self._task = None
         if restore:
             async with self._busy:
                 await self._release("the guard stopped")
@@ -120,7 +123,7 @@ class Guard:
         self.policy.update_settings(settings)
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             await asyncio.sleep(self.settings.sample_interval)
             try:
                 await self.step()

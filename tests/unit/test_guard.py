@@ -221,3 +221,31 @@ async def test_the_interface_is_looked_up_once(guard, parts):
     await guard.kick()
     assert [c for c in parts["sup"].calls if c[0] == "interface"] == [("interface", "wlan0")]
     assert guard.iface_path == IFACE0
+
+
+async def test_stop_ends_a_sampling_loop_whose_cancellation_was_swallowed(guard, parts):
+    """Python 3.11's asyncio.wait_for swallows a cancellation that arrives as the awaited call
+    completes (CPython gh-86296); the D-Bus test of NetworkManager restarting then saw stop()
+    wait a whole call timeout.  Here every sample swallows its cancellation, as that wait_for
+    does: stop() must still end the loop, and restore, promptly."""
+    import asyncio
+
+    swallowed = 0
+
+    async def swallowing_step():
+        nonlocal swallowed
+        try:
+            await asyncio.sleep(0.5)
+        except asyncio.CancelledError:
+            swallowed += 1
+
+    guard.hold_changed(True)
+    await guard.kick()
+    assert parts["sup"].networks[NET0]["bgscan"] == ""
+    guard.policy.settings = guard.policy.settings.with_values({"sample_interval": 0.1}, "test")
+    guard.step = swallowing_step
+    await guard.attach()
+    await asyncio.sleep(0.3)  # inside a sample
+    await asyncio.wait_for(guard.stop(), 3.0)
+    assert swallowed >= 1
+    assert parts["sup"].networks[NET0]["bgscan"] == NM_BGSCAN
