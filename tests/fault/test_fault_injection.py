@@ -392,18 +392,21 @@ class Runner:
 
     async def do_WpaRestart(self, s: WpaRestart) -> None:
         assert self.w.peers is not None
+        await self.settle_wpa()
         self.w.expected.clear()  # the old networks died with the old process
         net = await self.w.peers.restart_wpa(s.bgscan or "")
         self.w.expected[net] = s.bgscan
 
     async def do_NmRestart(self, s: NmRestart) -> None:
         assert self.w.peers is not None
+        await self.settle_wpa()
         old = dict(self.w.expected)
         net = await self.w.peers.restart_nm(s.bgscan or "")
         self.w.recreated(net, old.get(net, BGSCAN), s.bgscan)
 
     async def do_Reactivate(self, s: Reactivate) -> None:
         assert self.w.peers is not None
+        await self.settle_wpa()
         old = dict(self.w.expected)
         net = await self.w.peers.reactivate(s.bgscan or "")
         self.w.recreated(net, old.get(net, BGSCAN), s.bgscan)
@@ -411,6 +414,21 @@ class Runner:
     async def do_SetDelay(self, s: SetDelay) -> None:
         assert self.w.peers is not None
         await self.w.peers.wpa_mock("SetSetDelay", "u", [s.ms])
+        self.delay_ms = max(getattr(self, "delay_ms", 0), s.ms)
+
+    async def settle_wpa(self) -> None:
+        """Before NetworkManager removes or adds networks: a real wpa_supplicant handles its
+        calls in order and answers each before the next (a stuck one handles nothing), so
+        NetworkManager's calls can neither overtake a Set of ours nor be answered before a
+        reply of ours.  The mock's hang and delay let them do both, an order the real one never
+        produces; so faults are cleared (hung calls are carried out now, in order) and the
+        replies still being delayed are waited for."""
+        assert self.w.peers is not None
+        await self.w.peers.clear_wpa_faults()
+        pending = getattr(self, "delay_ms", 0)
+        if pending:
+            await asyncio.sleep(pending / 1000 + 0.3)
+            self.delay_ms = 0
 
     async def do_Hang(self, s: Hang) -> None:
         assert self.w.peers is not None
