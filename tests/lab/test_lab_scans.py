@@ -146,9 +146,24 @@ def test_client_scans_are_deferred_while_guarding_and_root_still_scans(lab, guar
         t_idle1 = lab.guest_time()
 
         # ---- guarded upload
-        traffic = lab.start_traffic("upload", 100, ping_interval=None)
+        # Long enough for the settling below, the window and root's scan; stopped after those.
+        traffic = lab.start_traffic("upload", 240, ping_interval=None)
         wait_until(lambda: (lambda s: s.get("state") == "guarding" and s.get("deferring_scans"))(
             guardd.status()), 30, "guarding with client scans deferred", interval=1)
+        t_engaged = lab.guest_time()
+
+        # A request NetworkManager accepted just before the deferral began is still served:
+        # while activated NM starts at most one scan per 8 s and runs a request it accepted
+        # when that allows (nm-device-wifi.c, _scan_kickoff), and wpa_supplicant queues a scan
+        # behind one that is running (≈30 s under load).  The window opens once those are done:
+        # 12 s after the last allowed request, no scan running and none ended in the last 3 s.
+        def settled() -> bool:
+            now = lab.guest_time()
+            last_ok = max((t for t, ok, _ in requests(lab, widget) if ok), default=0.0)
+            return now - last_ok >= 12 and all(s.end is not None and s.end < now - 3
+                                                for s in lab.scans(now - 300))
+        wait_until(settled, 90, "the scans of requests allowed before the guard engaged to end",
+                   interval=1)
         t_g0 = lab.guest_time()
         time.sleep(6 * WIDGET_PERIOD + 2)
         rc, out, err = lab.run(f"{AS_NOBODY} nmcli device wifi rescan ifname {STA_IF}", 60)
@@ -162,7 +177,7 @@ def test_client_scans_are_deferred_while_guarding_and_root_still_scans(lab, guar
             "scans_guarding", 0) else None)(guardd.status()), 60,
             "the daemon to count root's scan while guarding", interval=1)
         assert counted["state"] == "guarding", "the upload ended before root's scan was counted"
-        traffic.wait()
+        traffic.stop()
 
         # ---- idle again: allowed, scans resume
         wait_until(lambda: guardd.status().get("state") == "idle", RELEASE_AFTER + 30,
@@ -179,7 +194,8 @@ def test_client_scans_are_deferred_while_guarding_and_root_still_scans(lab, guar
 
     reqs = requests(lab, widget)
     idle1 = [r for r in reqs if t_idle0 <= r[0] < t_idle1]
-    guarded = [r for r in reqs if t_g0 + 1 <= r[0] < t_root]
+    guarded = [r for r in reqs if t_engaged + 1 <= r[0] < t_root]
+    leftover = [s for s in lab.scans(t_engaged, t_g0) if t_engaged <= s.start < t_g0]
     idle2 = [r for r in reqs if t_idle2 <= r[0] < t_end]
     scans_idle1 = [s for s in lab.scans(t_idle0, t_idle1) if t_idle0 <= s.start < t_idle1]
     scans_guarded = [s for s in lab.scans(t_g0, t_root) if t_g0 <= s.start < t_root]
@@ -190,6 +206,8 @@ def test_client_scans_are_deferred_while_guarding_and_root_still_scans(lab, guar
                          ("idle after", idle2, scans_idle2)):
         print(f"  {name:12} requests {len(rs):3}  refused {sum(not ok for _, ok, _ in rs):3}  "
               f"scans started {len(sc):3}")
+    print(f"  the guard engaged; {t_g0 - t_engaged:.1f} s later the scans of requests allowed "
+          f"before had ended ({len(leftover)} started after it engaged); the window opened then")
     print(f"  nmcli device wifi rescan as nobody while guarding: rc {nobody_rescan[0]}: "
           f"{nobody_rescan[1]}")
     print(f"  root's rescan while guarding: rc {root_rc}, scans started {len(root_scan)}; daemon: "
