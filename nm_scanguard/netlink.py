@@ -7,12 +7,26 @@ is fine at this cost, so it is called directly from the event loop.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 
-from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
+# pyroute2's package __init__ imports its interactive console (pyroute2.cli.console), which
+# imports readline if it can.  A daemon has no use for readline, and on Debian 13 loading it is a
+# denied system call: ncurses 6.5 calls setfsuid() while readline initialises, which the unit's
+# filter refuses (@privileged; the package VM's log-mode check on trixie logged two).  pyroute2
+# catches the ImportError, so readline is made unimportable for this one import and only if
+# nobody loaded it before (an interactive interpreter keeps its own).
+_hide_readline = "readline" not in sys.modules
+if _hide_readline:
+    sys.modules["readline"] = None  # type: ignore[assignment]
+try:
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+finally:
+    if _hide_readline:
+        del sys.modules["readline"]
 
-from .rates import Counters
+from .rates import Counters  # noqa: E402
 
 log = logging.getLogger(__name__)
 

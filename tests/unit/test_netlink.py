@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -183,3 +184,17 @@ def test_names_linux_cannot_have_raise_valueerror(reader: LinkCounters, ifname: 
     with pytest.raises(ValueError) as e:
         reader.read(ifname)
     assert repr(ifname) in str(e.value) and "1 to 15 bytes" in str(e.value)
+
+
+def test_importing_netlink_loads_no_readline_and_leaves_it_importable() -> None:
+    """pyroute2's __init__ imports its console, which imports readline; in the daemon that
+    loads ncurses, whose set-up calls setfsuid() on Debian 13, a call the unit's filter denies.
+    netlink.py hides readline for that one import (fresh interpreter: pytest loaded it here)."""
+    code = ("import sys, nm_scanguard.netlink\n"
+            "assert 'readline' not in sys.modules, 'readline loaded'\n"
+            "assert 'pyroute2.cli.console' in sys.modules\n"
+            "import readline\n"
+            "print('ok', readline.__name__)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok readline", proc.stderr
