@@ -14,6 +14,7 @@ All steps are idempotent; the kernel and module tree are reused between runs.
 from __future__ import annotations
 
 import gzip
+import lzma
 import os
 import re
 import shutil
@@ -30,17 +31,38 @@ INITRAMFS_MODULES = [
 ]
 
 
+# The guest's release: "bookworm" boots the host's own / (Debian 12, this machine), "trixie" a
+# Debian 13 root tree built by tests/release/trixie.py (issue 10).  Chosen by SCANGUARD_LAB_RELEASE.
+RELEASES = ("bookworm", "trixie")
+
+
+def release() -> str:
+    name = os.environ.get("SCANGUARD_LAB_RELEASE") or "bookworm"
+    if name not in RELEASES:
+        raise RuntimeError(f"SCANGUARD_LAB_RELEASE={name!r}: the lab knows {', '.join(RELEASES)}")
+    return name
+
+
 @dataclass
 class KernelImage:
     version: str          # e.g. "6.1.0-56-amd64"
     vmlinuz: Path
     modules_root: Path    # contains lib/modules/<version> with modules.dep
     initramfs: Path
+    # The tree the guest boots as its read-only root: the host's / (Debian 12) or a trixie root.
+    guest_root: Path = Path("/")
 
     @property
     def modules_dir(self) -> Path:
-        """The directory the guest bind-mounts on /lib/modules."""
+        """The host directory of the module tree."""
         return self.modules_root / "lib" / "modules"
+
+    @property
+    def guest_modules_dir(self) -> str:
+        """The same as the guest sees it, bind-mounted on its /lib/modules."""
+        if self.guest_root == Path("/"):
+            return str(self.modules_dir)
+        return "/" + str(self.modules_dir.relative_to(self.guest_root))
 
 
 def cache_dir() -> Path:
@@ -109,10 +131,11 @@ def _shared_libs(binary: Path) -> list[Path]:
     return libs
 
 
-def build_initramfs(cache: Path, version: str, tree: Path) -> Path:
-    """Assemble the initramfs (≈1.5 MB, 0.1 s); rebuilt every start so init edits take effect."""
-    out = cache / "kernel" / version / "initramfs.gz"
-    staging = cache / "kernel" / version / "initramfs"
+def build_initramfs(workdir: Path, name: str, tree: Path, version: str) -> Path:
+    """Assemble the initramfs (≈1.5 MB, 0.1 s) in workdir/name from the modules of kernel
+    `version` under tree/lib/modules; rebuilt every start so init edits take effect."""
+    out = workdir / name / "initramfs.gz"
+    staging = workdir / name / "initramfs"
     if staging.exists():
         shutil.rmtree(staging)
     for d in ("bin", "dev", "proc", "sys", "host", "rw", "newroot", "modules"):
@@ -129,9 +152,19 @@ def build_initramfs(cache: Path, version: str, tree: Path) -> Path:
         (staging / "lib").symlink_to("lib64")
     (staging / "bin" / "sh").symlink_to("busybox")
     moddir = tree / "lib" / "modules" / version / "kernel"
-    index = {p.name.removesuffix(".ko"): p for p in moddir.rglob("*.ko")}
+    # trixie's kernel ships its modules xz-compressed (*.ko.xz), which busybox insmod cannot load:
+    # the initramfs carries them decompressed.  A module of the list that the kernel does not
+    # have as a module (6.12 folds fscache into netfs) is left out; the init skips it.
+    index = {re.sub(r"\.ko(\.xz)?$", "", p.name): p for p in moddir.rglob("*.ko*")}
     for name in INITRAMFS_MODULES:
-        shutil.copy2(index[name], staging / "modules" / f"{name}.ko")
+        src = index.get(name)
+        if src is None:
+            continue
+        dest = staging / "modules" / f"{name}.ko"
+        if src.name.endswith(".xz"):
+            dest.write_bytes(lzma.decompress(src.read_bytes()))
+        else:
+            shutil.copy2(src, dest)
     init = staging / "init"
     shutil.copy2(HERE / "initramfs-init.sh", init)
     init.chmod(0o755)
@@ -147,11 +180,43 @@ def build_initramfs(cache: Path, version: str, tree: Path) -> Path:
     return out
 
 
-def prepare(cache: Path | None = None) -> KernelImage:
+def trixie_root(log=print) -> Path:
+    """The trixie lab root (built by tests/release/trixie.py unless cached); its path."""
+    script = HERE.parents[1] / "tests" / "release" / "trixie.py"
+    proc = subprocess.run(["/usr/bin/python3", str(script), "lab-root"], stdout=subprocess.PIPE,
+                          text=True, check=False)
+    lines = proc.stdout.strip().splitlines()
+    for line in lines[:-1]:
+        log(line)
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"tests/release/trixie.py lab-root failed (exit {proc.returncode}); "
+                           "its messages are above")
+    return Path(lines[-1])
+
+
+def prepare_root(cache: Path, root: Path) -> KernelImage:
+    """Boot a release's root tree with its own kernel (the one its linux-image-amd64 installed,
+    whose postinst ran depmod there): vmlinuz and modules come from the tree itself."""
+    versions = sorted(p.name for p in (root / "usr" / "lib" / "modules").iterdir()
+                      if (p / "modules.dep").exists())
+    if len(versions) != 1:
+        raise RuntimeError(f"{root}: expected one kernel with modules.dep under /usr/lib/modules, "
+                           f"found {versions or 'none'}")
+    version = versions[0]
+    work = cache / "kernel" / f"{root.name}-{version}"
+    work.mkdir(parents=True, exist_ok=True)
+    initramfs = build_initramfs(work.parent, work.name, root / "usr", version)
+    return KernelImage(version=version, vmlinuz=root / "boot" / f"vmlinuz-{version}",
+                       modules_root=root / "usr", initramfs=initramfs, guest_root=root)
+
+
+def prepare(cache: Path | None = None, log=print) -> KernelImage:
     cache = cache or cache_dir()
+    if release() == "trixie":
+        return prepare_root(cache, trixie_root(log))
     version, tree = fetch_kernel(cache)
     modroot = build_module_tree(cache, version, tree)
-    initramfs = build_initramfs(cache, version, tree)
+    initramfs = build_initramfs(cache / "kernel", version, tree, version)
     return KernelImage(version=version, vmlinuz=tree / "boot" / f"vmlinuz-{version}",
                        modules_root=modroot, initramfs=initramfs)
 

@@ -274,8 +274,9 @@ class Lab:
             session = session.with_name(session.name + "x")
         session.mkdir()
         say(f"preparing kernel and initramfs under {cache / 'kernel'}")
-        image = build.prepare(cache)
-        say(f"kernel {image.version} ready")
+        image = build.prepare(cache, say)
+        say(f"kernel {image.version} ready; guest root {image.guest_root} "
+            f"({build.release()})")
         last_error: Exception | None = None
         for attempt in range(1, attempts + 1):
             rundir = session / f"boot{attempt}"

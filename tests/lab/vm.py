@@ -127,13 +127,23 @@ class VM:
         return self.share / rel
 
     # ---- lifecycle -----------------------------------------------------------------------
+    @property
+    def own_root(self) -> bool:
+        """True when the guest boots a release's root tree rather than the host's /."""
+        return self.image.guest_root != Path("/")
+
     def qemu_command(self) -> list[str]:
         append = " ".join([
             "console=ttyS0", "panic=-1", "mitigations=off", "random.trust_cpu=on",
             f"labinit={REPO}/tests/lab/{self.init_script}",
-            f"labmods={self.image.modules_dir}",
+            f"labmods={self.image.guest_modules_dir}",
             f"labrepo={REPO}",
-        ])
+        ] + (["labrepo9p=1"] if self.own_root else []))
+        # A release's own root (trixie) does not contain this checkout: it comes as a third,
+        # read-only share that the initramfs mounts at the same path.
+        repo_share = ["-fsdev", f"local,id=fsrepo,path={REPO},security_model=none,readonly=on",
+                      "-device", "virtio-9p-pci,fsdev=fsrepo,mount_tag=repo"] \
+            if self.own_root else []
         return [
             "qemu-system-x86_64", "-name", QEMU_NAME, "-nodefaults", "-no-user-config",
             "-accel", "tcg,thread=multi", "-cpu", "max", "-smp", "2", "-m", "2048",
@@ -141,8 +151,10 @@ class VM:
             "-append", append,
             # Host / read-only. multidevs=remap: without it inode numbers of different host
             # mounts collide and the guest mixes up /proc, /sys and /dev (LAB.md trap 1).
-            "-fsdev", "local,id=fshost,path=/,security_model=none,readonly=on,multidevs=remap",
+            "-fsdev", f"local,id=fshost,path={self.image.guest_root},security_model=none,"
+                      "readonly=on,multidevs=remap",
             "-device", "virtio-9p-pci,fsdev=fshost,mount_tag=host",
+            *repo_share,
             "-fsdev", f"local,id=fslab,path={self.share},security_model=none",
             "-device", "virtio-9p-pci,fsdev=fslab,mount_tag=lab",
             "-device", "virtio-serial-pci",

@@ -41,6 +41,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 BUILDER = HERE / "trixie-root.sh"
 PACKAGES = HERE / "trixie-packages.txt"
+# The lab guest's root (tests/lab with SCANGUARD_LAB_RELEASE=trixie): a bigger tree, kernel
+# included, built the same way and kept beside the other as trixie-lab-<hash>.
+LAB_PACKAGES = HERE / "trixie-lab-packages.txt"
 ENTER = HERE / "enter-root.sh"
 DEFAULT_CACHE = "/var/cache/nm-scanguard"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -50,7 +53,7 @@ KEY_PACKAGES = ("python3", "python3-dbus-fast", "python3-dbus-next", "python3-py
                 "python3-dbusmock", "python3-pytest", "python3-pytest-asyncio",
                 "python3-hypothesis", "python3-gi", "gir1.2-nm-1.0", "python3-systemd",
                 "wpasupplicant", "dbus-daemon", "systemd", "iproute2", "libnm0", "polkitd",
-                "network-manager", "duktape")
+                "network-manager", "duktape", "lintian", "debhelper", "dh-python")
 LIBRARIES = ("dbus_fast", "dbus_next")
 DBUS_TESTS = ("tests/dbus", "tests/api", "tests/policy")
 # -rs prints every skip's reason.  pytest-asyncio 0.25 (trixie) warns on every run that
@@ -100,21 +103,26 @@ class Root:
 
     cache: Path
     mirror: str
+    kind: str = "trixie"          # "trixie" (the lower rungs) or "trixie-lab" (the lab guest)
+
+    @property
+    def packages(self) -> Path:
+        return LAB_PACKAGES if self.kind == "trixie-lab" else PACKAGES
 
     @property
     def digest(self) -> str:
         h = hashlib.sha256()
-        for part in (BUILDER.read_bytes(), PACKAGES.read_bytes(), self.mirror.encode()):
+        for part in (BUILDER.read_bytes(), self.packages.read_bytes(), self.mirror.encode()):
             h.update(len(part).to_bytes(8, "little") + part)
         return h.hexdigest()[:12]
 
     @property
     def path(self) -> Path:
-        return self.cache / f"trixie-{self.digest}"
+        return self.cache / f"{self.kind}-{self.digest}"
 
     @property
     def record(self) -> Path:
-        return self.cache / f"trixie-{self.digest}.json"
+        return self.cache / f"{self.kind}-{self.digest}.json"
 
     def ready(self) -> bool:
         return self.record.exists() and (self.path / "usr/bin/python3").exists()
@@ -149,10 +157,11 @@ def build(root: Root) -> None:
     if partial.exists():
         log(f"    removing the remains of an interrupted build: {partial}")
         shutil.rmtree(partial)
-    log(f"==> [{clock()}] building the trixie root from {root.mirror} into {root.path}")
+    log(f"==> [{clock()}] building the {root.kind} root from {root.mirror} into {root.path}")
     start = time.monotonic()
     env = dict(os.environ, TRIXIE_MIRROR=root.mirror, PATH="/usr/sbin:/usr/bin:/sbin:/bin")
-    result = subprocess.run([str(BUILDER), str(PACKAGES), str(partial)], env=env, check=False)
+    result = subprocess.run([str(BUILDER), str(root.packages), str(partial)], env=env,
+                            check=False)
     if result.returncode != 0:
         shutil.rmtree(partial, ignore_errors=True)
         raise Failure(f"building the trixie root failed (mmdebstrap exit {result.returncode}, "
@@ -164,11 +173,11 @@ def build(root: Root) -> None:
     root.record.write_text(json.dumps({
         "built": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "seconds": round(seconds, 1), "size": size, "mirror": root.mirror,
-        "packages": package_list()}, indent=1) + "\n")
-    log(f"<== trixie root built in {seconds:.0f} s, {size}: {root.path}")
-    for old in sorted(root.cache.glob("trixie-*")):
+        "packages": package_list(root.packages)}, indent=1) + "\n")
+    log(f"<== {root.kind} root built in {seconds:.0f} s, {size}: {root.path}")
+    for old in sorted(root.cache.glob(f"{root.kind}-*")):
         if old.name.startswith(root.path.name) or not re.fullmatch(
-                r"trixie-[0-9a-f]{12}(\.json|\.partial)?", old.name):
+                rf"{root.kind}-[0-9a-f]{{12}}(\.json|\.partial)?", old.name):
             continue
         log(f"    removing the root of an older recipe: {old}")
         if old.is_dir():
@@ -177,9 +186,9 @@ def build(root: Root) -> None:
             old.unlink()
 
 
-def package_list() -> list[str]:
-    """The packages named in trixie-packages.txt (comments and blank lines dropped)."""
-    names = (line.split("#", 1)[0].strip() for line in PACKAGES.read_text().splitlines())
+def package_list(packages: Path = PACKAGES) -> list[str]:
+    """The packages named in a package list (comments and blank lines dropped)."""
+    names = (line.split("#", 1)[0].strip() for line in packages.read_text().splitlines())
     return [n for n in names if n]
 
 
@@ -192,7 +201,7 @@ def ensure_root(root: Root, rebuild: bool = False) -> Path:
             shutil.rmtree(root.path)
         if root.ready():
             info = json.loads(root.record.read_text())
-            log(f"==> [{clock()}] cached trixie root {root.path}: {disk_usage(root.path)}, "
+            log(f"==> [{clock()}] cached {root.kind} root {root.path}: {disk_usage(root.path)}, "
                 f"built {info['built']} in {info['seconds']:.0f} s from {info['mirror']}")
         else:
             if root.path.exists():  # a directory without a record: not ours to trust
@@ -332,9 +341,13 @@ def plan(step_timeout: float) -> list[tuple[str, list[list[str]], float]]:
     for lib in LIBRARIES:
         steps.append((f"contract tests against trixie's wpa_supplicant with {lib}",
                       [show_library(lib), pytest(lib, "-q", "tests/contract")], step_timeout))
+    steps.append(("package: build with trixie's debhelper; trixie's lintian; systemd 257's "
+                  "systemd-analyze security",
+                  [pytest(None, "-v", "tests/package")], step_timeout))
     if (REPO / "tests" / "fault").is_dir():
         for lib in LIBRARIES:
-            steps.append((f"fault injection with {lib}",
+            examples = os.environ.get("SCANGUARD_FAULT_EXAMPLES") or "25 (the default)"
+            steps.append((f"fault injection with {lib}, {examples} sequences per test",
                           [show_library(lib), pytest(lib, "-q", "-s", "tests/fault")],
                           step_timeout))
     else:
@@ -389,6 +402,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rebuild", action="store_true", help="build the root even if cached")
     sub = parser.add_subparsers(dest="verb", required=True)
     sub.add_parser("root", help="build the root unless cached; print where it is")
+    sub.add_parser("lab-root", help="the same for the lab guest's root (tests/lab with "
+                                    "SCANGUARD_LAB_RELEASE=trixie); its path is the last line")
     t = sub.add_parser("test", help="run the rungs inside the root")
     t.add_argument("--step-timeout", type=float,
                    default=float(os.environ.get("TRIXIE_STEP_TIMEOUT") or 420),
@@ -406,9 +421,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         check_host()
-        root = Root(args.cache.resolve(), args.mirror)
+        kind = "trixie-lab" if args.verb == "lab-root" else "trixie"
+        root = Root(args.cache.resolve(), args.mirror, kind)
         path = ensure_root(root, args.rebuild)
-        if args.verb == "root":
+        if args.verb in ("root", "lab-root"):
+            print(path, flush=True)
             return 0
         if args.verb == "shell":
             return subprocess.run(inside(path, args.command or ["sh"]), check=False).returncode
