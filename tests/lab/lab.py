@@ -89,7 +89,9 @@ DBUS_LAB_ROOT_POLICY = f"""\
 
 DISPATCHER_LOG = f"""\
 #!/bin/sh
-echo "$(date +%s.%N) $1 $2 $CONNECTION_ID" >>{GUEST_SHARE}/logs/dispatcher-events.log
+t=$(date +%s.%N)
+echo "$t $1 $2 $CONNECTION_ID" >>{GUEST_SHARE}/logs/dispatcher-events.log
+env | grep '^CONNECTION_USER_' | sed "s|^|$t $1 $2 |" >>{GUEST_SHARE}/logs/dispatcher-user.log
 """
 
 # ssid2= in hex: `ssid=` would take the raw UTF-8 bytes too, but hex says exactly which bytes go
@@ -565,6 +567,16 @@ class Lab:
 
     def wpa_events(self, needle: str, t0: float = 0, t1: float = float("inf")) -> list[float]:
         """Times of wpa_supplicant debug-log lines containing `needle`."""
+    def dispatcher_user_data(self, t0: float = 0) -> list[tuple[float, str, str, str]]:
+        """(guest time, interface, action, NAME=VALUE) of the CONNECTION_USER_* variables the
+        dispatcher scripts got since t0 (NetworkManager ≥ 1.46 passes the profile's user data)."""
+        out = []
+        for line in self.log_text("dispatcher-user").splitlines():
+            parts = line.split(" ", 3)
+            if len(parts) == 4 and float(parts[0]) >= t0:
+                out.append((float(parts[0]), parts[1], parts[2], parts[3]))
+        return out
+
         return [t for t in measure.wpa_log_events(self.log_text("wpa_supplicant"), needle)
                 if t0 <= t <= t1]
 

@@ -419,3 +419,70 @@ def test_explicit_scan_while_guarding_is_counted_and_reported(lab, guardd):
     took(lab, "check 9", t, f"nmcli rescan under a guarded upload: kernel scan "
                              f"{scan.start - t_scan:.1f} s later, counted (scans_guarding "
                              f"{before} -> {n}); status: {text.strip()}")
+
+
+# ---- 11 -------------------------------------------------------------------------------------------
+def _nm_version(lab) -> tuple[int, ...]:
+    text = lab.check("NetworkManager --version").strip()
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:2])
+
+
+def test_config_set_writes_the_real_profile_and_the_daemon_follows(lab, guardd):
+    """`scanguardctl config set` against the real NetworkManager (1.42 on Debian 12, 1.52 on
+    Debian 13), not dbusmock: libnm writes scanguard.* user data into the profile on disk, the
+    daemon takes it without a reconnect, a bad value is refused with the key named and nothing
+    written, and `config unset` gives the global value back.  Then one reconnect shows what the
+    dispatcher gets: NetworkManager ≥ 1.46 passes the user data as CONNECTION_USER_*, 1.42 not."""
+    t = time.monotonic()
+    idle(lab, guardd)
+    profile = shlex.quote(CONNECTION)
+    version = _nm_version(lab)
+    files = [line.rpartition(":") for line in
+             lab.check("nmcli -t -f NAME,FILENAME connection show").splitlines()]
+    filename = next(f for name, _, f in files if name == CONNECTION)
+    before = guardd.status()["settings"]["threshold_mbit"]
+    t_call = time.monotonic()
+    out = guardd.ctl(f"config set {profile} threshold_mbit=7.5 engage_after=3")
+    t_returned = time.monotonic()
+    assert f"{CONNECTION}: scanguard.threshold_mbit=7.5, scanguard.engage_after=3" in out, out
+    on_disk = lab.check(f"cat {shlex.quote(filename)}")
+    assert re.search(r"^\[user\]$", on_disk, re.M) and \
+        "scanguard.threshold_mbit=7.5" in on_disk and "scanguard.engage_after=3" in on_disk, on_disk
+    st = wait_until(lambda: (lambda s: s if s["settings"].get("threshold_mbit") == 7.5 and
+                             s["settings"].get("engage_after") == 3 else None)(guardd.status()),
+                    15, "the daemon to take the profile's new settings", interval=0.2)
+    t_seen = time.monotonic() - t_returned  # an upper bound: one `status` call is ≈1 s here
+    assert CONNECTION in st["settings_sources"]["threshold_mbit"], st["settings_sources"]
+    shown = guardd.ctl(f"config show {profile}")
+    assert re.search(r"^threshold_mbit\s+7\.5\s+.*Café ☕ lab", shown, re.M), shown
+
+    # A bad value: refused, named, nothing written.
+    rc, out, err = lab.run(f"cd {shlex.quote(str(REPO))} && {SCANGUARDCTL} config set {profile} "
+                           "threshold_mbit=fast", 60)
+    assert rc != 0 and "threshold_mbit" in err and "fast" in err, (rc, out, err)
+    assert "scanguard.threshold_mbit=7.5" in lab.check(f"cat {shlex.quote(filename)}")
+
+    # The dispatcher's view after a reconnect.
+    t1 = lab.guest_time()
+    lab.disconnect()
+    lab.connect()
+    wait_until(lambda: (STA_IF, "up") in [(i, a) for ts, i, a in lab.dispatcher_events()
+                                          if ts >= t1], 30, "dispatcher 'up'")
+    user = sorted({v for ts, i, a, v in lab.dispatcher_user_data(t1)
+                   if i == STA_IF and a == "up" and v.startswith("CONNECTION_USER_SCANGUARD")})
+    if version >= (1, 46):
+        assert "CONNECTION_USER_SCANGUARD__THRESHOLD_137MBIT=7.5" in user, user
+    else:
+        assert user == [], user
+
+    guardd.ctl(f"config unset {profile} threshold_mbit engage_after")
+    assert "scanguard." not in lab.check(f"cat {shlex.quote(filename)}")
+    wait_until(lambda: guardd.status().get("settings", {}).get("threshold_mbit") == before, 15,
+               "the daemon to fall back to the global threshold")
+    took(lab, "check 11", t, f"NetworkManager {'.'.join(map(str, version))}: config set wrote "
+                             f"[user] scanguard.* to {filename} in {t_returned - t_call:.1f} s "
+                             f"(scanguardctl under TCG), the daemon's status showed the values "
+                             f"{t_seen:.1f} s after it returned; a bad value was refused "
+                             f"({err.strip()}); "
+                             f"dispatcher user data on 'up': {user or 'none'}; unset restored "
+                             f"threshold_mbit {before}")
