@@ -87,6 +87,8 @@ DBUS_LAB_ROOT_POLICY = f"""\
 </busconfig>
 """
 
+# Also logs the profile's user data NetworkManager ≥ 1.46 passes as CONNECTION_USER_* (none on
+# 1.42): one line per variable, for check 11's comparison of the releases.
 DISPATCHER_LOG = f"""\
 #!/bin/sh
 t=$(date +%s.%N)
@@ -166,16 +168,16 @@ class Traffic:
         self.iperf = lab.spawn(f"exec iperf3 -c {AP_ADDR} {reverse}-t {seconds:g} -i 1 -J "
                                f"--get-server-output", name=f"iperf3-{direction}-{n}")
 
-    def wait(self) -> TrafficRun:
-        rc = self.iperf.wait(self.seconds + 60)
-        if rc is None:
-            self.iperf.stop()
     def stop(self) -> None:
         """End the transfer early, its figures unread (a check that needs only the load)."""
         self.iperf.stop()
         if self.ping:
             self.ping.stop(signal.SIGINT)
 
+    def wait(self) -> TrafficRun:
+        rc = self.iperf.wait(self.seconds + 60)
+        if rc is None:
+            self.iperf.stop()
             raise LabError(f"iperf3 did not finish; see {self.iperf.host_log}")
         t_end = self.lab.guest_time()
         if self.ping:
@@ -565,8 +567,6 @@ class Lab:
                 events.append((float(parts[0]), parts[1], parts[2]))
         return events
 
-    def wpa_events(self, needle: str, t0: float = 0, t1: float = float("inf")) -> list[float]:
-        """Times of wpa_supplicant debug-log lines containing `needle`."""
     def dispatcher_user_data(self, t0: float = 0) -> list[tuple[float, str, str, str]]:
         """(guest time, interface, action, NAME=VALUE) of the CONNECTION_USER_* variables the
         dispatcher scripts got since t0 (NetworkManager ≥ 1.46 passes the profile's user data)."""
@@ -577,6 +577,8 @@ class Lab:
                 out.append((float(parts[0]), parts[1], parts[2], parts[3]))
         return out
 
+    def wpa_events(self, needle: str, t0: float = 0, t1: float = float("inf")) -> list[float]:
+        """Times of wpa_supplicant debug-log lines containing `needle`."""
         return [t for t in measure.wpa_log_events(self.log_text("wpa_supplicant"), needle)
                 if t0 <= t <= t1]
 
