@@ -100,8 +100,31 @@ class _EagainSafeSocket:
         return getattr(self._sock, name)
 
 
+def _retrieve(fut: Any) -> None:
+    """Done-callback of a send nobody awaits: mark its exception as seen."""
+    if not fut.cancelled():
+        fut.exception()
+
+
+def quiet(fut: Any) -> Any:
+    """`fut` (a send's future), its failure marked as seen once it fails; returned as is."""
+    if hasattr(fut, "add_done_callback"):
+        fut.add_done_callback(_retrieve)
+    return fut
+
+
 class MessageBus(_aio.MessageBus):  # type: ignore[misc,name-defined]
-    """The library's asyncio MessageBus, with its writer made safe against EAGAIN."""
+    """The library's asyncio MessageBus, with its writer made safe against EAGAIN, and sends
+    that nobody awaits (signals, replies: export.py) kept quiet when the connection is gone."""
+
+    def send(self, msg: Any) -> Any:
+        """The library's send.  Its future fails when the socket breaks under the message
+        (EPIPE while the daemon disconnects at stop, or a bus that went away); for a signal or
+        a reply nobody awaits that future, and asyncio would log "Future exception was never
+        retrieved" with a traceback in the journal (seen once in the package VM at `systemctl
+        stop`).  The lost connection itself is handled where it matters (service.py exits on a
+        lost bus); a caller that awaits the future still gets the exception."""
+        return quiet(super().send(msg))
 
     async def connect(self) -> "MessageBus":
         bus = await super().connect()
