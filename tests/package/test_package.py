@@ -32,9 +32,14 @@ ENV = {**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8
 for _var in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "DEB_BUILD_OPTIONS", "DEB_BUILD_PROFILES"):
     ENV.pop(_var, None)
 
+# Where this release's debhelper installs units (debian/rules): /lib on Debian 12, /usr/lib on 13.
+_VERSION = Path("/etc/debian_version").read_text().strip()  # "12.11", "13.2", or "trixie/sid"
+DEBIAN_MAJOR = int(_VERSION.split(".")[0]) if _VERSION[:1].isdigit() else 99  # testing: newest
+UNIT_DIR = "./lib/systemd/system" if DEBIAN_MAJOR <= 12 else "./usr/lib/systemd/system"
+
 # Every file the package must install besides the Python package itself: path -> mode.
 INSTALLED = {
-    "./lib/systemd/system/scanguard.service": "-rw-r--r--",
+    f"{UNIT_DIR}/scanguard.service": "-rw-r--r--",
     "./usr/lib/sysusers.d/scanguard.conf": "-rw-r--r--",
     "./usr/share/dbus-1/system.d/io.github.nm_scanguard.ScanGuard1.conf": "-rw-r--r--",
     "./usr/share/dbus-1/system-services/io.github.nm_scanguard.ScanGuard1.service": "-rw-r--r--",
