@@ -26,6 +26,18 @@ RUFF_VERSION = 0.17.5
 RUFF         = $(CACHE)/ruff-$(RUFF_VERSION)/bin/ruff
 # Which D-Bus library a run really uses: one that marshals non-ASCII wrongly is skipped.
 SHOW_LIB     = $(PYTHON) -c 'import nm_scanguard.dbuslib as d; print("    D-Bus library in use:", d.LIBRARY, *("(skipped: " + s + ")" for s in d.SKIPPED))'
+# $(call with_lib,LIB,COMMAND): run COMMAND with SCANGUARD_DBUS_LIB=LIB if the daemon really uses
+# LIB here.  On Debian 12 it refuses dbus-fast 1.84.2 (FACTS.md: wrong lengths for non-ASCII) and
+# falls back to dbus-next, so a "dbus_fast" pass would repeat the dbus_next pass word for word:
+# it is not run, and the line says why.  (The refusal itself is tested in tests/unit.)
+define with_lib
+	if SCANGUARD_DBUS_LIB=$(1) $(PYTHON) -c 'import sys, nm_scanguard.dbuslib as d; sys.exit(d.LIBRARY != "$(1)")'; then \
+	  SCANGUARD_DBUS_LIB=$(1) $(SHOW_LIB) && SCANGUARD_DBUS_LIB=$(1) $(2); \
+	else \
+	  SCANGUARD_DBUS_LIB=$(1) $(SHOW_LIB) && \
+	  echo "    not run with $(1): the daemon does not use it on this release (above); the pass with the library it uses covers this"; \
+	fi
+endef
 
 # $(call step,NAME,COMMANDS): print the step's name, run it, print how long it took.
 define step
@@ -61,17 +73,17 @@ test: deps-test deps-lab deps-deb
 	$(call step,1/10 lint: mypy --strict and ruff,$(MAKE) -s lint)
 	$(call step,2/10 unit tests (policy, config, holds, journal, rates),$(PYTEST) -q tests/unit)
 	$(call step,3/10 D-Bus tests on a private bus: daemon and API (SCANGUARD_DBUS_LIB=dbus_fast),\
-	  SCANGUARD_DBUS_LIB=dbus_fast $(SHOW_LIB) && SCANGUARD_DBUS_LIB=dbus_fast $(PYTEST) -v $(DBUS_TESTS))
+	  $(call with_lib,dbus_fast,$(PYTEST) -v $(DBUS_TESTS)))
 	$(call step,4/10 the same with dbus-next,\
-	  SCANGUARD_DBUS_LIB=dbus_next $(SHOW_LIB) && SCANGUARD_DBUS_LIB=dbus_next $(PYTEST) -v $(DBUS_TESTS))
+	  $(call with_lib,dbus_next,$(PYTEST) -v $(DBUS_TESTS)))
 	$(call step,5/10 fault injection (Hypothesis) with each D-Bus library,\
-	  SCANGUARD_DBUS_LIB=dbus_fast $(PYTEST) -v -s tests/fault && \
-	  SCANGUARD_DBUS_LIB=dbus_next $(PYTEST) -v -s tests/fault)
+	  $(call with_lib,dbus_fast,$(PYTEST) -v -s tests/fault) && \
+	  $(call with_lib,dbus_next,$(PYTEST) -v -s tests/fault))
 	$(call step,6/10 contract tests against the real wpa_supplicant (dbus-fast; dbus-next),\
-	  SCANGUARD_DBUS_LIB=dbus_fast $(PYTEST) -v tests/contract && \
-	  SCANGUARD_DBUS_LIB=dbus_next $(PYTEST) -q tests/contract)
+	  $(call with_lib,dbus_fast,$(PYTEST) -v tests/contract) && \
+	  $(call with_lib,dbus_next,$(PYTEST) -q tests/contract))
 	$(call step,7/10 package: build; lintian; hardening,$(PYTEST) -v tests/package)
-	$(call step,8/10 Debian 13 (trixie root): unit; D-Bus; contract and fault rungs,$(MAKE) -s test-trixie)
+	$(call step,8/10 Debian 13 (trixie root): unit; D-Bus; contract; package; fault rungs,$(MAKE) -s test-trixie)
 	$(call step,9/10 the virtual Wi-Fi lab (QEMU; mac80211_hwsim; NetworkManager),$(PYTEST) -v -s tests/lab)
 	@echo "==> [$$(date +%H:%M:%S)] 10/10 done: every step passed"
 
