@@ -24,19 +24,18 @@ DBUS_TESTS = tests/dbus tests/api tests/policy
 # The linter comes from PyPI, pinned, in a virtualenv under $(CACHE); mypy is Debian's.
 RUFF_VERSION = 0.17.5
 RUFF         = $(CACHE)/ruff-$(RUFF_VERSION)/bin/ruff
-# Which D-Bus library a run really uses: one that marshals non-ASCII wrongly is skipped.
-SHOW_LIB     = $(PYTHON) -c 'import nm_scanguard.dbuslib as d; print("    D-Bus library in use:", d.LIBRARY, *("(skipped: " + s + ")" for s in d.SKIPPED))'
+# Which D-Bus library a run really uses: one that marshals non-ASCII wrongly is skipped.  Prints
+# it; exits 3 if it is not $SCANGUARD_DBUS_LIB (1 if no library can be imported at all).
+SHOW_LIB     = $(PYTHON) -c 'import os, sys, nm_scanguard.dbuslib as d; print("    D-Bus library in use:", d.LIBRARY, *("(skipped: " + s + ")" for s in d.SKIPPED)); sys.exit(3 if d.LIBRARY != os.environ["SCANGUARD_DBUS_LIB"] else 0)'
 # $(call with_lib,LIB,COMMAND): run COMMAND with SCANGUARD_DBUS_LIB=LIB if the daemon really uses
 # LIB here.  On Debian 12 it refuses dbus-fast 1.84.2 (FACTS.md: wrong lengths for non-ASCII) and
 # falls back to dbus-next, so a "dbus_fast" pass would repeat the dbus_next pass word for word:
 # it is not run, and the line says why.  (The refusal itself is tested in tests/unit.)
 define with_lib
-	if SCANGUARD_DBUS_LIB=$(1) $(PYTHON) -c 'import sys, nm_scanguard.dbuslib as d; sys.exit(d.LIBRARY != "$(1)")'; then \
-	  SCANGUARD_DBUS_LIB=$(1) $(SHOW_LIB) && SCANGUARD_DBUS_LIB=$(1) $(2); \
-	else \
-	  SCANGUARD_DBUS_LIB=$(1) $(SHOW_LIB) && \
-	  echo "    not run with $(1): the daemon does not use it on this release (above); the pass with the library it uses covers this"; \
-	fi
+	{ SCANGUARD_DBUS_LIB=$(1) $(SHOW_LIB); rc=$$?; \
+	  if [ $$rc -eq 0 ]; then SCANGUARD_DBUS_LIB=$(1) $(2); \
+	  elif [ $$rc -eq 3 ]; then echo "    not run with $(1): the daemon does not use it on this release (above); the pass with the library it uses covers this"; \
+	  else false; fi; }
 endef
 
 # $(call step,NAME,COMMANDS): print the step's name, run it, print how long it took.

@@ -131,11 +131,11 @@ def _shared_libs(binary: Path) -> list[Path]:
     return libs
 
 
-def build_initramfs(workdir: Path, name: str, tree: Path, version: str) -> Path:
-    """Assemble the initramfs (≈1.5 MB, 0.1 s) in workdir/name from the modules of kernel
-    `version` under tree/lib/modules; rebuilt every start so init edits take effect."""
-    out = workdir / name / "initramfs.gz"
-    staging = workdir / name / "initramfs"
+def build_initramfs(outdir: Path, tree: Path, version: str) -> Path:
+    """Assemble the initramfs (≈1.5 MB, 0.1 s) in outdir from the modules of kernel `version`
+    under tree/lib/modules; rebuilt every start so init edits take effect."""
+    out = outdir / "initramfs.gz"
+    staging = outdir / "initramfs"
     if staging.exists():
         shutil.rmtree(staging)
     for d in ("bin", "dev", "proc", "sys", "host", "rw", "newroot", "modules"):
@@ -203,9 +203,7 @@ def prepare_root(cache: Path, root: Path) -> KernelImage:
         raise RuntimeError(f"{root}: expected one kernel with modules.dep under /usr/lib/modules, "
                            f"found {versions or 'none'}")
     version = versions[0]
-    work = cache / "kernel" / f"{root.name}-{version}"
-    work.mkdir(parents=True, exist_ok=True)
-    initramfs = build_initramfs(work.parent, work.name, root / "usr", version)
+    initramfs = build_initramfs(cache / "kernel" / f"{root.name}-{version}", root / "usr", version)
     return KernelImage(version=version, vmlinuz=root / "boot" / f"vmlinuz-{version}",
                        modules_root=root / "usr", initramfs=initramfs, guest_root=root)
 
@@ -216,7 +214,7 @@ def prepare(cache: Path | None = None, log=print) -> KernelImage:
         return prepare_root(cache, trixie_root(log))
     version, tree = fetch_kernel(cache)
     modroot = build_module_tree(cache, version, tree)
-    initramfs = build_initramfs(cache / "kernel", version, tree, version)
+    initramfs = build_initramfs(cache / "kernel" / version, tree, version)
     return KernelImage(version=version, vmlinuz=tree / "boot" / f"vmlinuz-{version}",
                        modules_root=modroot, initramfs=initramfs)
 
