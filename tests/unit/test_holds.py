@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
 import re
 import struct
 
@@ -489,6 +490,7 @@ def test_the_size_estimate_agrees_with_a_real_marshaller():
 # ---- no interleaving breaks the caps ------------------------------------------------------------
 
 CALLERS = [":1.1", ":1.2", ":1.3", ":1.4", ":1.5", ":1.6"]
+_COOKIES = random.Random(0)
 
 
 class HoldsMachine(RuleBasedStateMachine):
@@ -496,6 +498,7 @@ class HoldsMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
+        _COOKIES.seed(0)  # the same cookies, so the same holds sort alike, in every run
         self.changes = Counter()
         self.expected_changes = 0
         self.holds = Holds(self.changes, per_caller=3, per_uid=4, total=6)
@@ -569,8 +572,12 @@ class HoldsMachine(RuleBasedStateMachine):
         assert len({x.cookie for x in h.all()}) == len(h)
 
 
-def test_no_interleaving_breaks_the_caps():
+def test_no_interleaving_breaks_the_caps(monkeypatch):
     # Run by hand: pytest-asyncio fails to collect a state machine's TestCase class.  No example
     # database: a unit test must not leave a .hypothesis directory in the tree.
+    # Cookies from a seeded generator: holds committed at the same time sort by cookie, so with
+    # random cookies `release` picked another hold on a replay and Hypothesis 6.130 (Debian 13)
+    # stopped with FlakyStrategyDefinition (once, in the trixie package build's unit tests).
+    monkeypatch.setattr(holds_module.secrets, "randbits", _COOKIES.getrandbits)
     run_state_machine_as_test(HoldsMachine, settings=settings(
         max_examples=150, stateful_step_count=40, deadline=None, database=None))
