@@ -13,7 +13,8 @@ DEPS_TEST    = $(DEPS_RUNTIME) python3-pytest python3-pytest-asyncio python3-dbu
                python3-hypothesis mypy python3-venv dbus dbus-daemon wpasupplicant iproute2 \
                iputils-ping procps util-linux systemd polkitd duktape network-manager
 DEPS_LAB     = $(DEPS_TEST) qemu-system-x86 busybox network-manager hostapd iw tshark \
-               wireless-regdb kmod udev iperf3 python3-matplotlib
+               wireless-regdb kmod udev iperf3 python3-matplotlib gcc libc6-dev pkg-config \
+               libnl-genl-3-dev
 DEPS_DEB     = $(DEPS_RUNTIME) build-essential debhelper dh-python pybuild-plugin-pyproject python3-setuptools \
                python3-wheel python3-argparse-manpage python3-pytest python3-pytest-asyncio \
                lintian dpkg-dev fakeroot git
@@ -46,7 +47,7 @@ define step
 	exit $$rc
 endef
 
-.PHONY: all test lint demo bench deb deps-test deps-lab deps-deb unit dbus fault contract lab package clean
+.PHONY: all test lint demo bench bench-medium deb deps-test deps-lab deps-deb unit dbus fault contract lab package clean
 
 all:
 	@echo "Use 'make demo' (the Wi-Fi lab, guard off vs on) or 'make test' (every test)."
@@ -114,6 +115,9 @@ bench: deps-test
 
 demo: deps-lab
 	$(PYTHON) -m tests.lab.demo
+
+bench-medium: deps-lab
+	$(PYTHON) -m tests.lab.bench_medium
 
 deb: deps-deb
 	PATH=$(DEB_PATH) dpkg-buildpackage -us -uc -b --post-clean

@@ -208,6 +208,31 @@ def prepare_root(cache: Path, root: Path) -> KernelImage:
                        modules_root=root / "usr", initramfs=initramfs, guest_root=root)
 
 
+MEDIUM_SOURCE = HERE / "medium" / "medium.c"
+
+
+def build_medium(cache: Path) -> Path:
+    """Compile the lab's wireless medium (tests/lab/medium/medium.c, libnl-genl) on the host;
+    the guest runs it from $CACHE (both releases' roots have libnl-genl-3-200: iw and
+    wpasupplicant need it).  Rebuilt when the source changes."""
+    import hashlib
+    digest = hashlib.sha256(MEDIUM_SOURCE.read_bytes()).hexdigest()[:12]
+    out = cache / "medium" / digest / "scanguard-lab-medium"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "libnl-genl-3.0"],
+                           capture_output=True, text=True)
+    if flags.returncode != 0:
+        raise RuntimeError("pkg-config libnl-genl-3.0 failed: install libnl-genl-3-dev "
+                           "(`make deps-lab` does)")
+    tmp = out.with_suffix(".tmp")
+    subprocess.run(["cc", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(tmp),
+                    str(MEDIUM_SOURCE), *flags.stdout.split(), "-lm"], check=True)
+    tmp.rename(out)
+    return out
+
+
 def prepare(cache: Path | None = None, log=print) -> KernelImage:
     cache = cache or cache_dir()
     if release() == "trixie":

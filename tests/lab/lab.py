@@ -42,12 +42,21 @@ from .vm import GUEST_SHARE, REPO, GuestProcess, LabError, VM, kill_stale_qemu
 # UTF-8 (the SSID limit is 32 bytes).  Quote both with shlex.quote in every guest command.
 SSID = "Café ☕ lab"
 PSK = "scanguard-lab-psk"
-AP_IF, STA_IF = "wlan0", "wlan1"
-AP_NS = "apns"
+AP_IF, STA_IF, AP2_IF = "wlan0", "wlan1", "wlan2"
+AP_NS, AP2_NS = "apns", "apns2"
+# Both APs are ports of one Ethernet segment (a bridge in each netns, joined by a veth pair), as
+# in an office: the station keeps its address when it roams from one to the other.
+AP_BRIDGE = "br0"
 AP_ADDR = "192.168.77.1"
 CONNECTION = SSID  # what `nmcli device wifi connect` would name the profile
 SCANGUARD_NAME = "io.github.nm_scanguard.ScanGuard1"
 KEEP_SESSIONS = 10  # older $CACHE/lab-logs/<timestamp> dirs are pruned
+# The medium's noise floor and the signal the lab starts with (a strong link: association and
+# the checks that need no scan are quick); `arm_weak_link` moves the station to WEAK_SIGNAL_DBM.
+MEDIUM_NOISE_DBM = -91
+STRONG_SIGNAL_DBM = -50
+AP2_OFF_DBM = -100  # the second AP's radio is there but out of range until a check needs it
+WEAK_SIGNAL_DBM = -72  # below NetworkManager's -70 dBm bgscan threshold: it scans every 30 s
 
 WPAS = "fi.w1.wpa_supplicant1"
 
@@ -100,13 +109,18 @@ env | grep '^CONNECTION_USER_' | sed "s|^|$t $1 $2 |" >>{GUEST_SHARE}/logs/dispa
 # on the air.  utf8_ssid=1 sets the "SSID is UTF-8" bit in the Extended Capabilities element.
 HOSTAPD_CONF = f"""\
 interface={AP_IF}
+bridge={AP_BRIDGE}
 driver=nl80211
 ctrl_interface=/run/lab/hostapd
 ssid2={SSID.encode().hex()}
 utf8_ssid=1
 hw_mode=g
 channel=6
-ieee80211n=1
+# The lab's air (issue 9): 802.11g OFDM up to 24 Mbit/s, so that the medium's airtime, not the
+# TCG guest's CPU, limits throughput (≈6 Mbit/s of TCP); see tests/lab/README.md, "The air".
+ieee80211n=0
+supported_rates=60 90 120
+basic_rates=60 120
 wmm_enabled=1
 wpa=2
 wpa_key_mgmt=WPA-PSK
@@ -118,7 +132,7 @@ wpa_pairwise_update_count=8
 """
 
 UDHCPD_CONF = f"""\
-interface {AP_IF}
+interface {AP_BRIDGE}
 start 192.168.77.100
 end 192.168.77.150
 lease_file /run/lab/udhcpd.leases
@@ -250,6 +264,13 @@ class Lab:
         self.daemon: GuestProcess | None = None
         self.results: dict[str, dict] = {}  # summaries checks leave for later checks
         self._lock = None
+        self.medium_bin = Path()
+        self.radio_macs: dict[str, str] = {}
+        self.signals: dict[tuple[str, str], float] = {
+            ("ap", "sta"): STRONG_SIGNAL_DBM, ("ap2", "sta"): AP2_OFF_DBM, ("ap", "ap2"): -60}
+        self.ap2: GuestProcess | None = None
+        self.medium: GuestProcess | None = None
+        self.airtime_scale = 1.0  # 0 only for the medium's benchmark (frames take no air)
 
     # ---- lifecycle -----------------------------------------------------------------------
     @classmethod
@@ -279,6 +300,7 @@ class Lab:
         session.mkdir()
         say(f"preparing kernel and initramfs under {cache / 'kernel'}")
         image = build.prepare(cache, say)
+        medium_bin = build.build_medium(cache)
         say(f"kernel {image.version} ready; guest root {image.guest_root} "
             f"({build.release()})")
         last_error: Exception | None = None
@@ -289,6 +311,7 @@ class Lab:
             lab = cls(vm, session, emit)
             lab._t0 = t_start
             lab._lock = lock
+            lab.medium_bin = medium_bin
             atexit.register(vm.stop)
             try:
                 uptime = vm.boot()
@@ -377,6 +400,8 @@ class Lab:
     def _bring_up(self) -> None:
         self.check("mkdir -p /run/lab /run/dbus /run/wpa_supplicant")
         self._step("udev running, mac80211_hwsim loaded (wlan0, wlan1, hwsim0)", self._radios)
+        self._step(f"medium registered with hwsim (AP-station signal {self.signals['ap', 'sta']}"
+                   f" dBm)", self._medium)
         self._step("hostapd up (WPA2-PSK, ch 6), udhcpd and iperf3 server in netns apns",
                    self._access_point)
         self._step("dbus-daemon, wpa_supplicant and NetworkManager up", self._station_daemons)
@@ -384,11 +409,47 @@ class Lab:
 
     def _radios(self) -> None:
         self.check("/lib/systemd/systemd-udevd --daemon --resolve-names=never")
-        self.check("modprobe mac80211_hwsim radios=2 && udevadm settle -t 60", 90)
-        self.check("ip link show wlan0 && ip link show wlan1 && ip link set hwsim0 up")
+        self.check("modprobe mac80211_hwsim radios=3 && udevadm settle -t 60", 90)
+        self.check("ip link show wlan0 && ip link show wlan1 && ip link show wlan2 && "
+                   "ip link set hwsim0 up")
         self.sta_mac = self.check(f"cat /sys/class/net/{STA_IF}/address").strip().lower()
         # Every scan start/end of the station, from the kernel, with guest timestamps.
         self.spawn("exec stdbuf -oL iw event -t", name="iw-event")
+
+    # ---- the air -------------------------------------------------------------------------
+    def _medium_config(self) -> str:
+        lines = ["# written by tests/lab/lab.py; the medium re-reads it on SIGHUP",
+                 f"noise {MEDIUM_NOISE_DBM}", f"airtime_scale {self.airtime_scale}"]
+        lines += [f"radio {name} {mac}" for name, mac in self.radio_macs.items()]
+        lines += [f"signal {a} {b} {dbm}" for (a, b), dbm in self.signals.items()]
+        return "\n".join(lines) + "\n"
+
+    def _medium(self) -> None:
+        """Start the lab's wireless medium (tests/lab/medium/medium.c) before any radio
+        transmits: from then on every frame crosses it (airtime, per-link signal, errors)."""
+        self.radio_macs = {}
+        for name, iface in (("ap", AP_IF), ("sta", STA_IF), ("ap2", AP2_IF)):
+            self.radio_macs[name] = self.check(
+                f"cat /sys/class/net/{iface}/phy80211/macaddress").strip().lower()
+        self.write_file("/run/lab/medium.conf", self._medium_config())
+        self.medium = self.spawn(f"echo $$ >/run/lab/medium.pid; exec stdbuf -oL {shlex.quote(str(self.medium_bin))} "
+                                 f"/run/lab/medium.conf", name="medium")
+        wait_until(lambda: "registered with mac80211_hwsim" in self.log_text("medium"), 30,
+                   "the medium to register with mac80211_hwsim")
+
+    def set_signal(self, dbm: float, a: str = "ap", b: str = "sta") -> None:
+        """The signal (dBm) at which radios a and b hear each other, both ways; the medium
+        applies it from the next frame (beacons: within 0.1 s).  Radios: "ap", "sta", "ap2"."""
+        self.signals[a, b] = dbm
+        self.signals.pop((b, a), None)
+        self.write_file("/run/lab/medium.conf", self._medium_config())
+        self.check("kill -HUP $(cat /run/lab/medium.pid) && sleep 0.2")
+        self.say(f"medium: {a}-{b} signal set to {dbm} dBm")
+
+    def medium_stats(self, t0: float = 0, t1: float = float("inf")) -> list[dict[str, float]]:
+        """The medium's per-second statistics lines (guest time) in [t0, t1]."""
+        return [s for s in measure.parse_medium_stats(self.log_text("medium"))
+                if t0 <= s["t"] <= t1]
 
     def _access_point(self) -> None:
         self.write_file("/run/lab/hostapd.conf", HOSTAPD_CONF)
@@ -399,7 +460,9 @@ class Lab:
             phy=$(cat /sys/class/net/{AP_IF}/phy80211/name)
             iw phy "$phy" set netns name {AP_NS}
             ip -n {AP_NS} link set lo up
-            ip -n {AP_NS} addr add {AP_ADDR}/24 dev {AP_IF}
+            ip -n {AP_NS} link add {AP_BRIDGE} type bridge
+            ip -n {AP_NS} link set {AP_BRIDGE} up
+            ip -n {AP_NS} addr add {AP_ADDR}/24 dev {AP_BRIDGE}
             touch /run/lab/udhcpd.leases
         """)
         self.spawn(f"exec ip netns exec {AP_NS} hostapd -t -d -f {GUEST_SHARE}/logs/hostapd.log "
@@ -408,6 +471,45 @@ class Lab:
         self.spawn(f"exec ip netns exec {AP_NS} busybox udhcpd -f /run/lab/udhcpd.conf",
                    name="udhcpd")
         self.spawn(f"exec ip netns exec {AP_NS} iperf3 -s -J -B {AP_ADDR}", name="iperf3-server")
+
+    def start_second_ap(self, channel: int = 1) -> None:
+        """A second AP of the same network (SSID, PSK) on another channel, in its own netns,
+        bridged to the first one's segment; out of range (AP2_OFF_DBM) until set_signal."""
+        conf = HOSTAPD_CONF.replace(f"interface={AP_IF}", f"interface={AP2_IF}").replace(
+            "ctrl_interface=/run/lab/hostapd", "ctrl_interface=/run/lab/hostapd2").replace(
+            "channel=6", f"channel={channel}")
+        self.write_file("/run/lab/hostapd2.conf", conf)
+        self.check(f"""
+            set -e
+            ip netns add {AP2_NS}
+            phy=$(cat /sys/class/net/{AP2_IF}/phy80211/name)
+            iw phy "$phy" set netns name {AP2_NS}
+            ip -n {AP2_NS} link set lo up
+            ip -n {AP2_NS} link add {AP_BRIDGE} type bridge
+            ip -n {AP2_NS} link set {AP_BRIDGE} up
+            ip -n {AP_NS} link add ap2link type veth peer name ap1link netns {AP2_NS}
+            ip -n {AP_NS} link set ap2link master {AP_BRIDGE} up
+            ip -n {AP2_NS} link set ap1link master {AP_BRIDGE} up
+        """)
+        self.ap2 = self.spawn(f"exec ip netns exec {AP2_NS} hostapd -t -d -f "
+                              f"{GUEST_SHARE}/logs/hostapd2.log /run/lab/hostapd2.conf",
+                              name="hostapd2-stdout")
+        wait_until(lambda: "AP-ENABLED" in self.log_text("hostapd2"), 60, "hostapd2 AP-ENABLED")
+        self.say(f"second AP up on channel {channel} (netns {AP2_NS}, BSSID "
+                 f"{self.radio_macs['ap2']})")
+
+    def stop_second_ap(self) -> None:
+        if self.ap2 is not None:
+            self.ap2.stop()
+            self.ap2 = None
+            self.check(f"ip netns del {AP2_NS}; ip -n {AP_NS} link del ap2link || true")
+
+    def bssid(self) -> str:
+        """The BSSID the station is associated with ('' if none), from the kernel."""
+        out = self.run(f"iw dev {STA_IF} link", 30)[1]
+        m = next((line.split()[2] for line in out.splitlines() if line.startswith("Connected to")),
+                 "")
+        return m.lower()
 
     def _install_scanguard(self) -> None:
         """The product's D-Bus policy and dispatcher script, as the package installs them
@@ -541,11 +643,6 @@ class Lab:
         if props.get("type") == "a{sv}":  # SignalPoll's reply is a variant holding the dict
             props = props["data"]
         return int(props["rssi"]["data"])
-
-    def set_ap_txpower(self, dbm: int | None) -> None:
-        """AP tx power in dBm (0..20; None = auto). The station reads the AP at (dBm − 50)."""
-        arg = "auto" if dbm is None else f"fixed {int(dbm) * 100}"  # iw takes mBm
-        self.check(f"ip netns exec {AP_NS} iw dev {AP_IF} set txpower {arg}")
 
     def wait_signal(self, dbm: int, timeout: float = 15, tolerance: int = 3) -> int:
         """Wait until SignalPoll reports `dbm` ± tolerance; returns the reading."""

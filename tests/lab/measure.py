@@ -84,6 +84,25 @@ def parse_link_losses(text: str, ifname: str = "wlan1") -> list[tuple[float, str
 _WPA_TS = re.compile(r"^(\d+\.\d+): (.*)$")
 
 
+def parse_medium_stats(text: str) -> list[dict[str, float]]:
+    """The medium's once-a-second lines, `medium: stats t=<guest wall time> fps=... busy_2437=...`
+    (tests/lab/medium/medium.c), as dicts of floats."""
+    out = []
+    for line in text.splitlines():
+        if not line.startswith("medium: stats "):
+            continue
+        fields = {}
+        for item in line.split()[2:]:
+            key, _, value = item.partition("=")
+            try:
+                fields[key] = float(value)
+            except ValueError:
+                continue
+        if "t" in fields:
+            out.append(fields)
+    return out
+
+
 def wpa_log_events(text: str, needle: str) -> list[float]:
     """Timestamps of wpa_supplicant `-t` log lines containing `needle`."""
     out = []
@@ -309,9 +328,31 @@ def in_any(t: float, scans: list[Scan], margin: float = 0.5) -> bool:
                for s in scans)
 
 
+def scan_overlap(start: float, seconds: float, scans: list[Scan], t_end: float) -> float:
+    """How many of the seconds [start, start + seconds] a scan was running."""
+    return sum(max(0.0, min(start + seconds, s.end if s.end is not None else t_end)
+                   - max(start, s.start)) for s in scans)
+
+
+def during_vs_outside(intervals: list[Interval], scans: list[Scan], t_end: float) -> dict:
+    """Per-second throughput in seconds with a scan running for at least half of them, against
+    seconds without any scan (the paper's comparison: 57 % with TSQ, 10 % without)."""
+    during = [i.mbps for i in intervals if scan_overlap(i.start, i.seconds, scans, t_end)
+              >= i.seconds / 2]
+    outside = [i.mbps for i in intervals if scan_overlap(i.start, i.seconds, scans, t_end) == 0]
+    d_med, o_med = percentile(during, 50), percentile(outside, 50)
+    return {"during_n": len(during), "outside_n": len(outside),
+            "during_median_mbps": d_med, "outside_median_mbps": o_med,
+            "ratio": d_med / o_med if during and outside and o_med > 0 else math.nan}
+
+
 def summarize(iperf: IperfResult, ping: PingResult, scans: list[Scan],
-              pm1: list[NullFrame], t0: float, t1: float) -> dict:
-    """The figures the lab reports for one transfer (also what `make demo` tabulates)."""
+              pm1: list[NullFrame], t0: float, t1: float,
+              link_losses: list[tuple[float, str]] | None = None) -> dict:
+    """The figures the lab reports for one transfer (also what `make demo` tabulates).
+
+    Per-second figures come from the receiving end (1.00 s intervals; the sender's are late
+    and merged on the TCG guest, trap 18)."""
     rtt_in = [r for t, r in zip(ping.times, ping.rtts) if in_any(t, scans)]
     rtt_out = [r for t, r in zip(ping.times, ping.rtts) if not in_any(t, scans)]
 
@@ -321,6 +362,9 @@ def summarize(iperf: IperfResult, ping: PingResult, scans: list[Scan],
 
     scan_seconds = sum(min(s.end if s.end is not None else t1, t1) - max(s.start, t0)
                        for s in scans)
+    rx = [i.mbps for i in iperf.receiver if i.seconds >= 0.5]  # not the closing fragment
+    rx_median = percentile(rx, 50)
+    losses = link_losses or []
     return {
         "direction": iperf.direction,
         "seconds": round(t1 - t0, 1),
@@ -330,6 +374,11 @@ def summarize(iperf: IperfResult, ping: PingResult, scans: list[Scan],
         "pm1_null_frames": len(pm1),
         "pm1_null_frames_outside_scans": sum(not in_any(f.time, scans, 1.0) for f in pm1),
         "throughput": iperf.stats(),
+        "per_second": {"worst_over_median": min(rx) / rx_median if rx and rx_median > 0
+                       else math.nan, "p5_mbps": percentile(rx, 5), "median_mbps": rx_median,
+                       "scans": during_vs_outside(iperf.receiver, scans, t1)},
+        "link_losses": len(losses),
+        "link_loss_events": [f"t0 + {t - t0:.1f} s {e}" for t, e in losses],
         "rtt": {"all": rtt(ping.rtts), "during_scans": rtt(rtt_in),
                 "outside_scans": rtt(rtt_out), "sent": ping.sent, "loss": ping.loss},
     }
@@ -359,4 +408,12 @@ def format_summary(s: dict) -> str:
         f"  ping RTT, all:            {ms(rtt['all'])}, loss {rtt['loss']:.1%}",
         f"  ping RTT, during scans:   {ms(rtt['during_scans'])}",
         f"  ping RTT, outside scans:  {ms(rtt['outside_scans'])}",
-    ])
+    ] + ([
+        f"  receiver per second during scans / outside: "
+        f"{s['per_second']['scans']['during_median_mbps']:.1f} / "
+        f"{s['per_second']['scans']['outside_median_mbps']:.1f} Mbit/s (median; ratio "
+        f"{s['per_second']['scans']['ratio']:.0%}); worst second / median "
+        f"{s['per_second']['worst_over_median']:.0%}",
+        f"  link losses: {s['link_losses']}" + (" (" + "; ".join(s["link_loss_events"][:4]) + ")"
+                                                if s["link_losses"] else ""),
+    ] if "per_second" in s else []))

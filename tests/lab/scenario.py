@@ -1,11 +1,11 @@
-"""What the checks and `make demo` do with a running lab: the simulated weak link, the daemon
-under test, and one measured transfer.  Shared so that the demo's figures are exactly what the
-checks assert on (issue 4: checks 1 and 2 and both demo runs call `measured_transfer`).
+"""What the checks and `make demo` do with a running lab: the weak link, the daemon under test,
+and one measured transfer.  Shared so that the demo's figures are exactly what the checks
+assert on (issue 4: checks 1 and 2 and both demo runs call `measured_transfer`).
 
-Simulation (issue 4, approach b): the station reads the AP at -30 dBm, so NetworkManager's
-`simple:30:-70:86400` never counts the link as weak and bgscan scans once a day.  In the lab
-only, the network's bgscan is set to `simple:30:-25:86400`: the same wpa_supplicant code path
-then scans every 30 s.  Every figure from these runs is a simulation of a weak link.
+The weak link is a real one (issue 9): the lab's wireless medium (tests/lab/medium) puts the
+station at WEAK_SIGNAL_DBM (-72 dBm), below NetworkManager's -70 dBm threshold, and
+NetworkManager's own, unmodified `simple:30:-70:86400` scans every 30 s.  The air is the
+medium's: 802.11g at up to 12 Mbit/s with airtime, per-link signal and an error model.
 """
 
 from __future__ import annotations
@@ -19,21 +19,24 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import measure
-from .lab import SCANGUARD_NAME, STA_IF, Lab, TrafficRun, wait_until
+from .lab import (SCANGUARD_NAME, STA_IF, STRONG_SIGNAL_DBM, WEAK_SIGNAL_DBM, Lab, TrafficRun,
+                  wait_until)
 from .vm import REPO, GuestProcess, LabError
 
 NM_DEFAULT_BGSCAN = "simple:30:-70:86400"
-WEAK_LINK_BGSCAN = "simple:30:-25:86400"
-SIMULATION_NOTE = (f"SIMULATION of a weak link: bgscan set to {WEAK_LINK_BGSCAN} in the lab "
-                   f"(the station reads the AP at -30 dBm; NetworkManager writes {NM_DEFAULT_BGSCAN})")
+NM_BGSCAN_THRESHOLD_DBM = int(NM_DEFAULT_BGSCAN.split(":")[2])
+# The bgscan a weak link runs: NetworkManager's own (the name stays for the checks' readability).
+WEAK_LINK_BGSCAN = NM_DEFAULT_BGSCAN
+SIMULATION_NOTE = (f"Virtual air: lab medium, 802.11g up to 12 Mbit/s, station at "
+                   f"{WEAK_SIGNAL_DBM} dBm, NetworkManager's own bgscan {NM_DEFAULT_BGSCAN}")
 
-# Lab values (issue 4): AP tx power 20 dBm -> -30 dBm at the station, 0 dBm -> -50 dBm.  A -40
-# floor releases at -50; -30 is above floor + hysteresis (-35), so the guard engages again.
+# Lab values: the station works at WEAK_SIGNAL_DBM (-72); a -80 floor releases at FADED_SIGNAL_DBM
+# (-85); -72 is above floor + hysteresis (-75), so the guard engages again.
 GUARD_SETTINGS = {
     "sample_interval": 1,
     "engage_after": 2,
     "release_after": 5,
-    "signal_floor_dbm": -40,
+    "signal_floor_dbm": -80,
     "signal_hysteresis_db": 5,
     "signal_poll_interval": 2,
 }
@@ -119,14 +122,35 @@ class Guardd:
 
 
 # ---- the simulated weak link -------------------------------------------------------------------
+FADED_SIGNAL_DBM = -85
+
+
+def strong_link(lab: Lab) -> None:
+    """Back to the strong signal the lab starts with: bgscan then scans once a day."""
+    lab.set_signal(STRONG_SIGNAL_DBM)
+    lab.wait_signal(STRONG_SIGNAL_DBM)
+
+
 def arm_weak_link(lab: Lab, timeout: float = 60) -> float:
-    """Set the simulation's bgscan afresh, so that its first scan comes 30 s later.
+    """Put the station at WEAK_SIGNAL_DBM and start NetworkManager's bgscan afresh, so that its
+    first scan comes 30 s later.
 
     Waits for a running scan to end first (an idle scan takes ≈8 s), so that every run starts
     in the same phase: no scan, bgscan's 30 s timer just started.  Setting "" first makes the
     second Set a change (the same value again would be a no-op and keep the old timer).
     Call only while the guard is idle.  Returns the guest time of the reset.
     """
+    before, t_set = lab.signal(), lab.guest_time()
+    lab.set_signal(WEAK_SIGNAL_DBM)
+    lab.wait_signal(WEAK_SIGNAL_DBM)
+    if before > NM_BGSCAN_THRESHOLD_DBM >= WEAK_SIGNAL_DBM:
+        # Crossing NetworkManager's threshold: the kernel's CQM event reaches bgscan seconds
+        # later (an averaged signal), and bgscan then scans at once.  Let that happen (and end,
+        # below) before arming, or the scan lands in the measured transfer: seen in the first
+        # roaming control run, 6 s after the change, just before the guard engaged.
+        wait_until(lambda: lab.wpa_events("CTRL-EVENT-SIGNAL-CHANGE above=0", t_set), 30,
+                   "wpa_supplicant's signal-change event (CQM) below the threshold", interval=1)
+        time.sleep(1)
     wait_until(lambda: not any(s.end is None for s in lab.scans(lab.guest_time() - 120)),
                timeout, "the station's scan to finish", interval=1)
     network = lab.network_path()
@@ -224,6 +248,16 @@ def lab_problems(lab: Lab, m: "MeasuredRun", seconds: float, quiet_limit: float,
     return problems + transfer_problems(m, seconds)
 
 
+def link_losses(lab: Lab, t0: float, t1: float) -> list[tuple[float, str]]:
+    """The station's link losses in [t0, t1], guest time: the kernel's beacon loss, disconnect
+    and deauth events (`iw event`) and wpa_supplicant's CTRL-EVENT-DISCONNECTED, in time order."""
+    events = [(t, e) for t, e in measure.parse_link_losses(lab.log_text("iw-event"), STA_IF)
+              if t0 <= t <= t1]
+    events += [(t, "CTRL-EVENT-DISCONNECTED") for t in
+               lab.wpa_events("CTRL-EVENT-DISCONNECTED", t0, t1)]
+    return sorted(events)
+
+
 # ---- one measured transfer ----------------------------------------------------------------------
 @dataclass
 class MeasuredRun:
@@ -236,6 +270,7 @@ class MeasuredRun:
     bgscan_changes: list[measure.BgscanChange]
     summary: dict
     phases: dict = field(default_factory=dict)
+    link_losses: list[tuple[float, str]] = field(default_factory=list)
 
     @property
     def t0(self) -> float:
@@ -246,9 +281,13 @@ class MeasuredRun:
         return self.run.t_end
 
     def engaged_at(self) -> float | None:
-        """Guest time bgscan was stopped during the transfer (the guard engaged), if it was."""
+        """Guest time bgscan was stopped during the transfer (the guard engaged), if it was.
+
+        A stop within 10 s after a link loss is the disconnect's (wpa_supplicant deinitialises
+        bgscan when it loses the network), never the guard's."""
         return next((c.time for c in self.bgscan_changes
-                     if not c.on and self.t0 <= c.time <= self.t_end), None)
+                     if not c.on and self.t0 <= c.time <= self.t_end
+                     and not any(0 <= c.time - t <= 10 for t, _ in self.link_losses)), None)
 
     def scans_after(self, t: float) -> list[measure.Scan]:
         """Scans that ran (even partly) between `t` and the end of the transfer."""
@@ -294,12 +333,13 @@ def measured_transfer(lab: Lab, direction: str, seconds: float, label: str,
     pm1 = cap.pm1_nulls(run.t0, run.t_end)
     requests = lab.bgscan_requests(run.t0, run.t_end)
     changes = bgscan_changes(lab, run.t0 - 600, run.t1)
-    summary = measure.summarize(run.iperf, run.ping, scans, pm1, run.t0, run.t_end)
+    losses = link_losses(lab, run.t0, run.t_end)
+    summary = measure.summarize(run.iperf, run.ping, scans, pm1, run.t0, run.t_end, losses)
     summary["label"] = label
     summary["simulation"] = SIMULATION_NOTE
     summary["bgscan_requests"] = len(requests)
     phases["stop capture + analysis"] = time.monotonic() - t
-    m = MeasuredRun(label, run, scans, pm1, requests, changes, summary, phases)
+    m = MeasuredRun(label, run, scans, pm1, requests, changes, summary, phases, losses)
     engaged = m.engaged_at()
     summary["guard_engaged_after_s"] = None if engaged is None else round(engaged - run.t0, 2)
     return m

@@ -34,8 +34,9 @@ class SystemdLab(Lab):
         if state not in ("running", "degraded"):
             raise RuntimeError(f"systemd state {state!r} after start-up")
         self.check("systemctl is-active --quiet systemd-udevd systemd-journald dbus")
-        self.check("modprobe mac80211_hwsim radios=2 && udevadm settle -t 60", 90)
-        self.check("ip link show wlan0 && ip link show wlan1 && ip link set hwsim0 up")
+        self.check("modprobe mac80211_hwsim radios=3 && udevadm settle -t 60", 90)
+        self.check("ip link show wlan0 && ip link show wlan1 && ip link show wlan2 && "
+                   "ip link set hwsim0 up")
         self.sta_mac = self.check(f"cat /sys/class/net/{STA_IF}/address").strip().lower()
         self.spawn("exec stdbuf -oL iw event -t", name="iw-event")
 

@@ -9,12 +9,12 @@ import time
 import pytest
 
 from . import measure
-from .lab import AP_ADDR, CONNECTION, SSID, STA_IF
+from .lab import AP_ADDR, CONNECTION, SSID, STA_IF, STRONG_SIGNAL_DBM, WEAK_SIGNAL_DBM
 from .scenario import NM_DEFAULT_BGSCAN, arm_weak_link, measured_transfer, transfer_problems
 
 pytestmark = pytest.mark.lab
 
-# The weak link is simulated (issue 4, approach b): see scenario.py.
+# The weak link is a real signal on the lab's medium (issue 9): see scenario.py.
 BASELINE_SECONDS = 90
 
 
@@ -31,7 +31,7 @@ def test_station_connected_and_bgscan_visible(lab):
     assert measure.wpas_string(ssid) == SSID, (ssid, SSID.encode().hex())
     assert (CONNECTION, STA_IF) in lab.active_connections(), lab.active_connections()
     assert lab.bgscan() == NM_DEFAULT_BGSCAN
-    assert lab.signal() == -30
+    assert lab.signal() == pytest.approx(STRONG_SIGNAL_DBM, abs=3)
     # nm-dispatcher was activated by dbus-daemon and ran our logging script.
     assert ("wlan1", "up") in [(i, a) for _, i, a in lab.dispatcher_events()]
     idle = lab.ping(5)
@@ -39,15 +39,20 @@ def test_station_connected_and_bgscan_visible(lab):
     lab.say(f"idle ping to {AP_ADDR}: {idle.stats()}; checks took {time.monotonic() - t:.1f} s")
 
 
-def test_ap_txpower_changes_station_signal(lab):
+def test_medium_sets_the_signal_the_station_sees(lab):
+    """The medium's per-link signal is what wpa_supplicant's SignalPoll reports (and NM, and
+    bgscan); the medium's statistics show frames crossing it."""
     t = time.monotonic()
     try:
-        lab.set_ap_txpower(0)
-        assert lab.wait_signal(-50) == pytest.approx(-50, abs=3)
+        lab.set_signal(WEAK_SIGNAL_DBM)
+        assert lab.wait_signal(WEAK_SIGNAL_DBM) == pytest.approx(WEAK_SIGNAL_DBM, abs=2)
     finally:
-        lab.set_ap_txpower(20)
-    assert lab.wait_signal(-30) == pytest.approx(-30, abs=3)
-    lab.say(f"AP tx power 0 dBm -> -50 dBm at the station and back in {time.monotonic() - t:.1f} s")
+        lab.set_signal(STRONG_SIGNAL_DBM)
+    assert lab.wait_signal(STRONG_SIGNAL_DBM) == pytest.approx(STRONG_SIGNAL_DBM, abs=2)
+    stats = lab.medium_stats()
+    assert stats and sum(s["delivered"] for s in stats) > 0, lab.log_text("medium")[-2000:]
+    lab.say(f"medium: signal {STRONG_SIGNAL_DBM} -> {WEAK_SIGNAL_DBM} dBm at the station and "
+            f"back in {time.monotonic() - t:.1f} s")
 
 
 def test_baseline_upload_bgscan_scans_disturb_the_link(lab):
@@ -72,10 +77,18 @@ def test_baseline_upload_bgscan_scans_disturb_the_link(lab):
     # and only while scanning.
     assert len(m.pm1) >= 10, summary
     assert summary["pm1_null_frames_outside_scans"] <= len(m.pm1) // 10, summary
-    # Latency shows it: the worst RTT during scans is far above the typical one outside them.
+    # What the air decides (the medium, not the emulated CPU, sets the pace): compared with the
+    # same run's scan-free seconds, per-second throughput at the receiver drops while a scan runs
+    # (first run on the medium: medians 7.3 vs 8.3 Mbit/s, 87 %; scan-free seconds 8.0-8.5) and
+    # the RTT tail grows (p99 165 vs 130 ms).
+    per_scan = summary["per_second"]["scans"]
+    assert per_scan["during_n"] >= 5 and per_scan["outside_n"] >= 20, summary
+    assert per_scan["ratio"] <= 0.95, per_scan
     rtt = summary["rtt"]
     assert rtt["during_scans"]["n"] > 0 and rtt["outside_scans"]["n"] > 0, summary
-    assert rtt["during_scans"]["max_ms"] > 3 * rtt["outside_scans"]["p50_ms"], summary
+    assert rtt["during_scans"]["p99_ms"] > rtt["outside_scans"]["p99_ms"], summary
+    # No link losses in the baseline: its scans are bgscan's, not a reconnect's.
+    assert summary["link_losses"] == 0, summary["link_loss_events"]
     # The transfer itself ran for the whole time (judged by the time iperf3's intervals cover).
     problems = transfer_problems(m, BASELINE_SECONDS)
     assert not problems, "; ".join(problems) + "\n" + m.report()

@@ -2,10 +2,10 @@
 (issue 4, checks 2-9).  Runs after test_lab.py in the same VM (one boot per session).
 
 The daemon runs from this checkout as root in the guest with the lab settings of
-scenario.GUARD_SETTINGS.  Each check starts from an idle guard and a freshly armed simulated
-weak link (`arm_weak_link`: bgscan `simple:30:-25:86400`, first scan 30 s later), so that
-without the guard bgscan would scan 30 s into every transfer.  Figures are a SIMULATION of a
-weak link; see scenario.py.
+scenario.GUARD_SETTINGS.  Each check starts from an idle guard and a freshly armed weak link
+(`arm_weak_link`: the medium puts the station at -72 dBm and NetworkManager's own bgscan
+`simple:30:-70:86400` is restarted, first scan 30 s later), so that without the guard bgscan
+would scan 30 s into every transfer; see scenario.py.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import time
 import pytest
 
 from . import measure
-from .lab import CONNECTION, SSID, STA_IF, wait_until
-from .scenario import (GUARD_SETTINGS, NM_DEFAULT_BGSCAN, SCANGUARDCTL, WEAK_LINK_BGSCAN,
-                       Guardd, arm_weak_link, bgscan_changes, lab_problems, measured_transfer,
+from .lab import CONNECTION, SSID, STA_IF, WEAK_SIGNAL_DBM, wait_until
+from .scenario import (FADED_SIGNAL_DBM, GUARD_SETTINGS, NM_DEFAULT_BGSCAN, SCANGUARDCTL,
+                       WEAK_LINK_BGSCAN, Guardd, arm_weak_link, bgscan_changes, lab_problems, measured_transfer,
                        params, wait_bgscan_off, wait_bgscan_on, wait_scan)
 from .vm import REPO, GuestCommandError
 
@@ -263,7 +263,7 @@ def test_weak_signal_releases_and_a_strong_one_engages_again(lab, guardd):
     try:
         engaged = wait_bgscan_off(lab, traffic.t0, 20)
         faded = lab.guest_time()
-        lab.set_ap_txpower(0)  # -50 dBm at the station, below the -40 floor
+        lab.set_signal(FADED_SIGNAL_DBM)  # -85 dBm at the station, below the -80 floor
         released = wait_bgscan_on(lab, faded, WEAK, 20)
         st = guardd.status()
         assert st["state"] == "released-weak-signal", st
@@ -272,17 +272,17 @@ def test_weak_signal_releases_and_a_strong_one_engages_again(lab, guardd):
         scan = wait_scan(lab, released, BGSCAN_INTERVAL + 15)  # under traffic: bgscan scans again
         assert traffic.iperf.running(), "the transfer ended before the scan; lengthen it"
         back = lab.guest_time()
-        lab.set_ap_txpower(20)  # -30 dBm: above floor + hysteresis (-35)
+        lab.set_signal(WEAK_SIGNAL_DBM)  # -72 dBm: above floor + hysteresis (-75)
         reengaged = wait_bgscan_off(lab, back, 20)
         st = guardd.status()
         assert st["state"] == "guarding", st
         assert st["suspended_bgscan"] == WEAK_LINK_BGSCAN, st
     finally:
-        lab.set_ap_txpower(20)
+        lab.set_signal(WEAK_SIGNAL_DBM)
         run = traffic.wait()
-    took(lab, "check 4", t, f"engaged t0+{engaged - run.t0:.1f} s; signal -50 dBm -> released "
+    took(lab, "check 4", t, f"engaged t0+{engaged - run.t0:.1f} s; signal {FADED_SIGNAL_DBM} dBm -> released "
                              f"after {released - faded:.1f} s; scan {scan.start - released:.1f} s "
-                             f"after release; signal -30 dBm -> engaged again after "
+                             f"after release; signal {WEAK_SIGNAL_DBM} dBm -> engaged again after "
                              f"{reengaged - back:.1f} s")
 
 

@@ -14,7 +14,7 @@ an idle phase, a guarded upload and an idle phase again:
     allows uid 0 without asking polkit) and the daemon counts it as a scan while guarding;
   - once idle: requests allowed again and scans resume.
 Prints the figures for the issue's closing note.  Not a simulation: bgscan stays NM's own
-(simple:30:-70:86400, no scan at -30 dBm), so every scan here was asked for by a client.
+(simple:30:-70:86400, no scan at -50 dBm), so every scan here was asked for by a client.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import time
 import pytest
 
 from .lab import STA_IF, wait_until
-from .scenario import GUARD_SETTINGS, Guardd
+from .scenario import GUARD_SETTINGS, Guardd, strong_link
 from .vm import REPO
 
 pytestmark = pytest.mark.lab
@@ -127,7 +127,7 @@ def requests(lab, widget) -> list[tuple[float, bool, str]]:
 
 
 def test_client_scans_are_deferred_while_guarding_and_root_still_scans(lab, guardd):
-    lab.set_ap_txpower(20)
+    strong_link(lab)
     lab.ensure_connected()
     wait_until(lambda: guardd.status().get("state") == "idle", RELEASE_AFTER + 30, "idle guard",
                interval=1)

@@ -1,0 +1,71 @@
+"""The lab's figures (tests/lab/measure.py, bench_medium.py): pure functions, no VM."""
+
+import math
+
+from tests.lab.bench_medium import _vmstat_idle
+from tests.lab.measure import (Interval, IperfResult, PingResult, Scan, during_vs_outside,
+                               format_summary, parse_medium_stats, summarize)
+
+LOG = """\
+medium: registered with mac80211_hwsim (family 30)
+medium: config /run/lab/medium.conf: 2 radios, noise -91 dBm, airtime x1, ap-sta -72 dBm
+medium: stats t=1795404877.808 dt=1.005 frames=231 fps=230 delivered=220 acked=207 failed=0 \
+offchannel=3 late=66 mean_late_us=3690 max_late_us=8521 busy_2437=0.952 busy_5700=0.000
+medium: stats garbage
+medium: stats t=1795404878.813 dt=1.005 frames=217 fps=216 delivered=215 acked=201 failed=1
+"""
+
+
+def test_parse_medium_stats_reads_every_field_and_skips_other_lines():
+    stats = parse_medium_stats(LOG)
+    assert [s["t"] for s in stats] == [1795404877.808, 1795404878.813]
+    first = stats[0]
+    assert first["fps"] == 230 and first["offchannel"] == 3 and first["busy_2437"] == 0.952
+    assert first["busy_5700"] == 0.0
+    assert stats[1]["failed"] == 1 and "busy_2437" not in stats[1]
+
+
+def test_vmstat_idle_drops_the_since_boot_line():
+    text = """\
+procs -----------memory---------- ---swap-- -----io---- -system-- ------cpu-----
+ r  b   swpd   free   buff  cache   si   so    bi    bo   in   cs us sy id wa st
+ 5  0      0 1858504      0  80560    0    0     0     0  617  705 14 34 52  0  0
+ 5  0      0 1858504      0  80560    0    0     0     0 2277 3703 16 84  0  0  0
+ 1  0      0 1858504      0  80560    0    0     0     0   84   83  0  1 99  0  0
+"""
+    assert _vmstat_idle(text) == [0, 99]
+
+
+def _iv(start, mbps, seconds=1.0):
+    return Interval(start=start, seconds=seconds, mbps=mbps)
+
+
+def test_during_vs_outside_counts_seconds_mostly_inside_a_scan_and_those_without_any():
+    scans = [Scan(start=10.2, end=13.0), Scan(start=20.0, end=None)]  # the second still running
+    intervals = [_iv(t, 8.0) for t in range(0, 10)] + [_iv(10, 6.0), _iv(11, 4.0), _iv(12, 4.0),
+                                                       _iv(13, 8.0)] + [_iv(20, 2.0)]
+    d = during_vs_outside(intervals, scans, t_end=21.0)
+    # 10-11 overlaps 0.8 s (counted), 13-14 none; 20-21 is inside the running scan
+    assert d["during_n"] == 4 and d["outside_n"] == 11
+    assert d["during_median_mbps"] == 4.0 and d["outside_median_mbps"] == 8.0  # 2, 4, 4, 6
+    assert d["ratio"] == 0.5
+
+
+def test_during_vs_outside_without_scans_has_no_ratio():
+    d = during_vs_outside([_iv(0, 5.0), _iv(1, 5.0)], [], t_end=2.0)
+    assert d["during_n"] == 0 and math.isnan(d["ratio"])
+
+
+def test_summary_reports_link_losses_and_worst_second_over_median():
+    iperf = IperfResult(direction="upload",
+                        sender=[_iv(t, 6.0) for t in range(4)],
+                        receiver=[_iv(0, 6.0), _iv(1, 3.0), _iv(2, 6.0), _iv(3, 6.0),
+                                  _iv(4, 9.0, seconds=0.1)],
+                        sent_mbps=6.0, received_mbps=5.5, raw={})
+    s = summarize(iperf, PingResult(), [], [], 0.0, 4.0,
+                  [(1.5, "CQM event: beacon loss"), (2.0, "CTRL-EVENT-DISCONNECTED")])
+    assert s["link_losses"] == 2
+    assert s["link_loss_events"] == ["t0 + 1.5 s CQM event: beacon loss",
+                                     "t0 + 2.0 s CTRL-EVENT-DISCONNECTED"]
+    assert s["per_second"]["worst_over_median"] == 0.5  # the 0.1 s fragment is left out
+    assert "link losses: 2" in format_summary(s)
