@@ -1,0 +1,141 @@
+"""Roaming with the guard on (issue 9, item 4): why the signal floor exists.
+
+A second AP of the same network (same SSID and PSK, channel 1, its own netns, bridged to the
+first AP's segment so the station keeps its address) comes up out of range.  The station
+guards an upload on AP1 at -72 dBm; then the lab's medium fades AP1 to -85 dBm (below the
+-80 dBm floor) while AP2 becomes strong (-50 dBm):
+
+- control, floor disabled (`signal_floor_dbm = -120`): the guard keeps bgscan off, nothing
+  scans, and the station stays on the fading AP;
+- with the floor: the guard releases, NetworkManager's bgscan scans, wpa_supplicant roams to
+  AP2, and the guard engages again on the new BSS.  The times are printed.
+
+The control runs first: it leaves the station on AP1.  Afterwards AP2 goes away and the station
+is back on AP1 at the strong signal for the checks that follow.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from .lab import AP2_OFF_DBM, STRONG_SIGNAL_DBM, WEAK_SIGNAL_DBM, wait_until
+from .scenario import (FADED_SIGNAL_DBM, GUARD_SETTINGS, NM_DEFAULT_BGSCAN, Guardd,
+                       arm_weak_link, link_losses, params, wait_bgscan_off, wait_bgscan_on)
+
+pytestmark = pytest.mark.lab
+
+OBSERVE = 45          # control: more than one of bgscan's 30 s intervals
+ROAM_TIMEOUT = 150    # bgscan's first scan comes 30 s after the release; a scan under load ≈30 s
+RELEASE_AFTER = GUARD_SETTINGS["release_after"]
+
+
+def guard_config(**overrides) -> str:
+    settings = dict(GUARD_SETTINGS, **overrides)
+    return "[scanguard]\n" + "".join(f"{k} = {v}\n" for k, v in settings.items())
+
+
+@pytest.fixture(scope="module")
+def second_ap(lab):
+    lab.start_second_ap(channel=1)
+    try:
+        yield lab.radio_macs["ap"], lab.radio_macs["ap2"]
+    finally:
+        lab.stop_second_ap()
+        lab.set_signal(AP2_OFF_DBM, "ap2", "sta")
+        lab.set_signal(STRONG_SIGNAL_DBM)
+        if lab.bssid() != lab.radio_macs["ap"]:
+            lab.reconnect()
+        lab.ensure_connected()
+        lab.wait_signal(STRONG_SIGNAL_DBM, timeout=30)
+
+
+def fade_ap1_and_raise_ap2(lab) -> float:
+    lab.set_signal(FADED_SIGNAL_DBM, "ap", "sta")
+    lab.set_signal(STRONG_SIGNAL_DBM, "ap2", "sta")
+    return lab.guest_time()
+
+
+def restore_signals(lab) -> None:
+    lab.set_signal(WEAK_SIGNAL_DBM, "ap", "sta")
+    lab.set_signal(AP2_OFF_DBM, "ap2", "sta")
+
+
+def start_guard(lab, config: str) -> Guardd:
+    d = Guardd(lab, config).start()
+    wait_until(lambda: d.status().get("state") == "idle" and lab.bgscan() != "",
+               RELEASE_AFTER + 30, "the guard to be idle", interval=1)
+    return d
+
+
+def test_without_the_floor_a_guarded_station_stays_on_a_fading_ap(lab, second_ap):
+    ap1, ap2 = second_ap
+    t = time.monotonic()
+    lab.ensure_connected()
+    d = start_guard(lab, guard_config(signal_floor_dbm=-120))
+    traffic = None
+    try:
+        arm_weak_link(lab)
+        assert lab.bssid() == ap1, (lab.bssid(), ap1)
+        traffic = lab.start_traffic("upload", OBSERVE + 40, ping_interval=None)
+        engaged = wait_bgscan_off(lab, traffic.t0, 30)
+        faded = fade_ap1_and_raise_ap2(lab)
+        lab.wait_signal(FADED_SIGNAL_DBM, timeout=20)
+        time.sleep(OBSERVE)
+        now = lab.guest_time()
+        st = d.status()
+        assert st["state"] == "guarding", st
+        assert lab.bgscan() == "", lab.bgscan()
+        assert lab.bssid() == ap1, f"roamed to {lab.bssid()} with the guard holding bgscan off"
+        assert not lab.scans(faded, now), lab.scans(faded, now)
+        assert not link_losses(lab, faded, now), link_losses(lab, faded, now)
+        assert traffic.iperf.running(), "the upload ended early; lengthen it"
+        lab.say(f"roam control (floor disabled): engaged t0+{engaged - traffic.t0:.1f} s; AP1 "
+                f"{FADED_SIGNAL_DBM} dBm and AP2 {STRONG_SIGNAL_DBM} dBm for {now - faded:.0f} s: "
+                f"still on AP1 {ap1}, guarding, 0 scans, signal {st.get('signal_dbm')} dBm "
+                f"[{time.monotonic() - t:.0f} s]")
+    finally:
+        restore_signals(lab)
+        if traffic is not None:
+            traffic.stop()
+        d.stop()
+
+
+def test_with_the_floor_the_guard_releases_the_station_roams_and_guards_again(lab, second_ap):
+    ap1, ap2 = second_ap
+    t = time.monotonic()
+    lab.ensure_connected()
+    d = start_guard(lab, guard_config())
+    traffic = None
+    try:
+        arm_weak_link(lab)
+        assert lab.bssid() == ap1, (lab.bssid(), ap1)
+        traffic = lab.start_traffic("upload", ROAM_TIMEOUT + 60, ping_interval=None)
+        engaged = wait_bgscan_off(lab, traffic.t0, 30)
+        faded = fade_ap1_and_raise_ap2(lab)
+        released = wait_bgscan_on(lab, faded, params(NM_DEFAULT_BGSCAN), 30)
+        st = d.status()
+        assert st["state"] == "released-weak-signal", st
+
+        def roam_time():
+            hits = lab.wpa_events(f"CTRL-EVENT-CONNECTED - Connection to {ap2}", faded)
+            return hits[0] if hits else None
+        roamed = wait_until(roam_time, ROAM_TIMEOUT, f"wpa_supplicant to roam to AP2 {ap2}",
+                            interval=2)
+        assert lab.bssid() == ap2, lab.bssid()
+        reengaged = wait_bgscan_off(lab, roamed, 40)
+        st = d.status()
+        assert st["state"] == "guarding", st
+        assert traffic.iperf.running(), "the upload ended before the guard engaged again"
+        scans = lab.scans(released, roamed)
+        lab.say(f"roam with the floor: engaged t0+{engaged - traffic.t0:.1f} s; AP1 faded to "
+                f"{FADED_SIGNAL_DBM} dBm -> released after {released - faded:.1f} s; "
+                f"{len(scans)} scan(s); roamed to AP2 {ap2} {roamed - faded:.1f} s after the "
+                f"fade ({roamed - released:.1f} s after the release); guard engaged again "
+                f"{reengaged - roamed:.1f} s after the roam [{time.monotonic() - t:.0f} s]")
+    finally:
+        restore_signals(lab)
+        if traffic is not None:
+            traffic.stop()
+        d.stop()
