@@ -352,14 +352,51 @@ static int acks_wanted_seq = -1, ack_error;
 
 /* Read what the kernel has queued: frames go into the air, our ack is matched.  block: wait
  * until the ack for acks_wanted_seq has come (the kernel queues it during our send). */
+static void handle_message(struct nlmsghdr *h, int len, double now, int *got_ack)
+{
+	for (; nlmsg_ok(h, len); h = nlmsg_next(h, &len)) {
+		if (h->nlmsg_type == NLMSG_ERROR) {
+			struct nlmsgerr *e = nlmsg_data(h);
+			if ((int)h->nlmsg_seq == acks_wanted_seq) {
+				ack_error = e->error;
+				*got_ack = 1;
+			}
+			continue;
+		}
+		if (h->nlmsg_type != family)
+			continue;
+		struct nlattr *a[HWSIM_ATTR_MAX_USED + 1];
+		struct genlmsghdr *g = nlmsg_data(h);
+		if (g->cmd != HWSIM_CMD_FRAME)
+			continue;
+		if (genlmsg_parse(h, 0, a, HWSIM_ATTR_MAX_USED, policy) < 0)
+			continue;
+		handle_frame_from_kernel(a, now);
+	}
+}
+
+/* Read what the kernel has queued, up to VLEN messages per system call (recvmmsg): frames go
+ * into the air, our ack is matched.  block: wait until the ack for acks_wanted_seq came. */
+#define VLEN 32
+#define MSG_BUF 16384
 static void read_socket(int block)
 {
-	static unsigned char buf[1 << 17];
+	static unsigned char bufs[VLEN][MSG_BUF];
+	struct mmsghdr mm[VLEN];
+	struct iovec iov[VLEN];
 	int got_ack = 0;
 	for (;;) {
 		if (block && got_ack)
 			return;
-		ssize_t n = recv(nl_socket_get_fd(sk), buf, sizeof(buf), block ? 0 : MSG_DONTWAIT);
+		memset(mm, 0, sizeof(mm));
+		for (int i = 0; i < VLEN; i++) {
+			iov[i].iov_base = bufs[i];
+			iov[i].iov_len = MSG_BUF;
+			mm[i].msg_hdr.msg_iov = &iov[i];
+			mm[i].msg_hdr.msg_iovlen = 1;
+		}
+		int n = recvmmsg(nl_socket_get_fd(sk), mm, VLEN, block ? MSG_WAITFORONE : MSG_DONTWAIT,
+				 NULL);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -369,31 +406,14 @@ static void read_socket(int block)
 				fprintf(stderr, "medium: netlink receive buffer overrun (frames lost)\n");
 				continue;
 			}
-			perror("medium: recv");
+			perror("medium: recvmmsg");
 			exit(1);
 		}
 		double now = now_us();
-		int rem = (int)n;
-		for (struct nlmsghdr *h = (struct nlmsghdr *)buf; nlmsg_ok(h, rem);
-		     h = nlmsg_next(h, &rem)) {
-			if (h->nlmsg_type == NLMSG_ERROR) {
-				struct nlmsgerr *e = nlmsg_data(h);
-				if ((int)h->nlmsg_seq == acks_wanted_seq) {
-					ack_error = e->error;
-					got_ack = 1;
-				}
-				continue;
-			}
-			if (h->nlmsg_type != family)
-				continue;
-			struct nlattr *a[HWSIM_ATTR_MAX_USED + 1];
-			struct genlmsghdr *g = nlmsg_data(h);
-			if (g->cmd != HWSIM_CMD_FRAME)
-				continue;
-			if (genlmsg_parse(h, 0, a, HWSIM_ATTR_MAX_USED, policy) < 0)
-				continue;
-			handle_frame_from_kernel(a, now);
-		}
+		for (int i = 0; i < n; i++)
+			handle_message((struct nlmsghdr *)bufs[i], (int)mm[i].msg_len, now, &got_ack);
+		if (!block && n < VLEN)
+			return;
 	}
 }
 
@@ -505,9 +525,9 @@ static void handle_frame_from_kernel(struct nlattr **a, double now)
 	chans[c].tail = f;
 }
 
-static struct nl_msg *new_msg(int cmd)
+static struct nl_msg *new_msg(int cmd, int payload)
 {
-	struct nl_msg *m = nlmsg_alloc_size(4096 + 2400);
+	struct nl_msg *m = nlmsg_alloc_size(payload + 256);
 	if (!m)
 		return NULL;
 	if (!genlmsg_put(m, NL_AUTO_PORT, NL_AUTO_SEQ, family, 0, 0, cmd, 1)) {
@@ -517,30 +537,68 @@ static struct nl_msg *new_msg(int cmd)
 	return m;
 }
 
-/* Deliver to one radio; returns 0 if its kernel took the frame (on channel, up). */
-static int deliver(struct frame *f, int rx, int want_ack)
+/* Messages to the kernel are batched: one sendmmsg() per pass over the air instead of a
+ * sendmsg() each (in the TCG guest a system call costs tens of µs). */
+#define OUTBOX 32
+static struct nl_msg *outbox[OUTBOX];
+static int nout;
+
+static void flush_outbox(void)
 {
-	struct nl_msg *m = new_msg(HWSIM_CMD_FRAME);
+	struct mmsghdr mm[OUTBOX];
+	struct iovec iov[OUTBOX];
+	struct sockaddr_nl dst = {.nl_family = AF_NETLINK};
+	if (!nout)
+		return;
+	memset(mm, 0, sizeof(mm));
+	for (int i = 0; i < nout; i++) {
+		nl_complete_msg(sk, outbox[i]);
+		iov[i].iov_base = nlmsg_hdr(outbox[i]);
+		iov[i].iov_len = nlmsg_hdr(outbox[i])->nlmsg_len;
+		mm[i].msg_hdr.msg_name = &dst;
+		mm[i].msg_hdr.msg_namelen = sizeof(dst);
+		mm[i].msg_hdr.msg_iov = &iov[i];
+		mm[i].msg_hdr.msg_iovlen = 1;
+	}
+	for (int done = 0; done < nout;) {
+		int r = sendmmsg(nl_socket_get_fd(sk), mm + done, (unsigned)(nout - done), 0);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			perror("medium: sendmmsg");
+			break;
+		}
+		done += r;
+	}
+	for (int i = 0; i < nout; i++)
+		nlmsg_free(outbox[i]);
+	nout = 0;
+}
+
+static void queue_msg(struct nl_msg *m)
+{
+	outbox[nout++] = m;
+	if (nout == OUTBOX)
+		flush_outbox();
+}
+
+/* Deliver to one radio.  The kernel drops it if that radio is not on the frame's channel. */
+static void deliver(struct frame *f, int rx)
+{
+	struct nl_msg *m = new_msg(HWSIM_CMD_FRAME, f->len);
 	if (!m)
-		return -1;
+		return;
 	nla_put(m, HWSIM_ATTR_ADDR_RECEIVER, 6, radios[rx].hw);
 	nla_put(m, HWSIM_ATTR_FRAME, f->len, f->data);
 	nla_put_u32(m, HWSIM_ATTR_RX_RATE, (uint32_t)f->legacy_idx);
 	nla_put_u32(m, HWSIM_ATTR_SIGNAL, (uint32_t)(int32_t)lround(sig[f->tx][rx]));
 	nla_put_u32(m, HWSIM_ATTR_FREQ, (uint32_t)f->freq);
-	int seq = send_msg(m, want_ack);
-	if (seq < 0 || !want_ack)
-		return seq < 0 ? -1 : 0;
-	acks_wanted_seq = seq;
-	ack_error = 0;
-	read_socket(1);
-	acks_wanted_seq = -1;
-	return ack_error;
+	queue_msg(m);
 }
 
 static void report(struct frame *f, int acked)
 {
-	struct nl_msg *m = new_msg(HWSIM_CMD_TX_INFO_FRAME);
+	struct nl_msg *m = new_msg(HWSIM_CMD_TX_INFO_FRAME, 64);
 	if (!m)
 		return;
 	uint32_t flags = f->flags & (TX_CTL_REQ_TX_STATUS | TX_CTL_NO_ACK);
@@ -551,7 +609,7 @@ static void report(struct frame *f, int acked)
 	nla_put_u32(m, HWSIM_ATTR_SIGNAL, (uint32_t)(int32_t)lround(f->signal));
 	nla_put(m, HWSIM_ATTR_TX_INFO, sizeof(f->rates), f->rates);
 	nla_put_u64(m, HWSIM_ATTR_COOKIE, f->cookie);
-	send_msg(m, 0);
+	queue_msg(m);
 }
 
 static void transmit_due(double now)
@@ -581,7 +639,7 @@ static void transmit_due(double now)
 				if (away && f->acked_by_model) {
 					st.offchannel++;
 				} else if (f->acked_by_model || (f->flags & TX_CTL_NO_ACK)) {
-					deliver(f, f->rx, 0);
+					deliver(f, f->rx);
 					acked = f->acked_by_model;
 					st.delivered++;
 				}
@@ -589,7 +647,7 @@ static void transmit_due(double now)
 				for (int r = 0; r < nradios; r++)
 					if (r != f->tx && uniform() < success_prob(
 						    sig[f->tx][r] - noise, 0, f->len)) {
-						deliver(f, r, 0);
+						deliver(f, r);
 						st.delivered++;
 					}
 				acked = 1;  /* group / no-ack frames: "transmitted" */
@@ -601,6 +659,7 @@ static void transmit_due(double now)
 			free(f);
 		}
 	}
+	flush_outbox();
 }
 
 static double next_due(void)
@@ -647,7 +706,7 @@ int main(int argc, char **argv)
 	}
 	nl_socket_disable_seq_check(sk);
 	nl_socket_set_buffer_size(sk, 8 << 20, 8 << 20);
-	struct nl_msg *m = new_msg(HWSIM_CMD_REGISTER);
+	struct nl_msg *m = new_msg(HWSIM_CMD_REGISTER, 0);
 	int seq = send_msg(m, 1);
 	acks_wanted_seq = seq;
 	read_socket(1);
