@@ -18,12 +18,7 @@ import statistics
 import time
 
 from .lab import AP_ADDR, WEAK_SIGNAL_DBM, Lab
-
-
-def _vmstat_idle(text: str) -> list[int]:
-    """The `id` column of `vmstat 1` lines (the first line is since boot: dropped)."""
-    rows = [line.split() for line in text.splitlines() if line.strip()[:1].isdigit()]
-    return [int(r[14]) for r in rows[1:] if len(r) >= 15]
+from .measure import vmstat_idle
 
 
 def _figures(stats: list[dict[str, float]]) -> dict[str, float]:
@@ -51,7 +46,7 @@ def main() -> int:
             stats = lab.medium_stats(run.t0 + 2, run.t1)
             fig = _figures(stats)
             fig["mbit_s"] = run.iperf.received_mbps
-            idle = _vmstat_idle(vm.output())
+            idle = vmstat_idle(vm.output())
             fig["guest_cpu_idle_pct_median"] = statistics.median(idle) if idle else -1
             results[direction] = fig
         lab.airtime_scale = 0.0

@@ -103,6 +103,12 @@ def parse_medium_stats(text: str) -> list[dict[str, float]]:
     return out
 
 
+def vmstat_idle(text: str) -> list[int]:
+    """The `id` column of `vmstat 1` lines (the first line is since boot: dropped)."""
+    rows = [line.split() for line in text.splitlines() if line.strip()[:1].isdigit()]
+    return [int(r[14]) for r in rows[1:] if len(r) >= 15]
+
+
 def wpa_log_events(text: str, needle: str) -> list[float]:
     """Timestamps of wpa_supplicant `-t` log lines containing `needle`."""
     out = []

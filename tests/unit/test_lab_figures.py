@@ -1,10 +1,9 @@
-"""The lab's figures (tests/lab/measure.py, bench_medium.py): pure functions, no VM."""
+"""The lab's figures (tests/lab/measure.py): pure functions, no VM."""
 
 import math
 
-from tests.lab.bench_medium import _vmstat_idle
 from tests.lab.measure import (Interval, IperfResult, PingResult, Scan, during_vs_outside,
-                               format_summary, parse_medium_stats, summarize)
+                               format_summary, parse_medium_stats, summarize, vmstat_idle)
 
 LOG = """\
 medium: registered with mac80211_hwsim (family 30)
@@ -33,7 +32,7 @@ procs -----------memory---------- ---swap-- -----io---- -system-- ------cpu-----
  5  0      0 1858504      0  80560    0    0     0     0 2277 3703 16 84  0  0  0
  1  0      0 1858504      0  80560    0    0     0     0   84   83  0  1 99  0  0
 """
-    assert _vmstat_idle(text) == [0, 99]
+    assert vmstat_idle(text) == [0, 99]
 
 
 def _iv(start, mbps, seconds=1.0):
