@@ -451,17 +451,23 @@ class Lab:
         return [s for s in measure.parse_medium_stats(self.log_text("medium"))
                 if t0 <= s["t"] <= t1]
 
+    @staticmethod
+    def _ap_netns(ns: str, iface: str) -> str:
+        """Shell lines: netns `ns` with the radio of `iface` in it, and a bridge hostapd adds
+        the AP interface to (hostapd.conf `bridge=`)."""
+        return f"""
+            ip netns add {ns}
+            phy=$(cat /sys/class/net/{iface}/phy80211/name)
+            iw phy "$phy" set netns name {ns}
+            ip -n {ns} link set lo up
+            ip -n {ns} link add {AP_BRIDGE} type bridge
+            ip -n {ns} link set {AP_BRIDGE} up
+        """
+
     def _access_point(self) -> None:
         self.write_file("/run/lab/hostapd.conf", HOSTAPD_CONF)
         self.write_file("/run/lab/udhcpd.conf", UDHCPD_CONF)
-        self.check(f"""
-            set -e
-            ip netns add {AP_NS}
-            phy=$(cat /sys/class/net/{AP_IF}/phy80211/name)
-            iw phy "$phy" set netns name {AP_NS}
-            ip -n {AP_NS} link set lo up
-            ip -n {AP_NS} link add {AP_BRIDGE} type bridge
-            ip -n {AP_NS} link set {AP_BRIDGE} up
+        self.check("set -e\n" + self._ap_netns(AP_NS, AP_IF) + f"""
             ip -n {AP_NS} addr add {AP_ADDR}/24 dev {AP_BRIDGE}
             touch /run/lab/udhcpd.leases
         """)
@@ -479,14 +485,7 @@ class Lab:
             "ctrl_interface=/run/lab/hostapd", "ctrl_interface=/run/lab/hostapd2").replace(
             "channel=6", f"channel={channel}")
         self.write_file("/run/lab/hostapd2.conf", conf)
-        self.check(f"""
-            set -e
-            ip netns add {AP2_NS}
-            phy=$(cat /sys/class/net/{AP2_IF}/phy80211/name)
-            iw phy "$phy" set netns name {AP2_NS}
-            ip -n {AP2_NS} link set lo up
-            ip -n {AP2_NS} link add {AP_BRIDGE} type bridge
-            ip -n {AP2_NS} link set {AP_BRIDGE} up
+        self.check("set -e\n" + self._ap_netns(AP2_NS, AP2_IF) + f"""
             ip -n {AP_NS} link add ap2link type veth peer name ap1link netns {AP2_NS}
             ip -n {AP_NS} link set ap2link master {AP_BRIDGE} up
             ip -n {AP2_NS} link set ap1link master {AP_BRIDGE} up

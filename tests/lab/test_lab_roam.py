@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from .lab import AP2_OFF_DBM, STRONG_SIGNAL_DBM, WEAK_SIGNAL_DBM, wait_until
+from .lab import AP2_OFF_DBM, STRONG_SIGNAL_DBM, WEAK_SIGNAL_DBM, Traffic, wait_until
 from .scenario import (FADED_SIGNAL_DBM, GUARD_SETTINGS, NM_DEFAULT_BGSCAN, Guardd,
                        arm_weak_link, link_losses, params, wait_bgscan_off, wait_bgscan_on)
 
@@ -52,9 +52,12 @@ def second_ap(lab):
 
 
 def fade_ap1_and_raise_ap2(lab) -> float:
+    """Returns the guest time just before the change: the guard may release within a second,
+    before the second set_signal returns (seen in a run: missed by a time read after it)."""
+    t = lab.guest_time()
     lab.set_signal(FADED_SIGNAL_DBM, "ap", "sta")
     lab.set_signal(STRONG_SIGNAL_DBM, "ap2", "sta")
-    return lab.guest_time()
+    return t
 
 
 def restore_signals(lab) -> None:
@@ -69,6 +72,19 @@ def start_guard(lab, config: str) -> Guardd:
     return d
 
 
+def guarded_upload_on_ap1(lab, ap1: str, seconds: float) -> tuple[Traffic, float]:
+    """The station at the weak signal on AP1, an upload started and the guard engaged on it;
+    returns the traffic and the guest time bgscan went off."""
+    arm_weak_link(lab)
+    assert lab.bssid() == ap1, (lab.bssid(), ap1)
+    traffic = lab.start_traffic("upload", seconds, ping_interval=None)
+    try:
+        return traffic, wait_bgscan_off(lab, traffic.t0, 30)
+    except BaseException:
+        traffic.stop()
+        raise
+
+
 def test_without_the_floor_a_guarded_station_stays_on_a_fading_ap(lab, second_ap):
     ap1, ap2 = second_ap
     t = time.monotonic()
@@ -76,10 +92,7 @@ def test_without_the_floor_a_guarded_station_stays_on_a_fading_ap(lab, second_ap
     d = start_guard(lab, guard_config(signal_floor_dbm=-120))
     traffic = None
     try:
-        arm_weak_link(lab)
-        assert lab.bssid() == ap1, (lab.bssid(), ap1)
-        traffic = lab.start_traffic("upload", OBSERVE + 40, ping_interval=None)
-        engaged = wait_bgscan_off(lab, traffic.t0, 30)
+        traffic, engaged = guarded_upload_on_ap1(lab, ap1, OBSERVE + 40)
         faded = fade_ap1_and_raise_ap2(lab)
         lab.wait_signal(FADED_SIGNAL_DBM, timeout=20)
         time.sleep(OBSERVE)
@@ -109,10 +122,7 @@ def test_with_the_floor_the_guard_releases_the_station_roams_and_guards_again(la
     d = start_guard(lab, guard_config())
     traffic = None
     try:
-        arm_weak_link(lab)
-        assert lab.bssid() == ap1, (lab.bssid(), ap1)
-        traffic = lab.start_traffic("upload", ROAM_TIMEOUT + 60, ping_interval=None)
-        engaged = wait_bgscan_off(lab, traffic.t0, 30)
+        traffic, engaged = guarded_upload_on_ap1(lab, ap1, ROAM_TIMEOUT + 60)
         faded = fade_ap1_and_raise_ap2(lab)
         released = wait_bgscan_on(lab, faded, params(NM_DEFAULT_BGSCAN), 30)
         st = d.status()
