@@ -61,7 +61,6 @@ struct radio {
 	char name[64];
 	uint8_t mac[6];   /* permanent address: the interface MAC (02:00:00:00:NN:00) */
 	uint8_t hw[6];    /* hwsim's address for it on netlink (mac with 0x40 set in byte 0) */
-	uint64_t frames, bytes;
 	int last_freq;    /* where it last transmitted: where it listens (see transmit_due) */
 };
 static struct radio radios[MAX_RADIOS];
@@ -79,14 +78,6 @@ static int parse_mac(const char *s, uint8_t *mac)
 	for (int i = 0; i < 6; i++)
 		mac[i] = (uint8_t)v[i];
 	return 0;
-}
-
-static int __attribute__((unused)) radio_by_name(const char *name)
-{
-	for (int i = 0; i < nradios; i++)
-		if (!strcmp(radios[i].name, name))
-			return i;
-	return -1;
 }
 
 /* Lines: "radio NAME MAC", "signal NAME NAME DBM" (both directions), "default_signal DBM",
@@ -154,11 +145,6 @@ static int load_config(void)
 		return -1;
 	}
 	for (int i = 0; i < n; i++) {
-		for (int r = 0; r < nradios; r++)   /* keep counters across reloads */
-			if (!memcmp(radios[r].mac, nr[i].mac, 6)) {
-				nr[i].frames = radios[r].frames;
-				nr[i].bytes = radios[r].bytes;
-			}
 		for (int j = 0; j < n; j++)
 			ns[i][j] = set[i][j] ? ns[i][j] : dsig;
 	}
@@ -293,8 +279,9 @@ static int chan_of(int freq)
 
 /* ---- statistics, one line a second while there is traffic ---- */
 static struct {
-	uint64_t frames, delivered, acked, failed, offchannel, unknown, late, bytes;
+	uint64_t frames, delivered, acked, failed, offchannel, late;
 	double lateness_us, max_lateness_us;
+	double wait_us, max_wait_us;  /* how long each frame waited for the air (the air's queue) */
 } st, st_last;
 static double st_t0;
 
@@ -308,7 +295,8 @@ static void stats_tick(double now)
 		struct timespec wall;
 		clock_gettime(CLOCK_REALTIME, &wall);
 		printf("medium: stats t=%.3f dt=%.3f frames=%llu fps=%.0f delivered=%llu acked=%llu "
-		       "failed=%llu offchannel=%llu late=%llu mean_late_us=%.0f max_late_us=%.0f",
+		       "failed=%llu offchannel=%llu late=%llu mean_late_us=%.0f max_late_us=%.0f "
+		       "mean_wait_us=%.0f max_wait_us=%.0f",
 		       wall.tv_sec + wall.tv_nsec / 1e9, dt, (unsigned long long)nf, nf / dt,
 		       (unsigned long long)(st.delivered - st_last.delivered),
 		       (unsigned long long)(st.acked - st_last.acked),
@@ -316,7 +304,8 @@ static void stats_tick(double now)
 		       (unsigned long long)(st.offchannel - st_last.offchannel),
 		       (unsigned long long)(st.late - st_last.late),
 		       st.late > st_last.late ? (st.lateness_us - st_last.lateness_us) /
-			       (st.late - st_last.late) : 0.0, st.max_lateness_us);
+			       (st.late - st_last.late) : 0.0, st.max_lateness_us,
+		       (st.wait_us - st_last.wait_us) / nf, st.max_wait_us);
 		for (int c = 0; c < nchans; c++)
 			if (chans[c].busy_us > 0)
 				printf(" busy_%d=%.3f", chans[c].freq, chans[c].busy_us / (now - st_t0));
@@ -327,6 +316,7 @@ static void stats_tick(double now)
 		chans[c].busy_us = 0;
 	st_last = st;
 	st.max_lateness_us = 0;
+	st.max_wait_us = 0;
 	st_t0 = now;
 }
 
@@ -336,10 +326,10 @@ static int family;
 
 static struct nla_policy policy[HWSIM_ATTR_MAX_USED + 1];
 
-static int send_msg(struct nl_msg *msg, int want_ack)
+/* Send one message now, asking the kernel for an ack; returns its sequence number. */
+static int send_msg_acked(struct nl_msg *msg)
 {
-	if (want_ack)
-		nlmsg_hdr(msg)->nlmsg_flags |= NLM_F_ACK;
+	nlmsg_hdr(msg)->nlmsg_flags |= NLM_F_ACK;
 	int r = nl_send_auto(sk, msg);
 	int seq = nlmsg_hdr(msg)->nlmsg_seq;
 	nlmsg_free(msg);
@@ -441,13 +431,10 @@ static void handle_frame_from_kernel(struct nlattr **a, double now)
 		radios[tx].mac[0] &= (uint8_t)~0x40;
 		for (int r = 0; r < MAX_RADIOS; r++)
 			sig[tx][r] = sig[r][tx] = default_signal;
-		st.unknown++;
 		printf("medium: new radio %s (not in the config), at %.0f dBm\n",
 		       radios[tx].name, default_signal);
 		fflush(stdout);
 	}
-	radios[tx].frames++;
-	radios[tx].bytes += len;
 	struct frame *f = calloc(1, sizeof(*f) + len);
 	if (!f)
 		return;
@@ -515,6 +502,9 @@ static void handle_frame_from_kernel(struct nlattr **a, double now)
 	air *= airtime_scale;
 	int c = chan_of(f->freq);
 	double start = chans[c].free_at > now ? chans[c].free_at : now;
+	st.wait_us += start - now;
+	if (start - now > st.max_wait_us)
+		st.max_wait_us = start - now;
 	f->end = start + air;
 	chans[c].free_at = f->end;
 	chans[c].busy_us += air;
@@ -655,7 +645,6 @@ static void transmit_due(double now)
 			if (acked && f->rx >= 0)
 				st.acked++;
 			report(f, acked);
-			st.bytes += f->len;
 			free(f);
 		}
 	}
@@ -707,7 +696,7 @@ int main(int argc, char **argv)
 	nl_socket_disable_seq_check(sk);
 	nl_socket_set_buffer_size(sk, 8 << 20, 8 << 20);
 	struct nl_msg *m = new_msg(HWSIM_CMD_REGISTER, 0);
-	int seq = send_msg(m, 1);
+	int seq = send_msg_acked(m);
 	acks_wanted_seq = seq;
 	read_socket(1);
 	acks_wanted_seq = -1;
