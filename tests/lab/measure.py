@@ -343,9 +343,9 @@ def scan_overlap(start: float, seconds: float, scans: list[Scan], t_end: float) 
 def during_vs_outside(intervals: list[Interval], scans: list[Scan], t_end: float) -> dict:
     """Per-second throughput in seconds with a scan running for at least half of them, against
     seconds without any scan (the paper's comparison: 57 % with TSQ, 10 % without)."""
-    during = [i.mbps for i in intervals if scan_overlap(i.start, i.seconds, scans, t_end)
-              >= i.seconds / 2]
-    outside = [i.mbps for i in intervals if scan_overlap(i.start, i.seconds, scans, t_end) == 0]
+    overlaps = [(i, scan_overlap(i.start, i.seconds, scans, t_end)) for i in intervals]
+    during = [i.mbps for i, o in overlaps if o >= i.seconds / 2]
+    outside = [i.mbps for i, o in overlaps if o == 0]
     d_med, o_med = percentile(during, 50), percentile(outside, 50)
     return {"during_n": len(during), "outside_n": len(outside),
             "during_median_mbps": d_med, "outside_median_mbps": o_med,
