@@ -1,19 +1,31 @@
-"""One lab VM per pytest session (booting costs ≈40 s of the ≤ 20 min budget)."""
+"""One lab VM per pytest session (booting costs ≈40 s of the ≤ 20 min budget), and the
+package VM beside it (package_vm.py)."""
+
+from __future__ import annotations
 
 import time
 
 import pytest
 
 from .lab import Lab
+from .package_vm import PackageVmJob
 
 PHASES: list[tuple[str, float]] = []  # (phase, seconds), printed at the end of the session
+PACKAGE_VM_JOB: PackageVmJob | None = None  # started by `lab` when the session has its tests
 
 
 @pytest.fixture(scope="session")
-def lab():
+def lab(request, tmp_path_factory):
+    global PACKAGE_VM_JOB
     t = time.monotonic()
     lab = Lab.start()
     PHASES.append(("boot: QEMU start -> station associated", time.monotonic() - t))
+    # The kernel, initramfs and medium are ready now: the package VM can start beside us.
+    if PACKAGE_VM_JOB is None and any(item.module.__name__.endswith(".test_package_vm")
+                                      for item in request.session.items):
+        PACKAGE_VM_JOB = PackageVmJob(tmp_path_factory.mktemp("deb-bg"))
+        PACKAGE_VM_JOB.start()
+        lab.say("package VM: build and boot started beside the checks, at idle priority")
     try:
         yield lab
     finally:
@@ -47,7 +59,7 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_collection_modifyitems(items):
-    """test_package_vm.py boots its own VM (systemd as PID 1) and holds it for its module only.
-    It runs first: the session-wide `lab` VM above lives until the session ends, and a second
-    Lab.start() in the same process would wait for the one-VM lock forever."""
-    items.sort(key=lambda item: item.module.__name__.rpartition(".")[2] != "test_package_vm")
+    """test_package_vm.py runs last: with the checks, its VM has been running beside them since
+    the `lab` VM came up, and its tests only wait for the result (package_vm.PackageVmJob).
+    Run alone, it boots its own VM (systemd as PID 1) in the foreground."""
+    items.sort(key=lambda item: item.module.__name__.rpartition(".")[2] == "test_package_vm")

@@ -224,7 +224,7 @@ def transfer_problems(m: "MeasuredRun", seconds: float, slack: float = 2.0) -> l
     return problems
 
 
-def lab_problems(lab: Lab, m: "MeasuredRun", seconds: float, quiet_limit: float,
+def lab_problems(m: "MeasuredRun", seconds: float, quiet_limit: float,
                  below_mbps: float = 1.0) -> list[str]:
     """Why `m` cannot judge the guard, because of the lab rather than the daemon; [] if it can.
 
@@ -235,8 +235,7 @@ def lab_problems(lab: Lab, m: "MeasuredRun", seconds: float, quiet_limit: float,
     - the transfer did not run for its whole duration (transfer_problems).
     """
     problems = []
-    lost = [(tm, e) for tm, e in measure.parse_link_losses(lab.log_text("iw-event"), STA_IF)
-            if m.t0 <= tm <= m.t_end]
+    lost = m.link_losses  # the kernel's and wpa_supplicant's, between t0 and iperf3's end
     if lost:
         problems.append("the station lost its link during the transfer: " + "; ".join(
             f"t0 + {tm - m.t0:.1f} s {e}" for tm, e in lost[:4]))

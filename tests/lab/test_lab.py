@@ -15,7 +15,7 @@ from .scenario import NM_DEFAULT_BGSCAN, arm_weak_link, measured_transfer, trans
 pytestmark = pytest.mark.lab
 
 # The weak link is a real signal on the lab's medium (issue 9): see scenario.py.
-BASELINE_SECONDS = 90
+BASELINE_SECONDS = 60  # bgscan's first scan at ≈27 s, ≈22 s long under load: one whole scan
 
 
 def test_station_connected_and_bgscan_visible(lab):
@@ -70,9 +70,10 @@ def test_baseline_upload_bgscan_scans_disturb_the_link(lab):
     (lab.vm.rundir / "baseline-upload.json").write_text(json.dumps(summary, indent=2))
     lab.results[m.label] = summary
 
-    # bgscan scanned, repeatedly, and the scans are the bgscan module's.
-    assert len(scans) >= 2, summary
-    assert len(m.bgscan_requests) >= 2, summary
+    # bgscan scanned, and the scan is the bgscan module's (that it scans again every 30 s is
+    # check 3's and the demo's; one scan is what this check needs, and 30 s of the lab's budget).
+    assert len(scans) >= 1, summary
+    assert len(m.bgscan_requests) >= 1, summary
     # The paper's mechanism: the station left the channel, announcing it with PM=1 Null frames,
     # and only while scanning.
     assert len(m.pm1) >= 10, summary

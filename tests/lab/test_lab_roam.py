@@ -43,8 +43,7 @@ def second_ap(lab):
         yield lab.radio_macs["ap"], lab.radio_macs["ap2"]
     finally:
         lab.stop_second_ap()
-        lab.set_signal(AP2_OFF_DBM, "ap2", "sta")
-        lab.set_signal(STRONG_SIGNAL_DBM)
+        lab.set_signals({("ap2", "sta"): AP2_OFF_DBM, ("ap", "sta"): STRONG_SIGNAL_DBM})
         if lab.bssid() != lab.radio_macs["ap"]:
             lab.reconnect()
         lab.ensure_connected()
@@ -52,17 +51,15 @@ def second_ap(lab):
 
 
 def fade_ap1_and_raise_ap2(lab) -> float:
-    """Returns the guest time just before the change: the guard may release within a second,
-    before the second set_signal returns (seen in a run: missed by a time read after it)."""
+    """One change of the medium.  Returns the guest time just before it: the guard may release
+    within a second, before set_signals returns (seen in a run: missed by a time read after)."""
     t = lab.guest_time()
-    lab.set_signal(FADED_SIGNAL_DBM, "ap", "sta")
-    lab.set_signal(STRONG_SIGNAL_DBM, "ap2", "sta")
+    lab.set_signals({("ap", "sta"): FADED_SIGNAL_DBM, ("ap2", "sta"): STRONG_SIGNAL_DBM})
     return t
 
 
 def restore_signals(lab) -> None:
-    lab.set_signal(WEAK_SIGNAL_DBM, "ap", "sta")
-    lab.set_signal(AP2_OFF_DBM, "ap2", "sta")
+    lab.set_signals({("ap", "sta"): WEAK_SIGNAL_DBM, ("ap2", "sta"): AP2_OFF_DBM})
 
 
 def start_guard(lab, config: str) -> Guardd:

@@ -17,63 +17,29 @@ Each test below asserts one group of vm-check.sh's PASS lines (all of them must 
 from __future__ import annotations
 
 import re
-import shutil
-import time
 
 import pytest
 
 from tests.package.test_package import build  # noqa: F401  (the clean-tree .deb build fixture)
 
-from .systemd_lab import SystemdLab
-from .vm import REPO
-
-VM_CHECK = REPO / "tests" / "package" / "vm-check.sh"
-IFACE = "wlan1"
-
-
-def _say(msg: str) -> None:
-    print(f"[package-vm] {msg}", flush=True)
+from . import conftest
+from .package_vm import IFACE, run_vm_check
 
 
 @pytest.fixture(scope="module")
-def vm_check(build: dict) -> dict:  # noqa: F811
-    """Boot, install the .deb, run vm-check.sh once; its results by section for the tests."""
-    t0 = time.monotonic()
-    deb = build["deb"]
-    _say(f"built {deb.name} in {build['seconds']:.1f} s")
-    lab = SystemdLab.start()
-    try:
-        t_boot = time.monotonic() - t0
-        guest_deb = f"/lab/pkg/{deb.name}"
-        (lab.vm.share / "pkg").mkdir(exist_ok=True)
-        shutil.copy2(deb, lab.vm.share / "pkg" / deb.name)
-        # The product must come from the .deb only, and apt must need nothing from a network.
-        rc, _, err = lab.run("cd / && /usr/bin/python3 -c 'import nm_scanguard'")
-        assert rc != 0 and "No module named 'nm_scanguard'" in err, err
-        sim = lab.check(f"apt-get -s install {guest_deb}", 120)
-        assert re.search(r"^0 upgraded, 1 newly installed, 0 to remove", sim, re.M), sim
-        # man-db's trigger re-indexes every manual page over 9p (≈2.5 min under TCG): the
-        # documented switch for machines that do not need `man -k` turns it off.
-        lab.check("rm -f /var/lib/man-db/auto-update")
-        t = time.monotonic()
-        rc, out, err = lab.run(f"bash {VM_CHECK} {guest_deb} {IFACE}", 420)
-        seconds = time.monotonic() - t
-        (lab.vm.rundir / "vm-check.txt").write_text(out + "\n--- stderr ---\n" + err)
-        lab.save_diagnostics("package-vm")
-    finally:
-        lab.stop()
-    _say(f"vm-check.sh: exit {rc} in {seconds:.0f} s; boot + lab {t_boot:.0f} s; "
-         f"total {time.monotonic() - t0:.0f} s; output {lab.vm.rundir / 'vm-check.txt'}")
-    print(out, flush=True)
-    sections: dict[str, list[tuple[str, str]]] = {}
-    current = ""
-    for line in out.splitlines():
-        if line.startswith("== "):
-            current = re.sub(r" \(t=\d+s\)$", "", line[3:])
-            sections.setdefault(current, [])
-        elif m := re.match(r"^(PASS|FAIL)  (.*)$", line):
-            sections.setdefault(current, []).append((m.group(1), m.group(2)))
-    return {"rc": rc, "out": out, "err": err, "sections": sections}
+def vm_check(request) -> dict:
+    """Boot, install the .deb, run vm-check.sh once; its results by section for the tests.
+
+    In a session with the lab's checks it ran beside them (conftest.py started it); alone, it
+    runs here."""
+    job = conftest.PACKAGE_VM_JOB
+    if job is not None:
+        result = job.result()
+    else:
+        built = request.getfixturevalue("build")
+        result = run_vm_check(built["deb"], built["seconds"])
+    print(result["out"], flush=True)
+    return result
 
 
 def _section(vm_check: dict, prefix: str, expected: list[str]) -> list[str]:

@@ -78,13 +78,17 @@ def run(cmd: list[str], cwd: Path | None = None, check: bool = True) -> subproce
     return subprocess.run(cmd, cwd=cwd, env=ENV, text=True, capture_output=True, check=check)
 
 
-@pytest.fixture(scope="session")
-def build(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """Copy the tree as git sees it, build source + binary packages, return the artefacts."""
+class BuildError(RuntimeError):
+    pass
+
+
+def build_deb(top: Path, preexec_fn=None) -> dict:
+    """Copy the tree as git sees it into `top`, build source + binary packages there, return the
+    artefacts (raises BuildError).  `preexec_fn` runs in dpkg-buildpackage's process (the lab
+    builds at idle priority while its checks run: tests/lab/package_vm.py)."""
     for tool in ("dpkg-buildpackage", "lintian", "dh", "argparse-manpage", "git"):
         if not shutil.which(tool, path=ENV["PATH"]):
-            pytest.fail(f"{tool} is missing: run `make deps-deb`")
-    top = tmp_path_factory.mktemp("deb")
+            raise BuildError(f"{tool} is missing: run `make deps-deb`")
     src = top / "nm-scanguard"
     src.mkdir()
     files = run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO)
@@ -99,17 +103,28 @@ def build(tmp_path_factory: pytest.TempPathFactory) -> dict:
     run(git + ["commit", "-q", "-m", "snapshot"], cwd=src)
 
     t0 = time.monotonic()
-    proc = run(["dpkg-buildpackage", "-us", "-uc"], cwd=src, check=False)
+    proc = subprocess.run(["dpkg-buildpackage", "-us", "-uc"], cwd=src, env=ENV, text=True,
+                          capture_output=True, preexec_fn=preexec_fn)
     seconds = time.monotonic() - t0
     (top / "build.log").write_text(proc.stdout + proc.stderr)
     print(f"\n[package] dpkg-buildpackage -us -uc: {seconds:.1f} s, exit {proc.returncode}, "
-          f"log {top / 'build.log'}")
+          f"log {top / 'build.log'}", flush=True)
     if proc.returncode:
-        pytest.fail("package build failed:\n" + (proc.stdout + proc.stderr)[-4000:])
+        raise BuildError("package build failed:\n" + (proc.stdout + proc.stderr)[-4000:])
     debs = sorted(top.glob("nm-scanguard_*_all.deb"))
     changes = sorted(top.glob("nm-scanguard_*.changes"))
-    assert len(debs) == 1 and len(changes) == 1, sorted(p.name for p in top.iterdir())
+    if len(debs) != 1 or len(changes) != 1:
+        raise BuildError(f"expected one .deb and one .changes: {sorted(p.name for p in top.iterdir())}")
     return {"src": src, "deb": debs[0], "changes": changes[0], "seconds": seconds}
+
+
+@pytest.fixture(scope="session")
+def build(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The packages built once per session from a copy of the tree (`build_deb`)."""
+    try:
+        return build_deb(tmp_path_factory.mktemp("deb"))
+    except BuildError as e:
+        pytest.fail(str(e))
 
 
 def test_lintian_clean(build: dict) -> None:
