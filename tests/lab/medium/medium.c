@@ -8,7 +8,10 @@
  *
  *   - Airtime: one shared channel per frequency.  A transmission occupies it for its duration
  *     (preamble + payload at the frame's PHY rate, DIFS and random backoff, SIFS + ACK, per try;
- *     the contention window doubles on every retry); frames queue behind each other.
+ *     the contention window doubles on every retry).  Each radio has its own queue (its
+ *     hardware queue); when the channel falls free, the radios with a frame waiting take
+ *     turns (round robin), as DCF's random backoff gives contenders equal chances: an AP's
+ *     TCP ACK or ping reply waits for about one of the station's frames, not for its queue.
  *   - Signal: a level in dBm per pair of radios (config file, re-read on SIGHUP).  Receivers get
  *     it as the frame's rx signal: what mac80211, wpa_supplicant's SignalPoll, bgscan and
  *     NetworkManager see.
@@ -20,7 +23,7 @@
  *     and retries see the failure, as on real hardware.
  *
  * Protocol reference: the kernel's drivers/net/wireless/mac80211_hwsim.[ch] (6.1 and 6.12).
- * Usage: medium CONFIG   (see tests/lab/medium.py for the config format; SIGHUP re-reads it;
+ * Usage: medium CONFIG   (the format: load_config below; lab.py writes it; SIGHUP re-reads it;
  * a statistics line goes to stdout every second while frames flow).
  */
 #define _GNU_SOURCE
@@ -242,7 +245,8 @@ static double success_prob(double snr, double needed, int len)
 /* ---- the air: frames waiting for their end of transmission ---- */
 struct frame {
 	struct frame *next;
-	double end;             /* µs, CLOCK_MONOTONIC */
+	double arrived, air;    /* µs, CLOCK_MONOTONIC; airtime of all its tries */
+	double end;             /* when its transmission ends (set when it takes the air) */
 	int tx, rx;             /* radio indices; rx -1 = broadcast / unknown receiver */
 	int freq, len, acked_by_model, legacy_idx;
 	uint32_t flags;
@@ -253,8 +257,14 @@ struct frame {
 };
 
 #define MAX_CHANNELS 64
-static struct { int freq; double free_at; struct frame *head, *tail; double busy_us; }
-	chans[MAX_CHANNELS];
+static struct {
+	int freq;
+	double free_at;                 /* end of the last transmission */
+	struct frame *on_air;           /* the transmission in progress, or NULL */
+	struct frame *head[MAX_RADIOS], *tail[MAX_RADIOS];  /* each radio's queue */
+	int last_tx;                    /* the radio that transmitted last (round robin) */
+	double busy_us;
+} chans[MAX_CHANNELS];
 static int nchans;
 
 static double now_us(void)
@@ -271,9 +281,8 @@ static int chan_of(int freq)
 			return i;
 	if (nchans == MAX_CHANNELS)
 		return 0;
+	memset(&chans[nchans], 0, sizeof(chans[nchans]));
 	chans[nchans].freq = freq;
-	chans[nchans].free_at = 0;
-	chans[nchans].head = chans[nchans].tail = NULL;
 	return nchans++;
 }
 
@@ -407,6 +416,39 @@ static void read_socket(int block)
 	}
 }
 
+/* The channel fell free (at free_at) or a frame came to an idle one: the next transmission.
+ * Contenders are the radios whose first frame had arrived when the channel could start
+ * again; they take turns after the radio that sent last. */
+static void take_air(int c)
+{
+	double earliest = -1;
+	for (int r = 0; r < MAX_RADIOS; r++)
+		if (chans[c].head[r] && (earliest < 0 || chans[c].head[r]->arrived < earliest))
+			earliest = chans[c].head[r]->arrived;
+	if (earliest < 0)
+		return;
+	double start = chans[c].free_at > earliest ? chans[c].free_at : earliest;
+	int pick = -1;
+	for (int k = 1; k <= MAX_RADIOS && pick < 0; k++) {
+		int r = (chans[c].last_tx + k) % MAX_RADIOS;
+		if (chans[c].head[r] && chans[c].head[r]->arrived <= start)
+			pick = r;
+	}
+	struct frame *f = chans[c].head[pick];
+	chans[c].head[pick] = f->next;
+	if (!chans[c].head[pick])
+		chans[c].tail[pick] = NULL;
+	f->next = NULL;
+	st.wait_us += start - f->arrived;
+	if (start - f->arrived > st.max_wait_us)
+		st.max_wait_us = start - f->arrived;
+	f->end = start + f->air;
+	chans[c].free_at = f->end;
+	chans[c].busy_us += f->air;
+	chans[c].on_air = f;
+	chans[c].last_tx = pick;
+}
+
 static void handle_frame_from_kernel(struct nlattr **a, double now)
 {
 	if (!a[HWSIM_ATTR_ADDR_TRANSMITTER] || !a[HWSIM_ATTR_FRAME] || !a[HWSIM_ATTR_FLAGS] ||
@@ -499,20 +541,16 @@ static void handle_frame_from_kernel(struct nlattr **a, double now)
 	}
 	if (!done)
 		st.failed++;
-	air *= airtime_scale;
+	f->air = air * airtime_scale;
+	f->arrived = now;
 	int c = chan_of(f->freq);
-	double start = chans[c].free_at > now ? chans[c].free_at : now;
-	st.wait_us += start - now;
-	if (start - now > st.max_wait_us)
-		st.max_wait_us = start - now;
-	f->end = start + air;
-	chans[c].free_at = f->end;
-	chans[c].busy_us += air;
-	if (chans[c].tail)
-		chans[c].tail->next = f;
+	if (chans[c].tail[tx])
+		chans[c].tail[tx]->next = f;
 	else
-		chans[c].head = f;
-	chans[c].tail = f;
+		chans[c].head[tx] = f;
+	chans[c].tail[tx] = f;
+	if (!chans[c].on_air)
+		take_air(c);
 }
 
 static struct nl_msg *new_msg(int cmd, int payload)
@@ -605,11 +643,10 @@ static void report(struct frame *f, int acked)
 static void transmit_due(double now)
 {
 	for (int c = 0; c < nchans; c++) {
-		while (chans[c].head && chans[c].head->end <= now) {
-			struct frame *f = chans[c].head;
-			chans[c].head = f->next;
-			if (!chans[c].head)
-				chans[c].tail = NULL;
+		while (chans[c].on_air && chans[c].on_air->end <= now) {
+			struct frame *f = chans[c].on_air;
+			chans[c].on_air = NULL;
+			take_air(c);
 			double late = now - f->end;
 			if (late > 1000) {
 				st.late++;
@@ -655,8 +692,8 @@ static double next_due(void)
 {
 	double t = -1;
 	for (int c = 0; c < nchans; c++)
-		if (chans[c].head && (t < 0 || chans[c].head->end < t))
-			t = chans[c].head->end;
+		if (chans[c].on_air && (t < 0 || chans[c].on_air->end < t))
+			t = chans[c].on_air->end;
 	return t;
 }
 
