@@ -5,7 +5,7 @@ assert on (issue 4: checks 1 and 2 and both demo runs call `measured_transfer`).
 The weak link is a real one (issue 9): the lab's wireless medium (tests/lab/medium) puts the
 station at WEAK_SIGNAL_DBM (-72 dBm), below NetworkManager's -70 dBm threshold, and
 NetworkManager's own, unmodified `simple:30:-70:86400` scans every 30 s.  The air is the
-medium's: 802.11g at up to 12 Mbit/s with airtime, per-link signal and an error model.
+medium's: 802.11g at up to 9 Mbit/s with airtime, per-link signal and an error model.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import measure
-from .lab import (SCANGUARD_NAME, STA_IF, STRONG_SIGNAL_DBM, WEAK_SIGNAL_DBM, Lab, TrafficRun,
+from .lab import (AIR_RATES_MBIT, SCANGUARD_NAME, STA_IF, STRONG_SIGNAL_DBM, WEAK_SIGNAL_DBM, Lab, TrafficRun,
                   wait_until)
 from .vm import REPO, GuestProcess, LabError
 
@@ -27,7 +27,7 @@ NM_DEFAULT_BGSCAN = "simple:30:-70:86400"
 NM_BGSCAN_THRESHOLD_DBM = int(NM_DEFAULT_BGSCAN.split(":")[2])
 # The bgscan a weak link runs: NetworkManager's own (the name stays for the checks' readability).
 WEAK_LINK_BGSCAN = NM_DEFAULT_BGSCAN
-SIMULATION_NOTE = (f"Virtual air: lab medium, 802.11g up to 12 Mbit/s, station at "
+SIMULATION_NOTE = (f"Virtual air: lab medium, 802.11g up to {max(AIR_RATES_MBIT)} Mbit/s, station at "
                    f"{WEAK_SIGNAL_DBM} dBm, NetworkManager's own bgscan {NM_DEFAULT_BGSCAN}")
 
 # Lab values: the station works at WEAK_SIGNAL_DBM (-72); a -80 floor releases at FADED_SIGNAL_DBM
