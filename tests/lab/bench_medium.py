@@ -3,7 +3,7 @@
     make bench-medium        # or: /usr/bin/python3 -m tests.lab.bench_medium
 
 Boots the lab once and prints, from the medium's own once-a-second statistics:
-  1. a TCP download and an upload on the lab's air (802.11g up to 12 Mbit/s, station at the weak
+  1. a TCP download and an upload on the lab's air (802.11g at 6 and 9 Mbit/s, station at the weak
      signal): frames/s through the medium, how busy the channel was, how late the medium
      delivered frames, and the guest's CPU idle (vmstat) meanwhile;
   2. the medium's own capacity: the same medium with airtime switched off (`airtime_scale 0`)
