@@ -300,6 +300,8 @@ class Lab:
         logs = cache / "lab-logs"
         logs.mkdir(parents=True, exist_ok=True)
         lock = None if background else _take_vm_lock(cache, say)
+        if background:  # starved at times (see _up): one more try before giving up
+            attempts = max(attempts, 3)
         pidfile = cache / ("lab-qemu-background.pid" if background else "lab-qemu.pid")
         kill_stale_qemu(pidfile, say)
         _prune(logs)
@@ -580,8 +582,12 @@ class Lab:
         NetworkManager asks for the secrets again, and nmcli without one fails the activation
         ("Passwords or encryption keys are required"), seen on a loaded host."""
         self.write_file("/run/lab/nmcli-secrets", f"802-11-wireless-security.psk:{PSK}\n", 0o600)
-        self.check(f"nmcli --wait 60 connection up id {_CON} passwd-file /run/lab/nmcli-secrets",
-                   90)
+        # A background VM (SCHED_IDLE beside the checks) can be starved for seconds while they
+        # load the CPU: mac80211's association timer then fires before hostapd answers, and
+        # NetworkManager retries ("association took too long", seen on the trixie guest).
+        wait = 180 if self.vm.background else 60
+        self.check(f"nmcli --wait {wait} connection up id {_CON} passwd-file "
+                   f"/run/lab/nmcli-secrets", wait + 30)
 
     def ensure_connected(self) -> bool:
         """Connect again if the station lost its link (and NetworkManager gave up on it);

@@ -103,6 +103,17 @@ def parse_medium_stats(text: str) -> list[dict[str, float]]:
     return out
 
 
+def bgscan_levels(wpa_log: str) -> list[tuple[float, bool]]:
+    """(time, above) of each `bgscan simple: signal level changed (above=N ...` line of a
+    wpa_supplicant debug log (-dd -t): bgscan's reaction to the kernel's CQM event."""
+    out = []
+    for line in wpa_log.splitlines():
+        m = re.match(r"^(\d+\.\d+): bgscan simple: signal level changed \(above=([01])", line)
+        if m:
+            out.append((float(m[1]), m[2] == "1"))
+    return out
+
+
 def vmstat_idle(text: str) -> list[int]:
     """The `id` column of `vmstat 1` lines (the first line is since boot: dropped)."""
     rows = [line.split() for line in text.splitlines() if line.strip()[:1].isdigit()]

@@ -2,8 +2,9 @@
 
 import math
 
-from tests.lab.measure import (Interval, IperfResult, PingResult, Scan, during_vs_outside,
-                               format_summary, parse_medium_stats, summarize, vmstat_idle)
+from tests.lab.measure import (Interval, IperfResult, PingResult, Scan, bgscan_levels,
+                               during_vs_outside, format_summary, parse_medium_stats, summarize,
+                               vmstat_idle)
 
 LOG = """\
 medium: registered with mac80211_hwsim (family 30)
@@ -68,3 +69,22 @@ def test_summary_reports_link_losses_and_worst_second_over_median():
                                      "t0 + 2.0 s CTRL-EVENT-DISCONNECTED"]
     assert s["per_second"]["worst_over_median"] == 0.5  # the 0.1 s fragment is left out
     assert "link losses: 2" in format_summary(s)
+
+
+def test_bgscan_levels_from_both_releases_logs():
+    """wpa_supplicant 2.10-12 (Debian 12) logs CTRL-EVENT-SIGNAL-CHANGE and bgscan's line;
+    2.10-24 (Debian 13) only bgscan's: the lab reads bgscan's."""
+    bookworm = """\
+1795417231.061630: nl80211: Connection quality monitor event: RSSI low
+1795417231.070324: wlan1: CTRL-EVENT-SIGNAL-CHANGE above=0 signal=-72 noise=-92 txrate=12000
+1795417231.071000: bgscan simple: signal level changed (above=0 current_signal=-72 current_noise=-92 current_txrate=12000))
+1795417231.072126: bgscan simple: Trigger immediate scan
+"""
+    trixie = """\
+1795419198.929574: bgscan simple: signal level changed (above=1 current_signal=-50 current_noise=-92 current_txrate=6000))
+1795419215.984778: nl80211: Connection quality monitor event: RSSI low
+1795419215.989729: bgscan simple: signal level changed (above=0 current_signal=-72 current_noise=-92 current_txrate=9000))
+"""
+    assert bgscan_levels(bookworm) == [(1795417231.071, False)]
+    assert bgscan_levels(trixie) == [(1795419198.929574, True), (1795419215.989729, False)]
+    assert bgscan_levels("") == []
