@@ -72,8 +72,16 @@ def restart_networkmanager(lab, name: str) -> None:
     lab.ensure_connected()
 
 
+def _lab_used_after(request) -> bool:
+    """Whether a test after this module's uses the lab VM (then it needs NetworkManager back as
+    it was); the session ends with the package VM's tests, which do not."""
+    items = request.session.items
+    mine = [i for i, item in enumerate(items) if item.module is request.module]
+    return any("lab" in item.fixturenames for item in items[max(mine, default=-1) + 1:])
+
+
 @pytest.fixture(scope="module")
-def polkitd(lab):
+def polkitd(lab, request):
     """The package's rule and helper, the lab's session stand-in, polkitd on the bus, and
     NetworkManager asking polkit."""
     lab.write_file(f"/usr/share/polkit-1/rules.d/{RULE}", (REPO / "systemd" / RULE).read_text())
@@ -94,7 +102,10 @@ def polkitd(lab):
         yield proc
     finally:
         lab.run(f"rm -f {NM_POLKIT_CONF}", 10)
-        restart_networkmanager(lab, "NetworkManager-after-scans")
+        if _lab_used_after(request):
+            restart_networkmanager(lab, "NetworkManager-after-scans")
+        else:  # ≈30 s (restart, reconnect) for nobody: the lab VM stops next
+            lab.say("no check after this module uses the lab: NetworkManager not restarted")
         if proc is not None:
             proc.stop()
 
