@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable
 
 from tests.package.test_package import build_deb
 
@@ -51,8 +50,7 @@ def run_vm_check(deb: Path, build_seconds: float, background: bool = False) -> d
     Raises AssertionError if the product leaks in from the host or apt would need a network."""
     t0 = time.monotonic()
     say(f"built {deb.name} in {build_seconds:.1f} s")
-    log: Callable[[str], None] = lambda line: say(line)  # noqa: E731
-    lab = SystemdLab.start(log=log, background=background)
+    lab = SystemdLab.start(log=say, background=background)
     try:
         t_boot = time.monotonic() - t0
         guest_deb = f"/lab/pkg/{deb.name}"

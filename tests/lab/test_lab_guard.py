@@ -33,8 +33,8 @@ RELEASE_AFTER = GUARD_SETTINGS["release_after"]
 ENGAGE_WITHIN = (ENGAGE_AFTER + 1) * SAMPLE + 3.0
 BGSCAN_INTERVAL = 30  # the short interval of WEAK_LINK_BGSCAN
 WEAK = params(WEAK_LINK_BGSCAN)
-HOLD_REASON = "lab check Café ☕"
-DWELL_WEAK = 8  # check 4: seconds under traffic below the floor, in which the guard stays released  # users' text is not ASCII; the daemon sends it over D-Bus
+HOLD_REASON = "lab check Café ☕"  # users' text is not ASCII; the daemon sends it over D-Bus
+DWELL_WEAK = 8  # check 4: seconds under traffic below the floor, in which the guard stays released
 
 
 @pytest.fixture(scope="module")
