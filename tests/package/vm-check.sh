@@ -227,8 +227,10 @@ printf '[Service]\nSystemCallFilter=\nSystemCallLog=%s\n' "$denied" >"$dropins/5
 systemctl daemon-reload
 before=$(seccomp_log_lines | wc -l)
 kill -KILL "$pid"
+# In the lab this VM runs at SCHED_IDLE beside the checks' VM: a restart (RestartSec= plus a
+# Python start) has taken over 40 s there, so the limit is generous.
 check "restarted after SIGKILL (Restart=on-failure)" \
-    eventually 40 sh -c "systemctl is-active --quiet scanguard && [ \"\$(systemctl show -p MainPID --value scanguard)\" != $pid ]"
+    eventually 180 sh -c "systemctl is-active --quiet scanguard && [ \"\$(systemctl show -p MainPID --value scanguard)\" != $pid ]"
 check "/run/scanguard kept across the restart" test -d /run/scanguard
 check "log mode in effect (no SystemCallFilter, SystemCallLog of the denied calls)" sh -c \
     '[ "$(systemctl show -p SystemCallFilter --value scanguard | tr -d "~")" = "" ] &&
