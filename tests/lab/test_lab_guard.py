@@ -261,7 +261,9 @@ def test_weak_signal_releases_and_a_strong_one_engages_again(lab, guardd):
     t = time.monotonic()
     idle(lab, guardd)
     arm_weak_link(lab)
-    traffic = lab.start_traffic("upload", 40)
+    # Long enough for the slowest of each step (engage, release and re-engage up to 20 s each,
+    # plus the dwell); stopped as soon as the check has what it needs.
+    traffic = lab.start_traffic("upload", 80)
     try:
         engaged = wait_bgscan_off(lab, traffic.t0, 20)
         faded = lab.guest_time()
@@ -284,12 +286,13 @@ def test_weak_signal_releases_and_a_strong_one_engages_again(lab, guardd):
         lab.set_signal(WEAK_SIGNAL_DBM)  # -72 dBm: above floor + hysteresis (-75)
         reengaged = wait_bgscan_off(lab, back, 20)
         st = guardd.status()
+        assert traffic.iperf.running(), "the transfer ended before the guard engaged again"
         assert st["state"] == "guarding", st
         assert st["suspended_bgscan"] == WEAK_LINK_BGSCAN, st
     finally:
         lab.set_signal(WEAK_SIGNAL_DBM)
-        run = traffic.wait()
-    took(lab, "check 4", t, f"engaged t0+{engaged - run.t0:.1f} s; signal {FADED_SIGNAL_DBM} dBm -> released "
+        traffic.stop()  # the load served its purpose
+    took(lab, "check 4", t, f"engaged t0+{engaged - traffic.t0:.1f} s; signal {FADED_SIGNAL_DBM} dBm -> released "
                              f"after {released - faded:.1f} s, still released {back - released:.1f} s "
                              f"later under traffic; signal {WEAK_SIGNAL_DBM} dBm -> engaged again "
                              f"after {reengaged - back:.1f} s")
