@@ -11,6 +11,8 @@ from .lab import Lab
 from .package_vm import PackageVmJob
 
 PHASES: list[tuple[str, float]] = []  # (phase, seconds), printed at the end of the session
+SPLITS: dict[str, dict[str, float]] = {}  # test id -> {"setup"/"call"/"teardown": seconds}
+_LISTED_APART = [0.0]  # boot and stop seconds not yet taken off the set-up/teardown they were in
 PACKAGE_VM_JOB: PackageVmJob | None = None  # started by `lab` when the session has its tests
 
 
@@ -20,6 +22,7 @@ def lab(request, tmp_path_factory):
     t = time.monotonic()
     lab = Lab.start()
     PHASES.append(("boot: QEMU start -> station associated", time.monotonic() - t))
+    _LISTED_APART[0] += PHASES[-1][1]
     # The kernel, initramfs and medium are ready now: the package VM can start beside us.
     if PACKAGE_VM_JOB is None and any(item.module.__name__.endswith(".test_package_vm")
                                       for item in request.session.items):
@@ -32,14 +35,26 @@ def lab(request, tmp_path_factory):
         t = time.monotonic()
         lab.stop()
         PHASES.append(("stop VM", time.monotonic() - t))
+        _LISTED_APART[0] += PHASES[-1][1]
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if report.when == "call" and "lab" in item.fixturenames:
-        PHASES.append((item.name, report.duration))
+    if "lab" in item.fixturenames:
+        # set-up, call and teardown, so that a fixture's cost (a daemon start, the second AP,
+        # a NetworkManager restart) shows against the test that pays it
+        parts = SPLITS.setdefault(item.nodeid, {})
+        parts[report.when] = max(0.0, report.duration - _LISTED_APART[0])
+        _LISTED_APART[0] = 0.0
+        if report.when == "teardown":
+            extra = ", ".join(f"{when} {parts[when]:.1f} s" for when in ("setup", "teardown")
+                              if parts.get(when, 0) >= 1)
+            entry = (item.name + (f" ({extra})" if extra else ""), sum(parts.values()))
+            # the session's last lab test: the VM stopped in its teardown, listed after it
+            at = len(PHASES) - 1 if PHASES and PHASES[-1][0] == "stop VM" else len(PHASES)
+            PHASES.insert(at, entry)
     if report.when == "call" and report.failed and "lab" in item.funcargs:
         lab = item.funcargs["lab"]
         path = lab.save_diagnostics(item.name)
@@ -54,8 +69,8 @@ def pytest_terminal_summary(terminalreporter):
     tr.section("lab phase timings")
     for name, seconds in PHASES:
         tr.write_line(f"{seconds:7.1f} s  {name}")
-    tr.write_line(f"{sum(s for _, s in PHASES):7.1f} s  total (fixture set-up of the daemon "
-                  "is counted in its first test's set-up, not here)")
+    tr.write_line(f"{sum(s for _, s in PHASES):7.1f} s  total (a test's time includes the "
+                  "set-up and teardown of the fixtures it was first or last to use)")
 
 
 def pytest_collection_modifyitems(items):

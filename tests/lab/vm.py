@@ -275,6 +275,7 @@ class VM:
         if self._dead:
             raise LabError(f"guest agent unavailable ({self._dead}); op {op}")
         rid = next(self._ids)
+        started = time.monotonic()
         slot = [threading.Event(), None]
         with self._plock:
             self._pending[rid] = slot
@@ -287,12 +288,24 @@ class VM:
         finally:
             with self._plock:
                 self._pending.pop(rid, None)
+            self._trace(op, args, time.monotonic() - started)
         reply = slot[1]
         if reply is None:
             raise LabError(f"guest agent unavailable ({self._dead}); op {op}")
         if "error" in reply:
             raise LabError(f"guest agent: {op} failed: {reply['error']}")
         return reply
+
+    def _trace(self, op: str, args: dict, seconds: float) -> None:
+        """One line per agent request in calls.tsv (host time, seconds, op, command): where a
+        check's time goes.  Best effort: a failed write never fails a check."""
+        what = args.get("cmd") or args.get("path") or ""
+        try:
+            with open(self.rundir / "calls.tsv", "a", encoding="utf-8") as f:
+                f.write(f"{time.monotonic():.2f}\t{seconds:.3f}\t{op}\t"
+                        f"{' '.join(str(what).split())[:200]}\n")
+        except OSError:
+            pass
 
     def run(self, cmd: str, timeout: float = 60) -> tuple[int, str, str]:
         """Run `cmd` with bash in the guest; (rc, stdout, stderr). Raises LabError on timeout."""
