@@ -26,7 +26,7 @@ from .scenario import (FADED_SIGNAL_DBM, GUARD_SETTINGS, NM_DEFAULT_BGSCAN, Guar
 
 pytestmark = pytest.mark.lab
 
-OBSERVE = 45          # control: more than one of bgscan's 30 s intervals
+OBSERVE = 35          # control: more than one of bgscan's 30 s intervals (due ≈25 s after the fade)
 ROAM_TIMEOUT = 150    # bgscan's first scan comes 30 s after the release; a scan under load ≈30 s
 RELEASE_AFTER = GUARD_SETTINGS["release_after"]
 
