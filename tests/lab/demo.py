@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from .lab import Lab
+from .lab import PING_INTERVAL, Lab
 from .scenario import (GUARD_SETTINGS, SIMULATION_NOTE, WEAK_LINK_BGSCAN, Guardd, MeasuredRun,
                        arm_weak_link, measured_transfer, wait_bgscan)
 
@@ -226,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
                           "runs": {}}
     for direction, seconds in transfers:
         off, on = runs[direction, "guard off"].summary, runs[direction, "guard on"].summary
-        text = table(off, on, f"iperf3 {direction}, {seconds:g} s each, ping -i 0.2 alongside")
+        text = table(off, on, f"iperf3 {direction}, {seconds:g} s each, "
+                              f"ping -i {PING_INTERVAL:g} alongside")
         text += "\nguard on: " + "; ".join(verdicts(on, off, idle_stats["p99_ms"]))
         texts.append(text)
         print(text)

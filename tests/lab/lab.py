@@ -107,6 +107,7 @@ env | grep '^CONNECTION_USER_' | sed "s|^|$t $1 $2 |" >>{GUEST_SHARE}/logs/dispa
 
 # ssid2= in hex: `ssid=` would take the raw UTF-8 bytes too, but hex says exactly which bytes go
 # on the air.  utf8_ssid=1 sets the "SSID is UTF-8" bit in the Extended Capabilities element.
+PING_INTERVAL = 0.2  # seconds between the pings that run beside a transfer (ping -i)
 AIR_RATES_MBIT = (6, 9)  # the 802.11g rates the APs offer (hostapd: in 100 kbit/s units)
 HOSTAPD_CONF = f"""\
 interface={AP_IF}
@@ -725,16 +726,16 @@ class Lab:
         return measure.parse_ping(proc.output())
 
     def start_traffic(self, direction: str, seconds: float,
-                      ping_interval: float | None = 0.2) -> Traffic:
+                      ping_interval: float | None = PING_INTERVAL) -> Traffic:
         """Start iperf3 ('upload' = station -> AP, 'download' = AP -> station) plus ping."""
         if direction not in ("upload", "download"):
             raise ValueError(direction)
         return Traffic(self, direction, seconds, ping_interval)
 
-    def upload(self, seconds: float, ping_interval: float | None = 0.2) -> TrafficRun:
+    def upload(self, seconds: float, ping_interval: float | None = PING_INTERVAL) -> TrafficRun:
         return self.start_traffic("upload", seconds, ping_interval).wait()
 
-    def download(self, seconds: float, ping_interval: float | None = 0.2) -> TrafficRun:
+    def download(self, seconds: float, ping_interval: float | None = PING_INTERVAL) -> TrafficRun:
         return self.start_traffic("download", seconds, ping_interval).wait()
 
     # ---- the product under test ------------------------------------------------------------

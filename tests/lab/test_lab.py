@@ -9,13 +9,13 @@ import time
 import pytest
 
 from . import measure
-from .lab import AP_ADDR, CONNECTION, SSID, STA_IF, STRONG_SIGNAL_DBM, WEAK_SIGNAL_DBM
+from .lab import (AP_ADDR, CONNECTION, PING_INTERVAL, SSID, STA_IF, STRONG_SIGNAL_DBM,
+                  WEAK_SIGNAL_DBM)
 from .scenario import NM_DEFAULT_BGSCAN, arm_weak_link, measured_transfer, transfer_problems
 
 pytestmark = pytest.mark.lab
 
 # The weak link is a real signal on the lab's medium (issue 9): see scenario.py.
-PING_INTERVAL = 0.2  # Lab.start_traffic's ping -i
 BASELINE_SECONDS = 60  # bgscan's first scan at ≈27 s, ≈22 s long under load: one whole scan
 
 

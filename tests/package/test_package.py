@@ -74,8 +74,10 @@ DEPENDS = [
 ]
 
 
-def run(cmd: list[str], cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=cwd, env=ENV, text=True, capture_output=True, check=check)
+def run(cmd: list[str], cwd: Path | None = None, check: bool = True,
+        preexec_fn=None) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, env=ENV, text=True, capture_output=True, check=check,
+                          preexec_fn=preexec_fn)
 
 
 class BuildError(RuntimeError):
@@ -103,8 +105,7 @@ def build_deb(top: Path, preexec_fn=None) -> dict:
     run(git + ["commit", "-q", "-m", "snapshot"], cwd=src)
 
     t0 = time.monotonic()
-    proc = subprocess.run(["dpkg-buildpackage", "-us", "-uc"], cwd=src, env=ENV, text=True,
-                          capture_output=True, preexec_fn=preexec_fn)
+    proc = run(["dpkg-buildpackage", "-us", "-uc"], cwd=src, check=False, preexec_fn=preexec_fn)
     seconds = time.monotonic() - t0
     (top / "build.log").write_text(proc.stdout + proc.stderr)
     print(f"\n[package] dpkg-buildpackage -us -uc: {seconds:.1f} s, exit {proc.returncode}, "
