@@ -4,6 +4,8 @@ package VM beside it (package_vm.py)."""
 from __future__ import annotations
 
 import time
+from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +14,7 @@ from .package_vm import PackageVmJob
 
 PHASES: list[tuple[str, float]] = []  # (phase, seconds), printed at the end of the session
 SPLITS: dict[str, dict[str, float]] = {}  # test id -> {"setup"/"call"/"teardown": seconds}
+CALLS_TSV: list[Path] = []  # the checks' VM's trace of guest-agent requests (vm.py, _trace)
 _LISTED_APART = [0.0]  # boot and stop seconds not yet taken off the set-up/teardown they were in
 PACKAGE_VM_JOB: PackageVmJob | None = None  # started by `lab` when the session has its tests
 
@@ -21,6 +24,7 @@ def lab(request, tmp_path_factory):
     global PACKAGE_VM_JOB
     t = time.monotonic()
     lab = Lab.start()
+    CALLS_TSV.append(lab.vm.rundir / "calls.tsv")
     PHASES.append(("boot: QEMU start -> station associated", time.monotonic() - t))
     _LISTED_APART[0] += PHASES[-1][1]
     # The kernel, initramfs and medium are ready now: the package VM can start beside us.
@@ -71,6 +75,27 @@ def pytest_terminal_summary(terminalreporter):
         tr.write_line(f"{seconds:7.1f} s  {name}")
     tr.write_line(f"{sum(s for _, s in PHASES):7.1f} s  total (a test's time includes the "
                   "set-up and teardown of the fixtures it was first or last to use)")
+    _print_guest_calls(tr)
+
+
+def _print_guest_calls(tr, top: int = 6) -> None:
+    """The guest commands that took the checks' time, by their first two words (calls.tsv)."""
+    if not CALLS_TSV or not CALLS_TSV[0].exists():
+        return
+    total, count = defaultdict(float), defaultdict(int)
+    for line in CALLS_TSV[0].read_text(encoding="utf-8", errors="replace").splitlines():
+        fields = line.split("\t")
+        if len(fields) == 4 and fields[2] == "run":
+            cmd = fields[3].partition(" && ")[2] if fields[3].startswith("cd ") else fields[3]
+            words = cmd.split()
+            # "python3 -m nm_scanguard.cli status": the module and its command say what it was
+            key = " ".join(words[:4] if "-m" in words[1:2] else words[:2])
+            total[key] += float(fields[1])
+            count[key] += 1
+    tr.write_line(f"guest commands, by time (all {sum(count.values())} took "
+                  f"{sum(total.values()):.0f} s; {CALLS_TSV[0]}):")
+    for key in sorted(total, key=total.get, reverse=True)[:top]:
+        tr.write_line(f"{total[key]:7.1f} s  {count[key]:4d} x {total[key] / count[key]:5.2f} s  {key}")
 
 
 def pytest_collection_modifyitems(items):

@@ -184,7 +184,9 @@ def test_client_scans_are_deferred_while_guarding_and_root_still_scans(lab, guar
             guardd.status()), 30, "guarding with client scans deferred", interval=1)
         t_engaged = t_g0 = lab.guest_time()
         lab.check(f"rm -f {WIDGET_PAUSE}", 10)
-        time.sleep(4 * WIDGET_PERIOD + 2)
+        t_resumed = lab.guest_time()
+        # A widget round is its period plus the call (≈1 s in the TCG guest): 4 rounds and a bit.
+        time.sleep(4 * (WIDGET_PERIOD + 1) + 2)
         rc, out, err = lab.run(f"{AS_NOBODY} nmcli device wifi rescan ifname {STA_IF}", 60)
         nobody_rescan = (rc, (out + err).strip())
         t_root = lab.guest_time()
@@ -213,7 +215,7 @@ def test_client_scans_are_deferred_while_guarding_and_root_still_scans(lab, guar
 
     reqs = requests(lab, widget)
     idle1 = [r for r in reqs if t_idle0 <= r[0] < t_idle1]
-    guarded = [r for r in reqs if t_engaged + 1 <= r[0] < t_root]
+    guarded = [r for r in reqs if t_resumed <= r[0] < t_root]
     leftover = [s for s in lab.scans(t_settled, t_g0) if t_settled <= s.start < t_g0]
     idle2 = [r for r in reqs if t_idle2 <= r[0] < t_end]
     scans_idle1 = [s for s in lab.scans(t_idle0, t_idle1) if t_idle0 <= s.start < t_idle1]
