@@ -82,7 +82,7 @@ def test_non_ascii_profile_in_status_and_the_daemon_stays_on_the_bus(lab, guardd
 
     def names_profile(step: str, state: str) -> str:
         text = guardd.ctl("status")
-        st = guardd.status()
+        st = guardd.cli_status()
         assert st.get("connection_id") == CONNECTION, (
             f"{step}: `scanguardctl status --json` gives connection_id "
             f"{st.get('connection_id')!r} for {STA_IF}; the active profile is {CONNECTION!r}: {st}")
