@@ -106,3 +106,33 @@ async def name_has_owner(bus: MessageBus, name: str) -> bool:
     (owned,) = await call(bus, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
                           "NameHasOwner", "s", [name])
     return bool(owned)
+
+
+FLUSH_TIMEOUT = 2.0  # seconds a stopping daemon waits for its last messages to leave
+
+
+async def close_bus(bus: MessageBus, timeout: float = FLUSH_TIMEOUT) -> None:
+    """Disconnect after the messages already queued have been written.
+
+    The library's disconnect() shuts the socket down at once: signals and replies still in its
+    write queue (the last PropertiesChanged of a stopping daemon) are lost, and the send that
+    was being written fails with EPIPE -- which asyncio logged as "Future exception was never
+    retrieved" with a traceback in the journal at `systemctl stop`.  The writer is first in,
+    first out, so once the bus answers a Ping sent now, everything queued before it is out.
+    A bus that does not answer within `timeout` is closed anyway; then the loop turns until
+    the library has finished with the connection (at most `timeout` more), so that failures
+    are seen while it runs."""
+    if bus.connected:
+        try:
+            await call(bus, "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                       "org.freedesktop.DBus.Peer", "Ping", timeout=timeout)
+        except Exception as e:  # a bus that is gone or hangs: nothing more can be delivered
+            log.debug("flushing the bus connection before closing it: %r", e)
+    bus.disconnect()
+    # Polled, not awaited: the library's disconnect future is cancelled along with any task that
+    # awaited it (the daemon's bus watch, cancelled at the stop).
+    end = asyncio.get_running_loop().time() + timeout
+    while bus.connected and asyncio.get_running_loop().time() < end:
+        await asyncio.sleep(0.01)
+    for _ in range(2):  # done-callbacks of sends that failed on the closed socket
+        await asyncio.sleep(0)

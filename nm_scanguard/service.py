@@ -18,7 +18,7 @@ from typing import Callable
 
 from . import __version__
 from .api import Api
-from .bus import BusError, call
+from .bus import BusError, call, close_bus
 from .config import DEFAULT_CONFIG_PATH, ConfigError, Settings, load_file
 from .daemon import Daemon
 from .dbuslib import LIBRARY, SKIPPED, BusType, Message, MessageBus, MessageType
@@ -168,7 +168,7 @@ async def serve(config_path: str | None, state_dir: str, settings: Settings) -> 
     finally:
         watch.cancel()
         await daemon.stop()
-        bus.disconnect()
+        await close_bus(bus)
 
 
 async def _watch_bus(bus: MessageBus, fatal: Callable[[str], None]) -> None:

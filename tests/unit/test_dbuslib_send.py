@@ -4,8 +4,11 @@ The daemon never awaits the sends of its signals and replies (export.py).  When 
 breaks under one — at `systemctl stop`, the daemon disconnecting while a PropertiesChanged was
 still queued — the library fails that send's future with BrokenPipeError, and asyncio logged
 "Future exception was never retrieved" with a traceback into the journal (seen once in the
-package VM's journal check on Debian 12, dbus-next 0.2.3).  That race between the library's
-reader and writer could not be reproduced on demand, so this pins the wrapper's part:
+package VM's journal check on Debian 12, dbus-next 0.2.3).  The wrapper alone did not end it:
+the log came back in the package VM on 2026-11-23 (which future went unseen was not found).  The
+stop now writes out what is queued before it disconnects (bus.close_bus,
+tests/dbus/test_close_bus.py), so the socket no longer breaks under a message at a stop; this
+pins the wrapper's part, for a bus that goes away while the daemon runs:
 MessageBus.send returns `quiet(<the library's future>)`; here `quiet` gets a future that then
 fails, as the writer's does.  (The library's MessageBus cannot be patched: in dbus-fast it is a
 compiled type.)
