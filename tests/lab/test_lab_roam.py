@@ -89,7 +89,12 @@ def test_without_the_floor_a_guarded_station_stays_on_a_fading_ap(lab, second_ap
     d = start_guard(lab, guard_config(signal_floor_dbm=-120))
     traffic = None
     try:
-        traffic, engaged = guarded_upload_on_ap1(lab, ap1, OBSERVE + 40)
+        traffic, engaged = guarded_upload_on_ap1(lab, ap1, OBSERVE + 100)
+        # A bgscan scan that started before the guard engaged runs to its end (≈20 s under
+        # load; the guard does not abort it): the control starts once none is running, so
+        # that every scan from the fade on would be one the held-off bgscan let through.
+        wait_until(lambda: all(s.end is not None for s in lab.scans(traffic.t0 - 60)), 60,
+                   "the scan running when the guard engaged to end", interval=1)
         faded = fade_ap1_and_raise_ap2(lab)
         lab.wait_signal(FADED_SIGNAL_DBM, timeout=20)
         time.sleep(OBSERVE)
