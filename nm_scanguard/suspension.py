@@ -52,10 +52,14 @@ class NothingToSuspend(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Suspended:
-    """We set `network`'s bgscan to ""; `saved` is what restore() puts back."""
+    """We set `network`'s bgscan to ""; `saved` is what restore() puts back.  `removals` is how
+    many NetworkRemoved signals for that path had arrived when we read its bgscan: a removal
+    numbered above it took our object away; one at or below it came before, however late it
+    is handled (wpa_supplicant reuses paths, NetworkManager removes and adds on re-activation)."""
 
     network: str
     saved: str
+    removals: int = 0
 
 
 def is_uncertain(err: SupplicantError) -> bool:
@@ -77,9 +81,11 @@ class Suspender:
         # count that moved between our read and our Set means the Set hit the new object.
         self._removals: dict[str, int] = {}
 
-    def network_removed(self, network: str) -> None:
-        """Call at once when NetworkRemoved arrives (before other queued replies are handled)."""
+    def network_removed(self, network: str) -> int:
+        """Call at once when NetworkRemoved arrives (before other queued replies are handled).
+        Returns the removal's number for this path (compare with Suspended.removals)."""
         self._removals[network] = self._removals.get(network, 0) + 1
+        return self._removals[network]
 
     async def suspend(self, iface_path: str, ifname: str) -> Suspended:
         """Turn off bgscan of the interface's current network, journal first.
@@ -102,7 +108,7 @@ class Suspender:
         if value is None:
             raise NothingToSuspend(NO_BGSCAN_KEY)
         if value == "":
-            return self._adopt(net, ifname)
+            return self._adopt(net, ifname, epoch)
         if not valid_bgscan(value):
             raise NothingToSuspend(
                 f"bgscan {value[:80]!r} is not a setting the journal can keep (module[:params], "
@@ -117,10 +123,13 @@ class Suspender:
                 raise
             log.warning("%s: wpa_supplicant did not confirm turning off bgscan on %s (%s); "
                         "assuming it did, so that it gets restored", ifname, net, e)
-        if self._removals.get(net, 0) != epoch and await self._put_back(net, ifname, value):
+        now = self._removals.get(net, 0)
+        if now != epoch and await self._put_back(net, ifname, value):
             raise SupplicantError(f"network {net} was re-created while bgscan was being "
                                   "suspended; trying again on the next sample")
-        return Suspended(network=net, saved=value)
+        # Our "" is on the object there after `now` removals (the new one, if putting back
+        # failed): those removals must not make the guard forget it.
+        return Suspended(network=net, saved=value, removals=now)
 
     async def _put_back(self, net: str, ifname: str, value: str) -> bool:
         """NetworkManager removed the network and added a new one at the same path between our
@@ -143,7 +152,7 @@ class Suspender:
         self._forget(net, ifname)
         return True
 
-    def _adopt(self, net: str, ifname: str) -> Suspended:
+    def _adopt(self, net: str, ifname: str, epoch: int) -> Suspended:
         """bgscan is "" already.  Only we ever set "" (NetworkManager writes a module or no key),
         so if the journal holds this network, it is ours: an earlier suspend whose reply came
         late or was cancelled, or a restore that failed.  Take it over so that it is restored."""
@@ -154,7 +163,7 @@ class Suspender:
             self._record(net, ifname, entry.bgscan)
         log.info("%s: bgscan on %s is still off from an earlier suspension (was \"%s\"); "
                  "taking it over", ifname, net, entry.bgscan)
-        return Suspended(network=net, saved=entry.bgscan)
+        return Suspended(network=net, saved=entry.bgscan, removals=epoch)
 
     def _record(self, net: str, ifname: str, value: str) -> None:
         try:

@@ -198,3 +198,20 @@ async def test_bad_config_on_sighup_and_reload_keeps_guarding(world, content):
     world.link.stop()
     await check_invariant(world, slow_peer=False)
     assert (await world.peers.networks())[world.peers.net] == f'"{BGSCAN}"'
+
+
+@pytest.mark.parametrize("between", ["simple:30:-65:300", CAFE], ids=["ascii", "cafe"])
+async def test_two_reactivations_in_a_row_while_guarding(world, between):
+    """Found by test_generated_sequences_never_leave_bgscan_off on 2026-11-23 (Flood, Hang,
+    Reactivate, Reactivate, Reload): NetworkManager re-activates twice in a row while bgscan is
+    suspended, so wpa_supplicant removes and re-adds the network at the same path twice.  The
+    guard handled the first removal (forget the old object, suspend the newest one), then the
+    second, which had arrived before that suspension read bgscan, and forgot the newest
+    object's "" as if it had been removed: bgscan stayed off.  The object in between carries
+    another bgscan (or, for the text check, a profile whose bgscan is not a module string)."""
+    await engaged(world)
+    await world.peers.reactivate(between)
+    await world.peers.reactivate(BGSCAN)
+    await asyncio.sleep(1.0)  # the guard handles both removals and suspends the newest object
+    world.link.stop()
+    await check_invariant(world, slow_peer=False)

@@ -178,9 +178,37 @@ async def test_a_removed_network_is_forgotten_and_the_new_one_guarded(guard, par
     await guard.kick()
     # NM re-activates: removes the network and adds a fresh one at the same path, NM's bgscan
     sup.networks[NET0] = {"bgscan": NM_BGSCAN}
-    await guard.network_removed(NET0)
+    await guard.network_removed(NET0, parts["suspender"].network_removed(NET0))
     assert guard.engaged and sup.networks[NET0]["bgscan"] == ""
     assert parts["journal"].get(NET0).bgscan == NM_BGSCAN
+
+
+async def test_a_removal_handled_late_keeps_the_suspension_of_the_newer_object(guard, parts):
+    """Two re-activations in a row: both NetworkRemoved signals arrive before the guard handles
+    the first.  Handling the first suspends the object now at the path; the second came before
+    that suspension, so it must not make the guard forget it (it did: bgscan stayed off)."""
+    sup, suspender = parts["sup"], parts["suspender"]
+    guard.hold_changed(True)
+    await guard.kick()
+    first = suspender.network_removed(NET0)
+    second = suspender.network_removed(NET0)
+    sup.networks[NET0] = {"bgscan": NM_BGSCAN}
+    await guard.network_removed(NET0, first)
+    assert sup.networks[NET0]["bgscan"] == "" and guard.suspended.removals == second
+    await guard.network_removed(NET0, second)
+    assert guard.engaged and parts["journal"].get(NET0).bgscan == NM_BGSCAN
+    guard.hold_changed(False)
+    await guard.kick()
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and parts["journal"].entries() == {}
+
+
+async def test_a_removal_after_the_suspension_still_forgets_it(guard, parts):
+    sup, suspender = parts["sup"], parts["suspender"]
+    guard.hold_changed(True)
+    await guard.kick()
+    sup.networks.pop(NET0)  # removed for good (the profile was deleted)
+    await guard.network_removed(NET0, suspender.network_removed(NET0))
+    assert guard.suspended is None and parts["journal"].entries() == {}
 
 
 async def test_stop_restores_unless_the_bus_is_gone(guard, parts):
