@@ -57,7 +57,8 @@ def _section(vm_check: dict, prefix: str, expected: list[str]) -> list[str]:
 
 def test_installs_and_runs_as_static_user(vm_check: dict) -> None:
     _section(vm_check, "install", [
-        "apt-get install", "service active", "enabled for multi-user.target",
+        "apt-get install", "service active", "the bus policy let the first start own",
+        "enabled for multi-user.target",
         "main process runs as user scanguard", "supplementary group netdev",
         "no capabilities", "no_new_privs set", "seccomp filter active",
         "daemon runs the packaged code", "owns io.github.nm_scanguard.ScanGuard1",

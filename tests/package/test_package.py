@@ -176,14 +176,17 @@ def test_control_fields(build: dict) -> None:
 
 
 def test_maintainer_scripts(build: dict, tmp_path: Path) -> None:
-    """Conffile; user created before the unit starts; started on install, stopped on remove."""
+    """Conffile; user created and the bus policy reloaded before the unit starts; started on
+    install, stopped on remove."""
     run(["dpkg-deb", "-e", str(build["deb"]), str(tmp_path / "ctl")])
     ctl = tmp_path / "ctl"
     assert (ctl / "conffiles").read_text().split() == ["/etc/scanguard/scanguard.conf"]
     postinst = (ctl / "postinst").read_text()
     sysusers = postinst.find("systemd-sysusers")
+    reload = postinst.find("org.freedesktop.DBus.ReloadConfig")
     start = postinst.find("deb-systemd-invoke $_dh_action 'scanguard.service'")
-    assert 0 <= sysusers < start, postinst
+    # the user exists and dbus-daemon has re-read the policy naming it before the first start
+    assert 0 <= sysusers < reload < start, postinst
     assert "deb-systemd-helper enable 'scanguard.service'" in postinst
     assert "deb-systemd-invoke stop 'scanguard.service'" in (ctl / "prerm").read_text()
     postrm = (ctl / "postrm").read_text()
