@@ -576,7 +576,10 @@ class Lab:
                    60, f"{SSID!r} in NetworkManager's scan list", interval=2)
         self._up()
         self.sta_addr = wait_until(self.station_address, 30, f"IPv4 address on {STA_IF}")
-        self.check(f"ping -c 2 -W 3 {AP_ADDR}", 30)
+        # One answer within 45 s: a VM starved beside the checks lost both of two pings sent
+        # right after the lease (the trixie package VM, 2026-11-23).
+        wait_until(lambda: self.run(f"ping -c 1 -W 3 {AP_ADDR}", 15)[0] == 0, 45,
+                   f"the AP ({AP_ADDR}) to answer ping", interval=1)
 
     def _up(self) -> None:
         """`nmcli connection up`, with the PSK in a passwd-file: after a 4-way handshake timeout
@@ -757,8 +760,8 @@ class Lab:
         path = self.vm.rundir / f"diagnostics-{reason}.txt"
         try:
             out = self.vm.check(f"""
-                for c in 'dmesg' 'ip -d addr' 'ip netns exec {AP_NS} ip addr' 'iw dev'
-                         'ip netns exec {AP_NS} iw dev' 'nmcli -f all device'
+                for c in 'dmesg' 'ip -d addr' 'ip netns exec {AP_NS} ip addr' 'iw dev' \
+                         'ip netns exec {AP_NS} iw dev' 'nmcli -f all device' \
                          'nmcli connection show' 'ps -eo pid,ppid,stat,etime,args'; do
                     echo "===== $c"; $c 2>&1
                 done""", 60)
