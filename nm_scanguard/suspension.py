@@ -19,7 +19,10 @@ from typing import Awaitable, Callable, Collection, Protocol
 
 from .ifname import valid_ifname
 from .journal import Journal, valid_bgscan, valid_network_path
+from .supplicant import NAME as WPAS_NAME
 from .supplicant import NOT_RUNNING, ObjectGone, SupplicantError, UncertainOutcome
+
+INTERFACE_UNKNOWN = WPAS_NAME + ".InterfaceUnknown"
 
 log = logging.getLogger("scanguard")
 
@@ -192,7 +195,8 @@ class Suspender:
         epoch = self._removals.get(s.network, 0)
         try:
             current = await sup.get_bgscan(s.network)
-        except ObjectGone:
+        except ObjectGone as e:
+            await self._confirm_gone(s.network, e)
             log.debug("%s: network %s is gone, nothing to restore", ifname, s.network)
             self._forget(s.network, ifname)
             return
@@ -203,7 +207,8 @@ class Suspender:
         elif current == "":
             try:
                 await sup.set_bgscan(s.network, s.saved)
-            except ObjectGone:
+            except ObjectGone as e:
+                await self._confirm_gone(s.network, e)
                 log.debug("%s: network %s went away while restoring", ifname, s.network)
                 self._forget(s.network, ifname)
                 return
@@ -223,6 +228,26 @@ class Suspender:
             log.info("%s: bgscan on %s was changed to \"%s\" meanwhile; leaving it", ifname,
                      s.network, current)
         self._forget(s.network, ifname)
+
+    async def _confirm_gone(self, net: str, err: ObjectGone) -> None:
+        """An "unknown object/method" error is taken for a removed network only if the
+        interface no longer has it as its current network; otherwise raise SupplicantError, so
+        that the entry stays and the restore is tried again.  (The error names are all a
+        removed object gets, but a transient failure can carry them too: the fault-injection
+        suite had a journal replay forget a network that was still there, its bgscan left off.)
+        A re-created network at the same path also counts as there: the retry then finds
+        NetworkManager's value on it and leaves it."""
+        iface = net.rsplit("/Networks/", 1)[0]
+        try:
+            current = await self.supplicant.current_network(iface)
+        except SupplicantError as e:
+            raise SupplicantError(f"wpa_supplicant answered {err.bus_error or err} for {net} and "
+                                  f"could not say whether the network still exists ({e}); "
+                                  "trying again later", e.bus_error) from None
+        if current == net:
+            raise SupplicantError(f"wpa_supplicant answered {err.bus_error or err} for {net}, "
+                                  "which is still the interface's current network; trying "
+                                  "again later", err.bus_error)
 
     def forget(self, network: str) -> None:
         """The network object is gone (NetworkRemoved): our "" went with it."""
@@ -323,7 +348,13 @@ class Suspender:
         return kept
 
     async def _interface(self, ifname: str) -> str | None:
+        """wpa_supplicant's object for `ifname`; None only when it says it does not manage it
+        (InterfaceUnknown).  Any other error keeps the entries for a later try: the fault suite
+        had an UnknownMethod from GetInterface drop an entry whose bgscan was still off."""
         try:
             return await self.supplicant.interface(ifname)
-        except ObjectGone:
-            return None
+        except ObjectGone as e:
+            if e.bus_error == INTERFACE_UNKNOWN:
+                return None
+            raise SupplicantError(f"wpa_supplicant could not say whether it manages {ifname} "
+                                  f"({e})", e.bus_error) from None

@@ -48,6 +48,7 @@ class FakeSupplicant:
         self.current: dict[str, str | None] = {IFACE0: NET0}
         self.networks: dict[str, dict[str, str]] = {NET0: {"bgscan": NM_BGSCAN}}
         self.set_errors: list[str] = []  # error names the next Set calls answer, in turn
+        self.get_errors: list[str] = []  # error names the next reads of bgscan answer
         self.late = False  # with a set error: the value is applied before the error comes back
         self.interface_error: str | None = None
         self.on_set = None
@@ -63,10 +64,13 @@ class FakeSupplicant:
 
     async def current_network(self, iface_path):
         self.calls.append(("current", iface_path))
-        return self.current.get(iface_path)
+        current = self.current.get(iface_path)
+        return current if current in self.networks else None  # removing it disconnects
 
     async def get_bgscan(self, net_path):
         self.calls.append(("get", net_path))
+        if self.get_errors:
+            fail(self.get_errors.pop(0), f"reading the properties of {net_path}")
         if net_path not in self.networks:
             fail(UNKNOWN_METHOD, f"reading the properties of {net_path}")
         return self.networks[net_path].get("bgscan")
@@ -271,6 +275,24 @@ async def test_restore_of_a_gone_network_forgets_it(sup, journal, suspender):
     del sup.networks[NET0]
     await suspender.restore(s, "wlan0")
     assert on_disk(journal) == {}
+
+
+async def test_an_unknown_method_error_on_a_network_still_current_keeps_the_entry(
+        sup, journal, suspender):
+    """UnknownMethod is what a removed network answers, but a transient failure can carry it
+    too (fault-injection suite, journal replay): while the interface still has the network as
+    its current one, the entry stays and a retry restores bgscan."""
+    s = await suspended(suspender)
+    sup.get_errors = [UNKNOWN_METHOD]
+    with pytest.raises(SupplicantError, match="still the interface's current network"):
+        await suspender.restore(s, "wlan0")
+    assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
+    sup.set_errors = [UNKNOWN_METHOD]
+    with pytest.raises(SupplicantError, match="still the interface's current network"):
+        await suspender.restore(s, "wlan0")
+    assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
+    await suspender.restore(s, "wlan0")
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
 
 
 @pytest.mark.parametrize("error", [ACCESS_DENIED, TIMEOUT, NO_REPLY, SERVICE_UNKNOWN])
