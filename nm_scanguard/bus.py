@@ -13,6 +13,7 @@ import re
 from typing import Any, Iterable
 
 from .dbuslib import Message, MessageBus, MessageType, Variant
+from .names import DBUS
 
 log = logging.getLogger("scanguard")
 
@@ -98,13 +99,11 @@ async def set_property(bus: MessageBus, destination: str, path: str, interface: 
 
 
 async def add_match(bus: MessageBus, rule: str) -> None:
-    await call(bus, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
-               "AddMatch", "s", [rule])
+    await call(bus, *DBUS, "AddMatch", "s", [rule])
 
 
 async def name_has_owner(bus: MessageBus, name: str) -> bool:
-    (owned,) = await call(bus, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
-                          "NameHasOwner", "s", [name])
+    (owned,) = await call(bus, *DBUS, "NameHasOwner", "s", [name])
     return bool(owned)
 
 
@@ -124,8 +123,7 @@ async def close_bus(bus: MessageBus, timeout: float = FLUSH_TIMEOUT) -> None:
     are seen while it runs."""
     if bus.connected:
         try:
-            await call(bus, "org.freedesktop.DBus", "/org/freedesktop/DBus",
-                       "org.freedesktop.DBus.Peer", "Ping", timeout=timeout)
+            await call(bus, DBUS[0], DBUS[1], "org.freedesktop.DBus.Peer", "Ping", timeout=timeout)
         except Exception as e:  # a bus that is gone or hangs: nothing more can be delivered
             log.debug("flushing the bus connection before closing it: %r", e)
     bus.disconnect()

@@ -13,7 +13,7 @@ from types import ModuleType
 from typing import Any
 
 from . import __version__
-from .bus import BusError, call, get_all, unwrap
+from .bus import BusError, add_match, call, get_all, unwrap
 from .config import (DEFAULT_CONFIG_PATH, KEYS, NAME_CHARS, USER_DATA_PREFIX, ConfigError, Settings,
                      apply_profile, clipped, load_file, parse_value, quoted)
 from .dbuslib import BusType, Message, MessageBus, MessageFlag, MessageType
@@ -380,8 +380,7 @@ async def cmd_monitor(args: argparse.Namespace) -> int:
         for rule in (f"type='signal',sender='{NAME}',path='{PATH}'",
                      "type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged',"
                      f"arg0='{NAME}'"):
-            await call(bus, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
-                       "AddMatch", "s", [rule])
+            await add_match(bus, rule)
         props = await properties(bus)
         print(f"{_stamp()} monitoring nm-scanguard {props.get('Version', '')}; Ctrl-C to stop",
               flush=True)

@@ -17,6 +17,8 @@ NAME = "fi.w1.wpa_supplicant1"
 PATH = "/fi/w1/wpa_supplicant1"
 IFACE = NAME + ".Interface"
 NETWORK = NAME + ".Network"
+# What wpa_supplicant answers for an interface it does not manage (GetInterface, RemoveInterface).
+INTERFACE_UNKNOWN = NAME + ".InterfaceUnknown"
 
 # No wpa_supplicant owns the name: the call never reached one, so its networks are gone.
 NOT_RUNNING = (
@@ -63,7 +65,7 @@ def explain(err: BusError, what: str) -> SupplicantError:
     if name in NOT_RUNNING:
         return SupplicantError(f"wpa_supplicant is not reachable for {what} ({name}); "
                                "is wpa_supplicant.service running?", name)
-    if name == NAME + ".InterfaceUnknown":
+    if name == INTERFACE_UNKNOWN:
         return ObjectGone(f"wpa_supplicant does not manage this interface ({what})", name)
     if name.endswith(_GONE):
         return ObjectGone(f"{what}: the object is gone ({name})", name)

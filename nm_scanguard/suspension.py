@@ -19,10 +19,7 @@ from typing import Awaitable, Callable, Collection, Protocol
 
 from .ifname import valid_ifname
 from .journal import Journal, valid_bgscan, valid_network_path
-from .supplicant import NAME as WPAS_NAME
-from .supplicant import NOT_RUNNING, ObjectGone, SupplicantError, UncertainOutcome
-
-INTERFACE_UNKNOWN = WPAS_NAME + ".InterfaceUnknown"
+from .supplicant import INTERFACE_UNKNOWN, NOT_RUNNING, ObjectGone, SupplicantError, UncertainOutcome
 
 log = logging.getLogger("scanguard")
 
