@@ -363,13 +363,60 @@ def during_vs_outside(intervals: list[Interval], scans: list[Scan], t_end: float
             "ratio": d_med / o_med if during and outside and o_med > 0 else math.nan}
 
 
+# A channel busier than this carried all it could: the air limited the second.  Below it, with
+# no scan running, the senders did not keep it busy -- on the TCG guest, the CPU fell short.
+AIR_LIMITED = 0.9
+
+
+def channel_busy(air: list[dict[str, float]], start: float, seconds: float) -> float:
+    """The busiest channel's busy fraction over [start, start + seconds], weighted by overlap,
+    from the medium's per-second lines (each covers (t - dt, t]); nan if none overlaps."""
+    num = den = 0.0
+    for line in air:
+        lo, hi = line["t"] - line.get("dt", 1.0), line["t"]
+        overlap = min(hi, start + seconds) - max(lo, start)
+        busy = [v for k, v in line.items() if k.startswith("busy_")]
+        if overlap > 0 and busy:
+            num += max(busy) * overlap
+            den += overlap
+    return num / den if den > 0 else math.nan
+
+
+def air_figures(intervals: list[Interval], scans: list[Scan], t_end: float,
+                air: list[dict[str, float]]) -> dict:
+    """What the channel did in the receiver's seconds: its median busy fraction, how busy it
+    was in the worst second (and whether a scan ran then), and how many scan-free seconds it
+    was under AIR_LIMITED busy: seconds the air did not set (the senders left it idle: on the
+    TCG guest the emulated CPU, or TCP still recovering from a scan that ended before).
+
+    iperf3 stamps a test's start in whole seconds, so an interval really lies somewhere in
+    [start, start + seconds + 1): the channel is read over all of that (a dip of one second
+    is blurred with its neighbour; one of several seconds, as the CPU's are, is not)."""
+    judged = [i for i in intervals if i.seconds >= 0.5]
+    busy = [channel_busy(air, i.start, i.seconds + 1.0) for i in judged]
+    scanned = [scan_overlap(i.start, i.seconds + 1.0, scans, t_end) > 0 for i in judged]
+    known = [b for b in busy if not math.isnan(b)]
+    worst = min(range(len(judged)), key=lambda k: judged[k].mbps, default=None)
+    return {
+        "busy_median": percentile(known, 50),
+        "worst_second_busy": math.nan if worst is None else busy[worst],
+        "worst_second_in_scan": worst is not None and scanned[worst],
+        # The first and last seconds (TCP's start, the end of the test) are not judged.
+        "seconds_not_air_limited": sum(1 for b, sc in zip(busy[1:-1], scanned[1:-1])
+                                       if b < AIR_LIMITED and not sc),
+        "seconds_judged": sum(1 for b in busy[1:-1] if not math.isnan(b)),
+    }
+
+
 def summarize(iperf: IperfResult, ping: PingResult, scans: list[Scan],
               pm1: list[NullFrame], t0: float, t1: float,
-              link_losses: list[tuple[float, str]] | None = None) -> dict:
+              link_losses: list[tuple[float, str]] | None = None,
+              air: list[dict[str, float]] | None = None) -> dict:
     """The figures the lab reports for one transfer (also what `make demo` tabulates).
 
     Per-second figures come from the receiving end (1.00 s intervals; the sender's are late
-    and merged on the TCG guest, trap 18)."""
+    and merged on the TCG guest, trap 18).  `air`: the medium's statistics lines over the
+    transfer, for the channel's share (air_figures)."""
     rtt_in = [r for t, r in zip(ping.times, ping.rtts) if in_any(t, scans)]
     rtt_out = [r for t, r in zip(ping.times, ping.rtts) if not in_any(t, scans)]
 
@@ -393,7 +440,8 @@ def summarize(iperf: IperfResult, ping: PingResult, scans: list[Scan],
         "throughput": iperf.stats(),
         "per_second": {"worst_over_median": min(rx) / rx_median if rx and rx_median > 0
                        else math.nan, "p5_mbps": percentile(rx, 5), "median_mbps": rx_median,
-                       "scans": during_vs_outside(iperf.receiver, scans, t1)},
+                       "scans": during_vs_outside(iperf.receiver, scans, t1),
+                       "air": air_figures(iperf.receiver, scans, t1, air or [])},
         "link_losses": len(losses),
         "link_loss_events": [f"t0 + {t - t0:.1f} s {e}" for t, e in losses],
         "rtt": {"all": rtt(ping.rtts), "during_scans": rtt(rtt_in),
@@ -433,4 +481,9 @@ def format_summary(s: dict) -> str:
         f"{s['per_second']['worst_over_median']:.0%}",
         f"  link losses: {s['link_losses']}" + (" (" + "; ".join(s["link_loss_events"][:4]) + ")"
                                                 if s["link_losses"] else ""),
-    ] if "per_second" in s else []))
+    ] if "per_second" in s else []) + ([
+        f"  channel: median {air['busy_median']:.0%} busy, {air['worst_second_busy']:.0%} in the "
+        f"worst second ({'during a scan' if air['worst_second_in_scan'] else 'no scan'}); "
+        f"{air['seconds_not_air_limited']} of {air['seconds_judged']} seconds scan-free and under "
+        f"{AIR_LIMITED:.0%} busy (not set by the air)"
+    ] if (air := s.get("per_second", {}).get("air")) and air["seconds_judged"] else []))

@@ -378,7 +378,8 @@ def measured_transfer(lab: Lab, direction: str, seconds: float, label: str,
     requests = lab.bgscan_requests(run.t0, run.t_end)
     changes = bgscan_changes(lab, run.t0 - 600, run.t1)
     losses = link_losses(lab, run.t0, run.t_end)
-    summary = measure.summarize(run.iperf, run.ping, scans, pm1, run.t0, run.t_end, losses)
+    air = lab.medium_stats(run.t0 - 2, run.t_end + 2)
+    summary = measure.summarize(run.iperf, run.ping, scans, pm1, run.t0, run.t_end, losses, air)
     summary["label"] = label
     summary["simulation"] = SIMULATION_NOTE
     summary["bgscan_requests"] = len(requests)

@@ -2,9 +2,9 @@
 
 import math
 
-from tests.lab.measure import (Interval, IperfResult, PingResult, Scan, bgscan_levels,
-                               during_vs_outside, format_summary, parse_medium_stats, summarize,
-                               vmstat_idle)
+from tests.lab.measure import (Interval, IperfResult, PingResult, Scan, air_figures, bgscan_levels,
+                               channel_busy, during_vs_outside, format_summary, parse_medium_stats,
+                               summarize, vmstat_idle)
 
 LOG = """\
 medium: registered with mac80211_hwsim (family 30)
@@ -69,6 +69,59 @@ def test_summary_reports_link_losses_and_worst_second_over_median():
                                      "t0 + 2.0 s CTRL-EVENT-DISCONNECTED"]
     assert s["per_second"]["worst_over_median"] == 0.5  # the 0.1 s fragment is left out
     assert "link losses: 2" in format_summary(s)
+
+
+def _air_line(t, busy, **other):
+    return {"t": t, "dt": 1.0, "busy_2437": busy, "busy_2412": 0.0, **other}
+
+
+def test_channel_busy_weights_each_medium_second_by_its_overlap_and_takes_the_busiest_channel():
+    # medium lines cover (t - 1, t]: (0, 1] at 100 %, (1, 2] at 40 %
+    air = [_air_line(1.0, 1.0), _air_line(2.0, 0.4)]
+    assert channel_busy(air, 0.0, 1.0) == 1.0
+    assert abs(channel_busy(air, 0.5, 1.0) - 0.7) < 1e-9   # half of each
+    assert abs(channel_busy(air, 0.0, 2.0) - 0.7) < 1e-9
+    assert math.isnan(channel_busy(air, 5.0, 1.0))            # no line overlaps
+    assert math.isnan(channel_busy([{"t": 1.0, "dt": 1.0, "fps": 3.0}], 0.0, 1.0))  # no busy_*
+    assert channel_busy([_air_line(1.0, 0.2, busy_5700=0.9)], 0.0, 1.0) == 0.9
+
+
+def test_air_figures_tell_cpu_short_seconds_from_scans():
+    """The worst second fell where the channel was half idle and no scan ran: the CPU's; a
+    second inside a scan is never counted as one the air did not set."""
+    rx = [_iv(t, 6.0) for t in range(0, 10)]
+    rx[4] = _iv(4, 3.0)                       # the worst second
+    rx[8] = _iv(8, 5.0)                       # inside the scan
+    air = [_air_line(float(t), 0.98) for t in range(1, 13)]
+    for t in (5, 6):                          # an interval reads [start, start + 2): 4 -> 5, 6
+        air[t - 1] = _air_line(float(t), 0.5)
+    air[9 - 1] = _air_line(9.0, 0.3)          # the scan's second: off channel
+    a = air_figures(rx, [Scan(start=8.0, end=9.0)], t_end=10.0, air=air)
+    assert a["worst_second_busy"] == 0.5 and not a["worst_second_in_scan"]
+    # 3 -> (4, 5] 0.98 and (5, 6] 0.5 = 0.74; 4 -> 0.5; 5 -> 0.74; 7 -> 0.64, but the scan
+    # (8, 9) may overlap it ([7, 9)): not counted; nor 8, in the scan
+    assert a["seconds_not_air_limited"] == 3 and a["seconds_judged"] == 8  # not 0 and 9
+    # per interval 0.98 0.98 0.98 0.74 0.5 0.74 0.98 0.64 0.64 0.98: nearest-rank median 0.74
+    assert abs(a["busy_median"] - 0.74) < 1e-9
+    in_scan = air_figures([_iv(8, 1.0), _iv(2, 6.0)], [Scan(start=8.0, end=9.0)], 10.0, air)
+    assert in_scan["worst_second_in_scan"]
+    air[0] = _air_line(1.0, 0.2)              # TCP's first second: not judged
+    assert air_figures(rx, [Scan(start=8.0, end=9.0)], 10.0, air)["seconds_not_air_limited"] == 3
+    empty = air_figures(rx, [], 10.0, [])
+    assert math.isnan(empty["worst_second_busy"]) and empty["seconds_judged"] == 0
+
+
+def test_summary_carries_the_air_figures_and_the_report_shows_them():
+    iperf = IperfResult(direction="download", sender=[_iv(t, 6.0) for t in range(3)],
+                        receiver=[_iv(t, 6.0) for t in range(3)], sent_mbps=6.0,
+                        received_mbps=6.0, raw={})
+    air = [_air_line(float(t), 0.95) for t in range(1, 5)]
+    s = summarize(iperf, PingResult(), [], [], 0.0, 3.0, [], air)
+    assert s["per_second"]["air"]["busy_median"] == 0.95
+    assert ("channel: median 95% busy, 95% in the worst second (no scan); 0 of 1 seconds "
+            "scan-free and under 90% busy") in format_summary(s)
+    without = summarize(iperf, PingResult(), [], [], 0.0, 3.0)
+    assert "channel:" not in format_summary(without)
 
 
 def test_bgscan_levels_from_both_releases_logs():

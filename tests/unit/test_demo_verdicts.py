@@ -1,0 +1,49 @@
+"""`make demo`'s table and verdict lines (tests/lab/demo.py) from made-up run summaries."""
+
+import math
+
+from tests.lab.demo import table, verdicts
+
+
+def _summary(worst: float, p99: float, air: dict | None) -> dict:
+    per_second = {"worst_over_median": worst, "p5_mbps": 5.0, "median_mbps": 6.0,
+                  "scans": {"ratio": math.nan}}
+    if air is not None:
+        per_second["air"] = air
+    rtt = {"p50_ms": 30.0, "p99_ms": p99, "max_ms": p99 + 10, "n": 400}
+    mbps = {"min": 4.0, "p5": 5.0, "median": 6.0}
+    return {"scans": 0, "scans_aborted": 0, "scan_seconds": 0.0, "bgscan_requests": 0,
+            "pm1_null_frames": 0, "link_losses": 0, "guard_engaged_after_s": 2.5,
+            "throughput": {"sender_mbps": mbps, "receiver_mbps": mbps, "mean_received_mbps": 6.0},
+            "per_second": per_second,
+            "rtt": {"all": rtt, "outside_scans": dict(rtt, p99_ms=60.0),
+                    "during_scans": dict(rtt, p99_ms=130.0), "loss": 0.0}}
+
+
+def _air(busy: float, in_scan: bool = False) -> dict:
+    return {"busy_median": 0.98, "worst_second_busy": busy, "worst_second_in_scan": in_scan,
+            "seconds_not_air_limited": 4, "seconds_judged": 88}
+
+
+def test_a_missed_worst_second_says_whether_the_air_the_cpu_or_a_scan_made_it():
+    off = _summary(0.6, 120.0, _air(0.6, in_scan=True))
+    cpu = verdicts(_summary(0.63, 78.9, _air(0.71)), off, idle_p99=10.4)
+    assert cpu[0].startswith("worst second / median 63% (target >= 90%): NOT met (no scan; the "
+                             "channel was only 71% busy: not the air but the senders fell short")
+    air = verdicts(_summary(0.85, 78.9, _air(0.97)), off, idle_p99=10.4)
+    assert air[0].endswith("NOT met (no scan; the channel was 97% busy)")
+    scan = verdicts(_summary(0.5, 78.9, _air(0.3, in_scan=True)), off, idle_p99=10.4)
+    assert scan[0].endswith("NOT met (a scan ran then)")
+    old = verdicts(_summary(0.5, 78.9, None), off, idle_p99=10.4)
+    assert old[0].endswith("NOT met (no channel figures)")
+    met = verdicts(_summary(0.95, 12.0, _air(0.71)), off, idle_p99=10.4)
+    assert met[0].endswith(": met") and met[1].endswith(": met")
+    assert "RTT p99 78.9 ms = 7.59x the idle link's 10.4 ms (target <= 1.5x): NOT met" in cpu[1]
+
+
+def test_the_table_shows_the_channel_rows_and_dashes_without_them():
+    text = table(_summary(0.6, 120.0, None), _summary(0.63, 78.9, _air(0.71)), "upload")
+    rows = {line[:36].strip(): line[36:].split() for line in text.splitlines()[3:]}
+    assert rows["channel busy: median"] == ["-", "98%"]
+    assert rows["in the worst second"] == ["-", "71%"]
+    assert rows["scan-free seconds < 90% busy"] == ["-", "4/88"]
