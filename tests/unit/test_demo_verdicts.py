@@ -28,7 +28,7 @@ def _air(busy: float, in_scan: bool = False) -> dict:
 def test_a_missed_worst_second_says_whether_the_air_the_cpu_or_a_scan_made_it():
     off = _summary(0.6, 120.0, _air(0.6, in_scan=True))
     cpu = verdicts(_summary(0.63, 78.9, _air(0.71)), off, idle_p99=10.4)
-    assert cpu[0].startswith("worst second / median 63% (target >= 90%): NOT met (no scan; the "
+    assert cpu[0].startswith("worst second / median 63.0% (target >= 90%): NOT met (no scan; the "
                              "channel was only 71% busy: not the air but the senders fell short")
     air = verdicts(_summary(0.85, 78.9, _air(0.97)), off, idle_p99=10.4)
     assert air[0].endswith("NOT met (no scan; the channel was 97% busy)")
@@ -36,6 +36,8 @@ def test_a_missed_worst_second_says_whether_the_air_the_cpu_or_a_scan_made_it():
     assert scan[0].endswith("NOT met (a scan ran then)")
     old = verdicts(_summary(0.5, 78.9, None), off, idle_p99=10.4)
     assert old[0].endswith("NOT met (no channel figures)")
+    close = verdicts(_summary(0.897, 78.9, _air(0.97)), off, idle_p99=10.4)
+    assert close[0].startswith("worst second / median 89.7% (target >= 90%): NOT met")
     met = verdicts(_summary(0.95, 12.0, _air(0.71)), off, idle_p99=10.4)
     assert met[0].endswith(": met") and met[1].endswith(": met")
     assert "RTT p99 78.9 ms = 7.59x the idle link's 10.4 ms (target <= 1.5x): NOT met" in cpu[1]
