@@ -24,6 +24,12 @@ from .supplicant import INTERFACE_UNKNOWN, NOT_RUNNING, ObjectGone, SupplicantEr
 log = logging.getLogger("scanguard")
 
 
+def interface_of(network: str) -> str:
+    """The interface object a wpa_supplicant network object lies under
+    (/fi/w1/wpa_supplicant1/Interfaces/0/Networks/3 -> /fi/w1/wpa_supplicant1/Interfaces/0)."""
+    return network.rsplit("/Networks/", 1)[0]
+
+
 NO_NETWORK = "not associated in wpa_supplicant"
 NO_BGSCAN_KEY = "the network has no bgscan (BSSID-locked profile or AP mode)"
 ALREADY_OFF = "bgscan is already off on this network"
@@ -234,9 +240,8 @@ class Suspender:
         suite had a journal replay forget a network that was still there, its bgscan left off.)
         A re-created network at the same path also counts as there: the retry then finds
         NetworkManager's value on it and leaves it."""
-        iface = net.rsplit("/Networks/", 1)[0]
         try:
-            current = await self.supplicant.current_network(iface)
+            current = await self.supplicant.current_network(interface_of(net))
         except SupplicantError as e:
             raise SupplicantError(f"wpa_supplicant answered {err.bus_error or err} for {net} and "
                                   f"could not say whether the network still exists ({e}); "
@@ -313,7 +318,7 @@ class Suspender:
                         self.journal.forget(net)
                         dropped += 1
                         continue
-                    if not net.startswith(iface_path + "/Networks/"):
+                    if interface_of(net) != iface_path:
                         log.warning("%s: journal entry %s does not lie under the interface's "
                                     "object %s (stale after a wpa_supplicant restart, or forged); "
                                     "dropping it", ifname, net, iface_path)
