@@ -105,7 +105,7 @@ contract: deps-test
 	$(PYTEST) -v tests/contract
 package: deps-test deps-deb
 	$(PYTEST) -v tests/package
-lab: deps-lab
+lab: deps-lab deps-deb  # the package VM (tests/lab/test_package_vm.py) builds the .deb
 	$(PYTEST) -v -s tests/lab
 
 # Resource figures (RSS, CPU) of the daemon idle and sampling; prints, asserts nothing.
