@@ -109,6 +109,14 @@ env | grep '^CONNECTION_USER_' | sed "s|^|$t $1 $2 |" >>{GUEST_SHARE}/logs/dispa
 # on the air.  utf8_ssid=1 sets the "SSID is UTF-8" bit in the Extended Capabilities element.
 PING_INTERVAL = 0.2  # seconds between the pings that run beside a transfer (ping -i)
 AIR_RATES_MBIT = (6, 9)  # the 802.11g rates the APs offer (hostapd: in 100 kbit/s units)
+# The APs announce a country (802.11d), as real APs do, and the guest's regulatory domain follows
+# it.  Without one it stays at wireless-regdb's world domain "00", which allows passive scanning
+# at 755-928 MHz: hwsim offers an 802.11ah (S1G) band there, so every scan also visited 34
+# sub-GHz channels that no laptop's card has (72 channels, ≈22 s per scan under load, twice a
+# real one).  CN's rules cover 2.4 and 5 GHz and neither S1G nor 6 GHz: the 26 channels of a
+# 2.4/5 GHz card like the paper's (≈7 s per scan under load; the paper: ≈10 s).
+COUNTRY = "CN"
+SCAN_FREQS_MHZ = (2400, 5900)  # what a scan may cover under COUNTRY on hwsim (checked)
 HOSTAPD_CONF = f"""\
 interface={AP_IF}
 bridge={AP_BRIDGE}
@@ -133,6 +141,8 @@ wpa_passphrase={PSK}
 # A CPU-starved TCG guest answers EAPOL-Key frames late; hostapd's first retry comes after
 # 100 ms and it gives up after 4 tries (4-way handshake timeout, seen on a loaded host).
 wpa_pairwise_update_count=8
+country_code={COUNTRY}
+ieee80211d=1
 """
 
 UDHCPD_CONF = f"""\
@@ -417,8 +427,8 @@ class Lab:
         self._step("udev running, mac80211_hwsim loaded (wlan0, wlan1, hwsim0)", self._radios)
         self._step(f"medium registered with hwsim (AP-station signal {self.signals['ap', 'sta']}"
                    f" dBm)", self._medium)
-        self._step("hostapd up (WPA2-PSK, ch 6), udhcpd and iperf3 server in netns apns",
-                   self._access_point)
+        self._step(f"hostapd up (WPA2-PSK, ch 6, country {COUNTRY}), udhcpd and iperf3 server in"
+                   f" netns apns", self._access_point)
         self._step("dbus-daemon, wpa_supplicant and NetworkManager up", self._station_daemons)
         self._step(f"connected: {STA_IF} associated with an address", self.connect)
 
@@ -496,6 +506,11 @@ class Lab:
         self.spawn(f"exec ip netns exec {AP_NS} hostapd -t -d -f {GUEST_SHARE}/logs/hostapd.log "
                    f"/run/lab/hostapd.conf", name="hostapd-stdout")
         wait_until(lambda: "AP-ENABLED" in self.log_text("hostapd"), 60, "hostapd AP-ENABLED")
+        # hostapd set the regulatory domain (all radios: one kernel) before enabling the AP.
+        reg = self.check("iw reg get")
+        if f"country {COUNTRY}:" not in reg:
+            raise LabError(f"the regulatory domain is not {COUNTRY} after hostapd started "
+                           f"(country_code={COUNTRY}); `iw reg get` says:\n{reg}")
         self.spawn(f"exec ip netns exec {AP_NS} busybox udhcpd -f /run/lab/udhcpd.conf",
                    name="udhcpd")
         self.spawn(f"exec ip netns exec {AP_NS} iperf3 -s -J -B {AP_ADDR}", name="iperf3-server")

@@ -29,6 +29,7 @@ class Scan:
     start: float
     end: float | None      # None: still running when the log was read
     aborted: bool = False
+    freqs: tuple[int, ...] = ()  # the channels (MHz) it covered: `iw event` lists them at its end
 
     @property
     def duration(self) -> float | None:
@@ -38,7 +39,8 @@ class Scan:
         return self.start <= t1 and (self.end is None or self.end >= t0)
 
 
-_IW_EVENT = re.compile(r"^(\d+\.\d+): (\S+) \(phy #\d+\): scan (started|finished|aborted)")
+_IW_EVENT = re.compile(
+    r"^(\d+\.\d+): (\S+) \(phy #\d+\): scan (started|finished|aborted)(?::((?: \d+)*))?")
 
 
 def parse_scans(text: str, ifname: str = "wlan1") -> list[Scan]:
@@ -58,6 +60,7 @@ def parse_scans(text: str, ifname: str = "wlan1") -> list[Scan]:
             if current is None:  # the end of a scan that started before the log
                 current = Scan(t, None)
             current.end, current.aborted = t, what == "aborted"
+            current.freqs = tuple(int(f) for f in (m.group(4) or "").split())
             scans.append(current)
             current = None
     if current is not None:

@@ -342,6 +342,7 @@ class MeasuredRun:
                  f"  bgscan scan requests: {len(self.bgscan_requests)}",
                  "  scans (start after t0 + duration): " + (", ".join(
                      f"{s.start - self.t0:.0f}s+" + (f"{s.duration:.1f}s" if s.end else "(running)")
+                     + (f" ({len(s.freqs)} ch)" if s.freqs else "")
                      + (" (aborted)" if s.aborted else "") for s in self.scans) or "none")]
         engaged = self.engaged_at()
         if engaged is not None:

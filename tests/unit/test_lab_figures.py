@@ -4,7 +4,7 @@ import math
 
 from tests.lab.measure import (Interval, IperfResult, PingResult, Scan, air_figures, bgscan_levels,
                                channel_busy, during_vs_outside, format_summary, parse_medium_stats,
-                               summarize, vmstat_idle)
+                               parse_scans, summarize, vmstat_idle)
 
 LOG = """\
 medium: registered with mac80211_hwsim (family 30)
@@ -23,6 +23,29 @@ def test_parse_medium_stats_reads_every_field_and_skips_other_lines():
     assert first["fps"] == 230 and first["offchannel"] == 3 and first["busy_2437"] == 0.952
     assert first["busy_5700"] == 0.0
     assert stats[1]["failed"] == 1 and "busy_2437" not in stats[1]
+
+
+# `iw event -t` as the lab's guest writes it: the SSID (here "Café ☕ lab") comes escaped.
+IW_EVENT = r"""1795475185.871441: wlan1 (phy #1): scan started
+1795475185.9: wlan0 (phy #0): scan started
+1795475193.900362: wlan1 (phy #1): scan finished: 2412 2437 5180 902 903, ""
+1795475194.177658: wlan1 (phy #1): scan started
+1795475206.016361: wlan1 (phy #1): scan aborted: 2412 2417, ""
+1795475214.562817: wlan1 (phy #1): scan started
+1795475236.301559: wlan1 (phy #1): scan finished: 2412 5825, "Caf\xc3\xa9 \xe2\x98\x95 lab"
+1795475240.0: wlan1 (phy #1): scan started
+"""
+
+
+def test_parse_scans_pairs_starts_with_ends_and_keeps_the_channels():
+    scans = parse_scans(IW_EVENT, "wlan1")
+    assert [(s.start, s.end, s.aborted) for s in scans] == [
+        (1795475185.871441, 1795475193.900362, False),
+        (1795475194.177658, 1795475206.016361, True),
+        (1795475214.562817, 1795475236.301559, False),
+        (1795475240.0, None, False)]
+    assert [s.freqs for s in scans] == [(2412, 2437, 5180, 902, 903), (2412, 2417), (2412, 5825), ()]
+    assert [s.start for s in parse_scans(IW_EVENT, "wlan0")] == [1795475185.9]
 
 
 def test_vmstat_idle_drops_the_since_boot_line():
