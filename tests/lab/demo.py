@@ -21,6 +21,7 @@ import os
 import platform
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -184,8 +185,9 @@ def plot(runs: list[MeasuredRun], path: Path, subtitle: str) -> None:
         h2, l2 = rax.get_legend_handles_labels()
         ax.legend(h1 + h2, l1 + l2, loc="lower left", fontsize=7, ncol=3, framealpha=0.8)
     axes[-1].set_xlabel("seconds since the start of the transfer")
-    # Two lines: the subtitle (air, date, machine) is too long for one.
-    fig.suptitle(f"nm-scanguard lab: iperf3, guard off vs on\n{subtitle}", fontsize=9)
+    # The subtitle (air, date, machine) is too long for one line of the figure's width.
+    fig.suptitle("nm-scanguard lab: iperf3, guard off vs on\n" + textwrap.fill(subtitle, 110),
+                 fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
