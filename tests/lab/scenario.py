@@ -175,7 +175,7 @@ def arm_weak_link(lab: Lab, timeout: float = 60) -> float:
     """Put the station at WEAK_SIGNAL_DBM and start NetworkManager's bgscan afresh, so that its
     first scan comes 30 s later.
 
-    Waits for a running scan to end first (an idle scan takes ≈8 s), so that every run starts
+    Waits for a running scan to end first (an idle scan takes 2–5 s), so that every run starts
     in the same phase: no scan, bgscan's 30 s timer just started.  Setting "" first makes the
     second Set a change (the same value again would be a no-op and keep the old timer).
     Call only while the guard is idle.  Returns the guest time of the reset.

@@ -27,7 +27,7 @@ from .scenario import (FADED_SIGNAL_DBM, GUARD_SETTINGS, NM_DEFAULT_BGSCAN, Guar
 pytestmark = pytest.mark.lab
 
 OBSERVE = 35          # control: more than one of bgscan's 30 s intervals (due ≈25 s after the fade)
-ROAM_TIMEOUT = 150    # bgscan's first scan comes 30 s after the release; a scan under load ≈30 s
+ROAM_TIMEOUT = 150    # bgscan's first scan comes 30 s after the release; a scan under load ≈7 s
 RELEASE_AFTER = GUARD_SETTINGS["release_after"]
 
 
@@ -90,7 +90,7 @@ def test_without_the_floor_a_guarded_station_stays_on_a_fading_ap(lab, second_ap
     traffic = None
     try:
         traffic, engaged = guarded_upload_on_ap1(lab, ap1, OBSERVE + 100)
-        # A bgscan scan that started before the guard engaged runs to its end (≈20 s under
+        # A bgscan scan that started before the guard engaged runs to its end (≈7 s under
         # load; the guard does not abort it): the control starts once none is running, so
         # that every scan from the fade on would be one the held-off bgscan let through.
         wait_until(lambda: all(s.end is not None for s in lab.scans(traffic.t0 - 60)), 60,

@@ -163,10 +163,10 @@ def test_client_scans_are_deferred_while_guarding_and_root_still_scans(lab, guar
         # ---- the widget pauses while the upload starts.  A request NetworkManager accepted
         # just before the deferral began is still served: while activated NM starts at most one
         # scan per 8 s and runs a request it accepted when that allows (nm-device-wifi.c,
-        # _scan_kickoff), and wpa_supplicant queues a scan behind one that is running (≈30 s
+        # _scan_kickoff), and wpa_supplicant queues a scan behind one that is running (≈7 s
         # under load) -- the guard cannot take back what was allowed.  So the last allowed
-        # request's scan ends before the upload starts (an idle scan takes a few seconds; under
-        # load the wait was ≈20 s): 9 s after it, no scan running and none ended in the last 3 s.
+        # request's scan ends before the upload starts (an idle scan takes 2-5 s; under
+        # load the wait was ≈20 s with 2026-11-23's 72 channels): 9 s after it, no scan running and none ended in the last 3 s.
         lab.check(f"touch {WIDGET_PAUSE}", 10)
 
         def settled() -> bool:
