@@ -146,6 +146,29 @@ def verdicts(on: dict, off: dict, idle_p99: float) -> list[str]:
     ]
 
 
+# A run is the air's when its senders kept the channel busy: in more than this share of its
+# scan-free seconds under AIR_LIMITED busy, the emulated CPU (a slow or busy host) set the pace.
+HOST_LIMITED_SHARE = 0.10
+
+
+def host_limited(runs: dict[str, dict]) -> str | None:
+    """A warning naming the runs (label -> summary) whose pace the host set, or None.  A demo
+    on a host that slowed down (seen on 2026-11-24 00:03: the medium's frames up to 60 ms late
+    in 181 of 300 loaded seconds, the channel 77 % busy) measures the host, not the guard."""
+    bad = []
+    for label, s in runs.items():
+        air = _air(s)
+        judged, short = air.get("seconds_judged") or 0, air.get("seconds_not_air_limited") or 0
+        if judged and short / judged > HOST_LIMITED_SHARE:
+            bad.append(f"{label} {short} of {judged}")
+    if not bad:
+        return None
+    return ("WARNING: in this run the guest CPU, not the air, set the pace (scan-free seconds with "
+            f"the channel under {AIR_LIMITED:.0%} busy: " + ", ".join(bad) + f"; more than "
+            f"{HOST_LIMITED_SHARE:.0%} is a slow or busy host).  Its throughput and RTT figures "
+            "describe the host, not the guard: run `make demo` again with the machine quiet.")
+
+
 # ---- the plot -----------------------------------------------------------------------------------
 def plot(runs: list[MeasuredRun], path: Path, subtitle: str) -> None:
     import matplotlib
@@ -260,6 +283,13 @@ def main(argv: list[str] | None = None) -> int:
         print(text)
         print()
         summary["runs"][direction] = {"seconds": seconds, "guard_off": off, "guard_on": on}
+    warning = host_limited({f"{d}, {mode}": runs[d, mode].summary
+                            for d, _ in transfers for mode in ("guard off", "guard on")})
+    if warning:
+        print(warning)
+        print()
+        texts.append(warning)
+    summary["host_limited"] = warning
     summary["table"] = "\n\n".join(texts)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2, default=_nan))
     (args.out / "table.txt").write_text(summary["table"] + "\n")

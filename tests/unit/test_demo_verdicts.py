@@ -2,7 +2,7 @@
 
 import math
 
-from tests.lab.demo import table, verdicts
+from tests.lab.demo import host_limited, table, verdicts
 
 
 def _summary(worst: float, p99: float, air: dict | None) -> dict:
@@ -20,9 +20,9 @@ def _summary(worst: float, p99: float, air: dict | None) -> dict:
                     "during_scans": dict(rtt, p99_ms=130.0), "loss": 0.0}}
 
 
-def _air(busy: float, in_scan: bool = False) -> dict:
+def _air(busy: float, in_scan: bool = False, short: int = 4) -> dict:
     return {"busy_median": 0.98, "worst_second_busy": busy, "worst_second_in_scan": in_scan,
-            "seconds_not_air_limited": 4, "seconds_judged": 88}
+            "seconds_not_air_limited": short, "seconds_judged": 88}
 
 
 def test_a_missed_worst_second_says_whether_the_air_the_cpu_or_a_scan_made_it():
@@ -49,3 +49,16 @@ def test_the_table_shows_the_channel_rows_and_dashes_without_them():
     assert rows["channel busy: median"] == ["-", "98%"]
     assert rows["in the worst second"] == ["-", "71%"]
     assert rows["scan-free seconds < 90% busy"] == ["-", "4/88"]
+
+
+def test_a_run_paced_by_the_host_is_called_so_and_an_air_paced_one_is_not():
+    fine = {"upload, guard off": _summary(0.6, 120.0, _air(0.6, short=2)),
+            "upload, guard on": _summary(0.95, 60.0, _air(0.97, short=8)),  # 9 %: still the air's
+            "download, guard on": _summary(0.95, 60.0, None)}  # no channel figures: not judged
+    assert host_limited(fine) is None
+    slow = dict(fine, **{"upload, guard on": _summary(0.7, 94.9, _air(0.67, short=34)),
+                         "download, guard off": _summary(0.6, 120.0, _air(0.5, short=57))})
+    warning = host_limited(slow)
+    assert warning is not None and warning.startswith("WARNING: in this run the guest CPU")
+    assert "upload, guard on 34 of 88, download, guard off 57 of 88;" in warning
+    assert "upload, guard off" not in warning
