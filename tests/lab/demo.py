@@ -283,8 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         print(text)
         print()
         summary["runs"][direction] = {"seconds": seconds, "guard_off": off, "guard_on": on}
-    warning = host_limited({f"{d}, {mode}": runs[d, mode].summary
-                            for d, _ in transfers for mode in ("guard off", "guard on")})
+    warning = host_limited({m.label: m.summary for m in runs.values()})
     if warning:
         print(warning)
         print()
