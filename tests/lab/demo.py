@@ -112,8 +112,25 @@ def _why_worst(s: dict) -> str:
         return "no channel figures"
     if busy < AIR_LIMITED:
         return (f"no scan; the channel was only {busy:.0%} busy: not the air but the senders "
-                "fell short, on the TCG guest the emulated CPU")
-    return f"no scan; the channel was {busy:.0%} busy"
+                "fell short, on the TCG guest the emulated CPU") + _stalled(air)
+    return f"no scan; the channel was {busy:.0%} busy" + _stalled(air)
+
+
+# The medium delivers a frame late when the guest CPU did not run it in time: its latest frame
+# in a second is typically 5-12 ms late; this much later, and at least twice the run's median
+# second, is a stall (2026-11-24 00:56: 40 ms, in the one guarded second that missed the target).
+STALL_MS = 20.0
+
+
+def _stalled(air: dict) -> str:
+    """A clause naming a stall of the medium in the worst second, or ''."""
+    late, typical = air.get("worst_second_late_ms"), air.get("late_ms_median")
+    if late is None or typical is None or math.isnan(late) or math.isnan(typical):
+        return ""
+    if late < STALL_MS or late < 2 * typical:
+        return ""
+    return (f"; the medium delivered frames up to {late:.0f} ms late then (median second "
+            f"{typical:.0f} ms): the guest CPU stalled")
 
 
 def table(off: dict, on: dict, title: str = "") -> str:

@@ -385,18 +385,28 @@ def channel_busy(air: list[dict[str, float]], start: float, seconds: float) -> f
     return num / den if den > 0 else math.nan
 
 
+def medium_late_ms(air: list[dict[str, float]], start: float, seconds: float) -> float:
+    """How late (ms) the medium delivered its latest frame in the lines overlapping
+    [start, start + seconds]: tens of ms mean the guest CPU stalled it; nan if no line says."""
+    late = [line["max_late_us"] / 1000 for line in air if "max_late_us" in line
+            and min(line["t"], start + seconds) - max(line["t"] - line.get("dt", 1.0), start) > 0]
+    return max(late, default=math.nan)
+
+
 def air_figures(intervals: list[Interval], scans: list[Scan], t_end: float,
                 air: list[dict[str, float]]) -> dict:
     """What the channel did in the receiver's seconds: its median busy fraction, how busy it
     was in the worst second (and whether a scan ran then), and how many scan-free seconds it
     was under AIR_LIMITED busy: seconds the air did not set (the senders left it idle: on the
-    TCG guest the emulated CPU, or TCP still recovering from a scan that ended before).
+    TCG guest the emulated CPU, or TCP still recovering from a scan that ended before); and
+    how late the medium delivered frames in the worst second against its median second.
 
     iperf3 stamps a test's start in whole seconds, so an interval really lies somewhere in
     [start, start + seconds + 1): the channel is read over all of that (a dip of one second
     is blurred with its neighbour; one of several seconds, as the CPU's are, is not)."""
     judged = [i for i in intervals if i.seconds >= 0.5]
     busy = [channel_busy(air, i.start, i.seconds + 1.0) for i in judged]
+    late = [medium_late_ms(air, i.start, i.seconds + 1.0) for i in judged]
     scanned = [scan_overlap(i.start, i.seconds + 1.0, scans, t_end) > 0 for i in judged]
     known = [b for b in busy if not math.isnan(b)]
     worst = min(range(len(judged)), key=lambda k: judged[k].mbps, default=None)
@@ -404,6 +414,8 @@ def air_figures(intervals: list[Interval], scans: list[Scan], t_end: float,
         "busy_median": percentile(known, 50),
         "worst_second_busy": math.nan if worst is None else busy[worst],
         "worst_second_in_scan": worst is not None and scanned[worst],
+        "worst_second_late_ms": math.nan if worst is None else late[worst],
+        "late_ms_median": percentile([x for x in late if not math.isnan(x)], 50),
         # The first and last seconds (TCP's start, the end of the test) are not judged.
         "seconds_not_air_limited": sum(1 for b, sc in zip(busy[1:-1], scanned[1:-1])
                                        if b < AIR_LIMITED and not sc),

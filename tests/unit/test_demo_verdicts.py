@@ -43,6 +43,23 @@ def test_a_missed_worst_second_says_whether_the_air_the_cpu_or_a_scan_made_it():
     assert "RTT p99 78.9 ms = 7.59x the idle link's 10.4 ms (target <= 1.5x): NOT met" in cpu[1]
 
 
+def test_a_missed_worst_second_names_a_stall_of_the_medium_but_not_its_usual_lateness():
+    off = _summary(0.6, 120.0, _air(0.6, in_scan=True))
+    stalled = dict(_air(0.93), worst_second_late_ms=39.9, late_ms_median=6.7)
+    line = verdicts(_summary(0.835, 52.3, stalled), off, idle_p99=11.7)[0]
+    assert line.endswith("NOT met (no scan; the channel was 93% busy; the medium delivered "
+                         "frames up to 40 ms late then (median second 7 ms): the guest CPU "
+                         "stalled)")
+    for late, typical in ((12.6, 6.0), (25.0, 14.0), (math.nan, 6.7)):  # usual, or unknown
+        calm = dict(_air(0.93), worst_second_late_ms=late, late_ms_median=typical)
+        assert verdicts(_summary(0.85, 52.3, calm), off, idle_p99=11.7)[0].endswith(
+            "NOT met (no scan; the channel was 93% busy)")
+    cpu = dict(_air(0.71), worst_second_late_ms=60.0, late_ms_median=9.0)
+    assert verdicts(_summary(0.6, 80.0, cpu), off, idle_p99=11.7)[0].endswith(
+        "the emulated CPU; the medium delivered frames up to 60 ms late then (median second "
+        "9 ms): the guest CPU stalled)")
+
+
 def test_the_table_shows_the_channel_rows_and_dashes_without_them():
     text = table(_summary(0.6, 120.0, None), _summary(0.63, 78.9, _air(0.71)), "upload")
     rows = {line[:36].strip(): line[36:].split() for line in text.splitlines()[3:]}

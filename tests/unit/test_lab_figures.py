@@ -3,8 +3,8 @@
 import math
 
 from tests.lab.measure import (Interval, IperfResult, PingResult, Scan, air_figures, bgscan_levels,
-                               channel_busy, during_vs_outside, format_summary, parse_medium_stats,
-                               parse_scans, summarize, vmstat_idle)
+                               channel_busy, during_vs_outside, format_summary, medium_late_ms,
+                               parse_medium_stats, parse_scans, summarize, vmstat_idle)
 
 LOG = """\
 medium: registered with mac80211_hwsim (family 30)
@@ -132,6 +132,21 @@ def test_air_figures_tell_cpu_short_seconds_from_scans():
     assert air_figures(rx, [Scan(start=8.0, end=9.0)], 10.0, air)["seconds_not_air_limited"] == 3
     empty = air_figures(rx, [], 10.0, [])
     assert math.isnan(empty["worst_second_busy"]) and empty["seconds_judged"] == 0
+
+
+def test_the_worst_second_carries_how_late_the_medium_was_then_against_its_median_second():
+    """A guarded upload on 2026-11-24 00:56 missed 90 % in a second with the channel 93 % busy
+    and no scan: the medium's latest frame then was 40 ms late (7 ms in its median second)."""
+    air = [_air_line(1.0, 0.9, max_late_us=7000.0), _air_line(2.0, 0.9, max_late_us=40000.0),
+           _air_line(3.0, 0.9, max_late_us=6000.0), _air_line(4.0, 0.9)]  # an old medium: none
+    assert medium_late_ms(air, 1.2, 0.5) == 40.0        # (1, 2] only
+    assert medium_late_ms(air, 0.0, 3.0) == 40.0        # the latest of the lines it overlaps
+    assert math.isnan(medium_late_ms(air, 3.0, 1.0))    # (3, 4] has no figure
+    rx = [_iv(0, 6.0), _iv(1, 4.9), _iv(2, 6.0)]
+    a = air_figures(rx, [], t_end=3.0, air=air)
+    # interval 1 reads [1, 3): 40; 0 reads [0, 2): 40; 2 reads [2, 4): 6
+    assert a["worst_second_late_ms"] == 40.0 and a["late_ms_median"] == 40.0
+    assert math.isnan(air_figures(rx, [], 3.0, [])["worst_second_late_ms"])
 
 
 def test_summary_carries_the_air_figures_and_the_report_shows_them():
