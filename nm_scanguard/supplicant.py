@@ -113,6 +113,15 @@ class Supplicant:
         except BusError as e:
             raise explain(e, f"setting bgscan on {net_path}") from None
 
+    async def scan(self, iface_path: str) -> None:
+        """Ask for one active scan.  Its results go through wpa_supplicant's own network
+        selection, as a bgscan scan's do: a better AP of the network is roamed to."""
+        try:
+            await call(self.bus, NAME, iface_path, IFACE, "Scan", "a{sv}",
+                       [{"Type": Variant("s", "active")}])
+        except BusError as e:
+            raise explain(e, f"asking {iface_path} for a scan") from None
+
     async def signal(self, iface_path: str) -> int | None:
         """RSSI in dBm, or None when wpa_supplicant cannot tell (not associated, driver)."""
         try:

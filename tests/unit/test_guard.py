@@ -14,7 +14,7 @@ from nm_scanguard.journal import Journal
 from nm_scanguard.nm import WifiDevice
 from nm_scanguard.rates import Counters
 from nm_scanguard.suspension import ALREADY_OFF, Suspender
-from tests.unit.test_suspension import IFACE0, NET0, NM_BGSCAN, FakeSupplicant
+from tests.unit.test_suspension import IFACE0, NET0, NM_BGSCAN, FakeSupplicant, fail
 
 ACCESS_DENIED = "org.freedesktop.DBus.Error.AccessDenied"
 SETTINGS = Settings(threshold_mbit=1.0, threshold_pps=0, engage_after=2, release_below_mbit=0.5,
@@ -44,14 +44,22 @@ class FakeCounters:
 
 
 class FakeView(FakeSupplicant):
-    """wpa_supplicant as a Guard sees it: also the signal."""
+    """wpa_supplicant as a Guard sees it: also the signal, and scans asked for."""
 
     def __init__(self) -> None:
         super().__init__()
         self.rssi: int | None = -50
+        self.scans: list[str] = []
+        self.scan_error: str | None = None
 
     async def signal(self, iface_path: str) -> int | None:
         return self.rssi
+
+    async def scan(self, iface_path: str) -> None:
+        self.scans.append(iface_path)
+        self.calls.append(("scan", iface_path))
+        if self.scan_error:
+            fail(self.scan_error, f"asking {iface_path} for a scan")
 
 
 class Listener:
@@ -135,6 +143,60 @@ async def test_a_fading_signal_releases_so_wpa_supplicant_can_roam(guard, parts)
     guard.policy._last_poll = None
     await run(guard, counters, 8, 1)
     assert guard.state == P.GUARDING and guard.engaged
+
+
+async def _fade(guard, parts, rssi: int) -> None:
+    parts["sup"].rssi = rssi
+    guard.policy._last_poll = None
+    await run(guard, parts["counters"], 8, 1)
+
+
+async def test_a_release_for_a_weak_signal_asks_for_one_scan_so_the_station_roams_now(
+        guard, parts, monkeypatch, caplog):
+    """bgscan restarted below its threshold waits its short interval (30 s) before it scans:
+    the guard asks for the scan a running bgscan would have made when the signal fell."""
+    clock = [1000.0]
+    monkeypatch.setattr("nm_scanguard.guard.time.monotonic", lambda: clock[0])
+    sup, counters = parts["sup"], parts["counters"]
+    await guard.step()
+    await run(guard, counters, 8, 2)
+    assert guard.engaged and sup.scans == []
+    caplog.set_level("INFO", "scanguard")
+    await _fade(guard, parts, -80)
+    assert guard.state == P.WEAK and sup.networks[NET0]["bgscan"] == NM_BGSCAN
+    assert sup.scans == [IFACE0]
+    assert "asked wpa_supplicant for a scan so that it can roam now" in caplog.text
+    # restored first, then the scan: the order a roam needs (bgscan's monitor back on too)
+    assert sup.calls.index(("set", NET0, NM_BGSCAN)) < sup.calls.index(("scan", IFACE0))
+    await _fade(guard, parts, -82)                    # still weak: nothing more to ask
+    assert sup.scans == [IFACE0]
+    await _fade(guard, parts, -60)                    # back: guarding again
+    assert guard.engaged
+    clock[0] += 10
+    await _fade(guard, parts, -80)                    # weak again within 30 s: bgscan's job
+    assert guard.state == P.WEAK and not guard.engaged and sup.scans == [IFACE0]
+    assert "no scan of our own for roaming: the last was 10 s ago" in caplog.text
+    await _fade(guard, parts, -60)
+    clock[0] += 30
+    await _fade(guard, parts, -80)
+    assert sup.scans == [IFACE0, IFACE0]
+
+
+async def test_a_quiet_release_asks_for_no_scan_and_a_refused_scan_changes_nothing(
+        guard, parts, caplog):
+    sup, counters = parts["sup"], parts["counters"]
+    await guard.step()
+    await run(guard, counters, 8, 2)
+    await run(guard, counters, 0, 2)
+    assert guard.state == P.IDLE and sup.scans == []  # released because quiet: no scan
+    await run(guard, counters, 8, 2)
+    assert guard.engaged
+    sup.scan_error = "fi.w1.wpa_supplicant1.Interface.ScanError"  # a scan is already running
+    caplog.set_level("INFO", "scanguard")
+    await _fade(guard, parts, -80)
+    assert sup.scans == [IFACE0] and guard.state == P.WEAK
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and guard.status().error == ""
+    assert "asked wpa_supplicant for a scan to roam, it did not start one" in caplog.text
 
 
 async def test_a_network_without_bgscan_is_reported_not_touched(guard, parts):
