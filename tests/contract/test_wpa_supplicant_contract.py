@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from nm_scanguard.dbuslib import BusType, DBusError, MessageBus, Variant
+from nm_scanguard.supplicant import Supplicant
 from tests.conftest import (DEFAULT_DENY_POLICY, MOCK_TEMPLATE, MockSupplicant, assert_eventually,
                             call_failed, start_private_bus, stop_process)
 from tests.contract.wpaclient import (INTERFACE_IFACE, NETWORK_IFACE, ROOT_IFACE, ROOT_PATH,
@@ -165,6 +166,12 @@ async def test_scan_is_followed_by_scan_done(wpa):
     done = await assert_eventually(lambda: wpa.signals_of("ScanDone", wpa.iface, INTERFACE_IFACE))
     # Driver "none" cannot scan: the scan is accepted and reported as failed.
     assert [(s.signature, s.body) for s in done] == [("b", [False])]
+    # The request nm-scanguard makes when it releases on a weak signal (Supplicant.scan).
+    await Supplicant(wpa.bus).scan(wpa.iface)
+    done = await assert_eventually(
+        lambda: len(wpa.signals_of("ScanDone", wpa.iface, INTERFACE_IFACE)) == 2
+        and wpa.signals_of("ScanDone", wpa.iface, INTERFACE_IFACE))
+    assert done[1].body == [False]
 
     err = await _error_of(wpa.call(wpa.iface, INTERFACE_IFACE, "Scan", "a{sv}",
                                    [{"Type": Variant("s", "bogus")}]))
@@ -340,6 +347,7 @@ _CLIENT = r"""
 import asyncio, json, sys
 sys.path.insert(0, sys.argv[1])
 from nm_scanguard.dbuslib import BusType, MessageBus, Variant
+from nm_scanguard.supplicant import Supplicant
 from tests.contract.wpaclient import WpaClient
 
 async def main():
@@ -350,6 +358,8 @@ async def main():
         net = sys.argv[2]
         await client.set_network_properties(net, {"bgscan": Variant("s", "")})
         result = {"iface": iface, "bgscan": (await client.network_properties(net))["bgscan"]}
+        await Supplicant(bus).scan(iface)  # asked for on a release for a weak signal
+        result["scan"] = "accepted"
     except Exception as e:
         result = {"error": getattr(e, "type", repr(e))}
     print(json.dumps(result))
@@ -398,7 +408,7 @@ async def test_policy_netdev_member_may_configure(tmp_path):
 
         member = await asyncio.to_thread(_run_as, nobody, nogroup, str(netdev),
                                          bus_daemon.address, net)
-        assert member == {"iface": iface, "bgscan": '""'}
+        assert member == {"iface": iface, "bgscan": '""', "scan": "accepted"}
 
         outsider = await asyncio.to_thread(_run_as, nobody, nogroup, "",
                                            bus_daemon.address, net)

@@ -249,6 +249,31 @@ async def test_fail_next_fails_client_calls_only(wpa_supplicant_mock, client):
     assert await client.get_interface("wlan0") == iface
 
 
+async def test_a_scan_request_hangs_and_fails_like_the_other_client_calls(wpa_supplicant_mock,
+                                                                          client):
+    """nm-scanguard asks for a scan when it releases on a weak signal: a stuck or failing
+    wpa_supplicant withholds or refuses that call too."""
+    import asyncio
+
+    control = wpa_supplicant_mock.control
+    iface = str(control.AddWifiInterface("wlan0"))
+    active = [{"Type": Variant("s", "active")}]
+    control.SetFailNext("fi.w1.wpa_supplicant1.Interface.ScanError", 1)
+    with pytest.raises(Exception) as info:
+        await client.call(iface, INTERFACE_IFACE, "Scan", "a{sv}", active)
+    assert info.value.type == "fi.w1.wpa_supplicant1.Interface.ScanError"
+    assert not client.signals_of("ScanDone", iface)  # refused: nothing scanned
+    control.SetHang(True)
+    scan = asyncio.ensure_future(client.call(iface, INTERFACE_IFACE, "Scan", "a{sv}", active))
+    await assert_eventually(lambda: control.GetFaults()["hung_calls"] == 1)
+    await asyncio.sleep(0.1)
+    assert not scan.done() and not client.signals_of("ScanDone", iface)
+    control.SetHang(False)
+    await asyncio.wait_for(scan, 2)
+    await assert_eventually(lambda: client.signals_of("ScanDone", iface))
+    assert client.signals_of("ScanDone", iface)[0].body == [True]
+
+
 async def test_faults_are_gone_after_a_restart(wpa_supplicant_mock, client):
     control = wpa_supplicant_mock.control
     control.SetHang(True)

@@ -95,14 +95,15 @@ Mock control methods (interface ``org.freedesktop.DBus.Mock`` on /fi/w1/wpa_supp
     or error) only *ms* milliseconds later: a slow wpa_supplicant, or with *ms* beyond the
     caller's timeout, a late reply to a call that did take effect.  0 restores prompt replies.
 ``SetHang(b hang)``
-    While true, ``Properties`` Get, GetAll and Set on every wpa_supplicant object are neither
+    While true, ``Properties`` Get, GetAll and Set on every wpa_supplicant object, and
+    ``Scan``, are neither
     carried out nor answered: they wait in arrival order.  ``SetHang(false)`` carries them out
     and answers them then, like a process that was stuck (in a driver call) catching up: a
     Set the caller has long given up on still takes effect.  The delay of ``SetSetDelay``
     applies to those Sets too.
 ``SetFailNext(s error_name, u count)``
     The next *count* calls of the kind a client such as nm-scanguard makes (``Properties``
-    Get/GetAll/Set on any wpa_supplicant object, ``GetInterface``, ``SignalPoll``) fail with
+    Get/GetAll/Set on any wpa_supplicant object, ``GetInterface``, ``SignalPoll``, ``Scan``) fail with
     *error_name* and a text saying the failure was injected, without doing anything.  The
     calls NetworkManager makes (AddNetwork, RemoveNetwork, SelectNetwork, CreateInterface...)
     are not counted.  A count of 0 clears what is left.
@@ -647,9 +648,11 @@ def GetPropertiesSets(self, net_path):
 
 # The calls a client like nm-scanguard makes; SetFailNext counts only these.
 _CLIENT_CALLS = {(PROPS_IFACE, "Get"), (PROPS_IFACE, "GetAll"), (PROPS_IFACE, "Set"),
-                 (MAIN_IFACE, "GetInterface"), (INTERFACE_IFACE, "SignalPoll")}
+                 (MAIN_IFACE, "GetInterface"), (INTERFACE_IFACE, "SignalPoll"),
+                 (INTERFACE_IFACE, "Scan")}
 _NOT_OURS = dbus.lowlevel.HANDLER_RESULT_NOT_YET_HANDLED
 _PROPERTIES_CALLS = {(PROPS_IFACE, "Get"), (PROPS_IFACE, "GetAll"), (PROPS_IFACE, "Set")}
+_HANGING_CALLS = _PROPERTIES_CALLS | {(INTERFACE_IFACE, "Scan")}
 
 
 def _fault_filter(mock, connection, message):
@@ -668,7 +671,7 @@ def _fault_filter(mock, connection, message):
             message, error, f"failure injected by the wpa_supplicant mock (SetFailNext) "
             f"into {call[1]}"))
         return dbus.lowlevel.HANDLER_RESULT_HANDLED
-    if call not in _PROPERTIES_CALLS:
+    if call not in _HANGING_CALLS:
         return _NOT_OURS
     if mock.wpa_hang:
         mock.wpa_hung.append((connection, message))
@@ -686,8 +689,8 @@ def _is_network(path):
 
 
 def _carry_out(mock, connection, message):
-    """Do what a Properties call asks, as the object would, and answer it (later for a Set on a
-    network while SetSetDelay is on)."""
+    """Do what a Properties call (or a hung Scan) asks, as the object would, and answer it
+    (later for a Set on a network while SetSetDelay is on)."""
     path, member = message.get_path(), message.get_member()
     args = message.get_args_list()
     obj = dbusmock.mockobject.objects.get(path)
@@ -703,6 +706,9 @@ def _carry_out(mock, connection, message):
         elif member == "GetAll":
             reply = dbus.lowlevel.MethodReturnMessage(message)
             reply.append(_props_get_all(obj, *args), signature="a{sv}")
+        elif member == "Scan":
+            _iface_scan(obj, *args)
+            reply = dbus.lowlevel.MethodReturnMessage(message)
         else:
             _props_set(obj, *args)
             reply = dbus.lowlevel.MethodReturnMessage(message)
