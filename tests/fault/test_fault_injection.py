@@ -16,7 +16,8 @@ steps, from several clients and from the peers:
   bgscan, as NM adds it);
 - slow, late, stuck and failing wpa_supplicant calls (the mock's SetSetDelay, SetHang and
   SetFailNext), and a crash of the daemon itself (SIGKILL, restarted with the same state dir);
-- traffic on and off, and pauses.
+- traffic on and off, pauses, and the signal fading below the floor and back (the guard
+  releases and asks wpa_supplicant for a scan, under the same faults).
 
 Then ``check_invariant``: the holders gone and the link idle for release_after (plus a margin),
 every network's bgscan is NetworkManager's, and the daemon answers on the bus, or it exited
@@ -179,6 +180,14 @@ class FailNext:
 
 
 @dataclass(frozen=True)
+class Fade:
+    """What SignalPoll reports: below the floor (-75) the guard releases and asks for a scan;
+    -73 is inside the hysteresis; -50 is strong."""
+    dbm: int
+    kind = "signal-fade"
+
+
+@dataclass(frozen=True)
 class Crash:
     """SIGKILL the daemon and start a new one with the same state directory."""
     kind = "daemon-crash"
@@ -243,6 +252,7 @@ step = st.one_of(
     st.builds(SetDelay, st.sampled_from([0, 150, 1500, LATE_MS])),
     st.builds(Hang, st.booleans()),
     st.builds(FailNext, st.sampled_from(ERRORS), st.integers(1, 6)),
+    st.builds(Fade, st.sampled_from([-50, -73, -80])),
     st.builds(Crash),
 )
 # Half the sequences begin with the guard engaged by traffic: most faults matter while bgscan
@@ -438,6 +448,10 @@ class Runner:
         assert self.w.peers is not None
         await self.w.peers.wpa_mock("SetFailNext", "su", [s.error, s.count])
 
+    async def do_Fade(self, s: Fade) -> None:
+        assert self.w.peers is not None
+        await self.w.peers.wpa_mock("SetSignal", "oi", [self.w.peers.iface, s.dbm])
+
     async def do_Crash(self, s: Crash) -> None:
         assert self.w.daemon is not None
         d = self.w.daemon
@@ -471,5 +485,7 @@ PHASES = tuple(p for p in Phase if SHRINK or p != Phase.shrink)
 @example(steps=[Traffic(8.0), Pause(0.8), CtlHold(CAFE, 30.0, 0.5), Hold(0, CAFE, CAFE, "="),
                 Rename(CAFE), Quiet()])
 @example(steps=[Traffic(8.0), Pause(0.8), WpaRestart(BGSCAN), Pause(0.6), Crash(), Quiet()])
+@example(steps=[Traffic(8.0), Pause(0.8), Hang(True), Fade(-80), Pause(1.0), Hang(False),
+                Fade(-50), Pause(1.0), Fade(-80), Quiet()])
 def test_generated_sequences_never_leave_bgscan_off(link, workdirs, steps):
     asyncio.run(run_sequence(link, workdirs(), steps))
