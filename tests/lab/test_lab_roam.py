@@ -7,8 +7,9 @@ guards an upload on AP1 at -72 dBm; then the lab's medium fades AP1 to -85 dBm (
 
 - control, floor disabled (`signal_floor_dbm = -120`): the guard keeps bgscan off, nothing
   scans, and the station stays on the fading AP;
-- with the floor: the guard releases, NetworkManager's bgscan scans, wpa_supplicant roams to
-  AP2, and the guard engages again on the new BSS.  The times are printed.
+- with the floor: the guard releases and asks wpa_supplicant for one scan (bgscan, restarted
+  below its threshold, would wait its 30 s first), wpa_supplicant roams to AP2, and the guard
+  engages again on the new BSS.  The times are printed.
 
 The control runs first: it leaves the station on AP1.  Afterwards AP2 goes away and the station
 is back on AP1 at the strong signal for the checks that follow.
@@ -27,7 +28,8 @@ from .scenario import (FADED_SIGNAL_DBM, GUARD_SETTINGS, NM_DEFAULT_BGSCAN, Guar
 pytestmark = pytest.mark.lab
 
 OBSERVE = 35          # control: more than one of bgscan's 30 s intervals (due ≈25 s after the fade)
-ROAM_TIMEOUT = 150    # bgscan's first scan comes 30 s after the release; a scan under load ≈7 s
+ROAM_TIMEOUT = 150    # the guard's scan: ≈7 s under load; bgscan's own first, 30 s after the release
+ASKED_SCAN_WITHIN = 15  # the guard's scan starts within this of the release; bgscan's not before 30 s
 RELEASE_AFTER = GUARD_SETTINGS["release_after"]
 
 
@@ -130,6 +132,12 @@ def test_with_the_floor_the_guard_releases_the_station_roams_and_guards_again(la
         st = d.status()
         assert st["state"] == "released-weak-signal", st
 
+        def first_scan():
+            return next((s.start for s in lab.scans(released) if s.start >= released), None)
+        scanned = wait_until(first_scan, ASKED_SCAN_WITHIN, "a scan soon after the release (the "
+                             "guard asks for one; bgscan alone scans 30 s after)", interval=1)
+        assert "asked wpa_supplicant for a scan so that it can roam now" in d.log(), d.log()
+
         def roam_time():
             hits = lab.wpa_events(f"CTRL-EVENT-CONNECTED - Connection to {ap2}", faded)
             return hits[0] if hits else None
@@ -142,8 +150,8 @@ def test_with_the_floor_the_guard_releases_the_station_roams_and_guards_again(la
         assert traffic.iperf.running(), "the upload ended before the guard engaged again"
         scans = lab.scans(released, roamed)
         lab.say(f"roam with the floor: engaged t0+{engaged - traffic.t0:.1f} s; AP1 faded to "
-                f"{FADED_SIGNAL_DBM} dBm -> released after {released - faded:.1f} s; "
-                f"{len(scans)} scan(s); roamed to AP2 {ap2} {roamed - faded:.1f} s after the "
+                f"{FADED_SIGNAL_DBM} dBm -> released after {released - faded:.1f} s; first "
+                f"scan {scanned - released:.1f} s after the release, {len(scans)} in all; roamed to AP2 {ap2} {roamed - faded:.1f} s after the "
                 f"fade ({roamed - released:.1f} s after the release); guard engaged again "
                 f"{reengaged - roamed:.1f} s after the roam [{time.monotonic() - t:.0f} s]")
     finally:
