@@ -371,13 +371,18 @@ def during_vs_outside(intervals: list[Interval], scans: list[Scan], t_end: float
 AIR_LIMITED = 0.9
 
 
+def _overlap(line: dict[str, float], start: float, seconds: float) -> float:
+    """Seconds a medium statistics line (it covers (t - dt, t]) shares with [start, start +
+    seconds]; zero or less if none."""
+    return min(line["t"], start + seconds) - max(line["t"] - line.get("dt", 1.0), start)
+
+
 def channel_busy(air: list[dict[str, float]], start: float, seconds: float) -> float:
     """The busiest channel's busy fraction over [start, start + seconds], weighted by overlap,
-    from the medium's per-second lines (each covers (t - dt, t]); nan if none overlaps."""
+    from the medium's per-second lines; nan if none overlaps."""
     num = den = 0.0
     for line in air:
-        lo, hi = line["t"] - line.get("dt", 1.0), line["t"]
-        overlap = min(hi, start + seconds) - max(lo, start)
+        overlap = _overlap(line, start, seconds)
         busy = [v for k, v in line.items() if k.startswith("busy_")]
         if overlap > 0 and busy:
             num += max(busy) * overlap
@@ -388,8 +393,8 @@ def channel_busy(air: list[dict[str, float]], start: float, seconds: float) -> f
 def medium_late_ms(air: list[dict[str, float]], start: float, seconds: float) -> float:
     """How late (ms) the medium delivered its latest frame in the lines overlapping
     [start, start + seconds]: tens of ms mean the guest CPU stalled it; nan if no line says."""
-    late = [line["max_late_us"] / 1000 for line in air if "max_late_us" in line
-            and min(line["t"], start + seconds) - max(line["t"] - line.get("dt", 1.0), start) > 0]
+    late = [line["max_late_us"] / 1000 for line in air
+            if "max_late_us" in line and _overlap(line, start, seconds) > 0]
     return max(late, default=math.nan)
 
 
