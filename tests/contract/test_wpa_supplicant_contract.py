@@ -168,10 +168,8 @@ async def test_scan_is_followed_by_scan_done(wpa):
     assert [(s.signature, s.body) for s in done] == [("b", [False])]
     # The request nm-scanguard makes when it releases on a weak signal (Supplicant.scan).
     await Supplicant(wpa.bus).scan(wpa.iface)
-    done = await assert_eventually(
-        lambda: len(wpa.signals_of("ScanDone", wpa.iface, INTERFACE_IFACE)) == 2
-        and wpa.signals_of("ScanDone", wpa.iface, INTERFACE_IFACE))
-    assert done[1].body == [False]
+    await assert_eventually(lambda: len(wpa.signals_of("ScanDone", wpa.iface, INTERFACE_IFACE)) == 2)
+    assert wpa.signals_of("ScanDone", wpa.iface, INTERFACE_IFACE)[1].body == [False]
 
     err = await _error_of(wpa.call(wpa.iface, INTERFACE_IFACE, "Scan", "a{sv}",
                                    [{"Type": Variant("s", "bogus")}]))

@@ -14,13 +14,12 @@ import sys
 
 import pytest
 
-from nm_scanguard.bus import call, unwrap
 from nm_scanguard.config import Settings
 from nm_scanguard.daemon import Daemon
 from nm_scanguard.dbuslib import BusType, MessageBus
 from nm_scanguard.supplicant import Supplicant
 
-from tests.conftest import MockSupplicant, call_failed
+from tests.conftest import call_failed
 from tests.peers import REPO, DaemonProcess
 
 from .conftest import eventually, record
@@ -258,9 +257,8 @@ async def test_fading_signal_releases_and_recovery_reengages(bus, link, peers, d
     assert d.guards[link.ifname].state == "released-weak-signal"
     # ...and asked for one active scan, so that wpa_supplicant roams now (the mock's radio
     # scans and reports ScanDone, which the guard counts like anyone's scan).
-    (scans,) = await call(bus, MockSupplicant.BUS_NAME, peers.iface, "org.freedesktop.DBus.Mock",
-                          "GetMethodCalls", "s", ["Scan"])
-    assert [unwrap(args) for _, args in scans] == [[{"Type": "active"}]], scans
+    scans = peers.wpa.mock_object(peers.iface).GetMethodCalls("Scan")
+    assert [list(args) for _, args in scans] == [[{"Type": "active"}]], scans
     await eventually(lambda: d.guards[link.ifname].scans_idle == 1, what="our scan's ScanDone")
     await peers.wpa_mock("SetSignal", "oi", [peers.iface, -72])  # inside the hysteresis
     await asyncio.sleep(1.0)

@@ -151,8 +151,9 @@ def test_with_the_floor_the_guard_releases_the_station_roams_and_guards_again(la
         scans = lab.scans(released, roamed)
         lab.say(f"roam with the floor: engaged t0+{engaged - traffic.t0:.1f} s; AP1 faded to "
                 f"{FADED_SIGNAL_DBM} dBm -> released after {released - faded:.1f} s; first "
-                f"scan {scanned - released:.1f} s after the release, {len(scans)} in all; roamed to AP2 {ap2} {roamed - faded:.1f} s after the "
-                f"fade ({roamed - released:.1f} s after the release); guard engaged again "
+                f"scan {scanned - released:.1f} s after the release, {len(scans)} in all; "
+                f"roamed to AP2 {ap2} {roamed - faded:.1f} s after the fade "
+                f"({roamed - released:.1f} s after the release); guard engaged again "
                 f"{reengaged - roamed:.1f} s after the roam [{time.monotonic() - t:.0f} s]")
     finally:
         restore_signals(lab)

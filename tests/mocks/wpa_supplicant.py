@@ -96,15 +96,14 @@ Mock control methods (interface ``org.freedesktop.DBus.Mock`` on /fi/w1/wpa_supp
     caller's timeout, a late reply to a call that did take effect.  0 restores prompt replies.
 ``SetHang(b hang)``
     While true, ``Properties`` Get, GetAll and Set on every wpa_supplicant object, and
-    ``Scan``, are neither
-    carried out nor answered: they wait in arrival order.  ``SetHang(false)`` carries them out
+    ``Scan``, are neither carried out nor answered: they wait in arrival order.  ``SetHang(false)`` carries them out
     and answers them then, like a process that was stuck (in a driver call) catching up: a
     Set the caller has long given up on still takes effect.  The delay of ``SetSetDelay``
     applies to those Sets too.
 ``SetFailNext(s error_name, u count)``
     The next *count* calls of the kind a client such as nm-scanguard makes (``Properties``
-    Get/GetAll/Set on any wpa_supplicant object, ``GetInterface``, ``SignalPoll``, ``Scan``) fail with
-    *error_name* and a text saying the failure was injected, without doing anything.  The
+    Get/GetAll/Set on any wpa_supplicant object, ``GetInterface``, ``SignalPoll``, ``Scan``)
+    fail with *error_name* and a text saying the failure was injected, without doing anything.  The
     calls NetworkManager makes (AddNetwork, RemoveNetwork, SelectNetwork, CreateInterface...)
     are not counted.  A count of 0 clears what is left.
 ``GetFaults() -> a{sv}``
