@@ -1,8 +1,12 @@
-"""`make demo`'s table and verdict lines (tests/lab/demo.py) from made-up run summaries."""
+"""`make demo`'s table and verdict lines (tests/lab/demo.py) from made-up run summaries, and its
+summary.json, which must be strict JSON."""
 
+import json
 import math
 
-from tests.lab.demo import host_limited, table, verdicts
+import pytest
+
+from tests.lab.demo import host_limited, rtt_context, strict_json, table, verdicts
 
 
 def _summary(worst: float, p99: float, air: dict | None) -> dict:
@@ -27,35 +31,99 @@ def _air(busy: float, in_scan: bool = False, short: int = 4) -> dict:
 
 def test_a_missed_worst_second_says_whether_the_air_the_cpu_or_a_scan_made_it():
     off = _summary(0.6, 120.0, _air(0.6, in_scan=True))
-    cpu = verdicts(_summary(0.63, 78.9, _air(0.71)), off, idle_p99=10.4)
+    cpu = verdicts(_summary(0.63, 78.9, _air(0.71)), off)
     assert cpu[0].startswith("worst second / median 63.0% (target >= 90%): NOT met (no scan; the "
                              "channel was only 71% busy: not the air but the senders fell short")
-    air = verdicts(_summary(0.85, 78.9, _air(0.97)), off, idle_p99=10.4)
+    air = verdicts(_summary(0.85, 78.9, _air(0.97)), off)
     assert air[0].endswith("NOT met (no scan; the channel was 97% busy)")
-    scan = verdicts(_summary(0.5, 78.9, _air(0.3, in_scan=True)), off, idle_p99=10.4)
+    scan = verdicts(_summary(0.5, 78.9, _air(0.3, in_scan=True)), off)
     assert scan[0].endswith("NOT met (a scan ran then)")
-    old = verdicts(_summary(0.5, 78.9, None), off, idle_p99=10.4)
+    old = verdicts(_summary(0.5, 78.9, None), off)
     assert old[0].endswith("NOT met (no channel figures)")
-    close = verdicts(_summary(0.897, 78.9, _air(0.97)), off, idle_p99=10.4)
+    close = verdicts(_summary(0.897, 78.9, _air(0.97)), off)
     assert close[0].startswith("worst second / median 89.7% (target >= 90%): NOT met")
-    met = verdicts(_summary(0.95, 12.0, _air(0.71)), off, idle_p99=10.4)
+    met = verdicts(_summary(0.95, 12.0, _air(0.71)), off)
     assert met[0].endswith(": met") and met[1].endswith(": met")
-    assert "RTT p99 78.9 ms = 7.59x the idle link's 10.4 ms (target <= 1.5x): NOT met" in cpu[1]
+    assert cpu[1] == ("RTT p99 78.9 ms = 1.32x the unguarded run's 60.0 ms in its seconds without a "
+                      "scan (target <= 1.1x): NOT met")
+
+
+def _rtt(on_p99: float, off_scan_free: float, off_during: float = 113.0) -> tuple[dict, dict]:
+    on = _summary(0.98, on_p99, _air(0.97))
+    off = _summary(0.74, 113.0, _air(0.83, in_scan=True))
+    off["rtt"]["outside_scans"]["p99_ms"] = off_scan_free
+    off["rtt"]["during_scans"]["p99_ms"] = off_during
+    return on, off
+
+
+def test_rtt_is_judged_like_with_like_and_the_idle_link_is_only_information():
+    # The upload of 2026-11-24 03:17: guarded p99 58.9 ms, unguarded 82.8 ms without a scan and
+    # 113.0 ms with one, idle link 8.5 ms (the old verdict called this "6.91x ...: NOT met").
+    on, off = _rtt(58.9, 82.8)
+    judged = verdicts(on, off)
+    assert judged[1] == ("RTT p99 58.9 ms = 0.71x the unguarded run's 82.8 ms in its seconds "
+                         "without a scan (target <= 1.1x): met")
+    assert not any("idle" in line for line in judged)
+    info = rtt_context(off, 8.5)
+    assert info.startswith("for information: RTT p99 113.0 ms in the unguarded run's seconds with a "
+                           "scan; 8.5 ms on the idle link")
+    assert "target" not in info and "met" not in info
+
+
+@pytest.mark.parametrize("on_p99, verdict", [(66.0, "met"), (66.1, "NOT met")])
+def test_the_rtt_target_allows_ten_percent_over_the_scan_free_figure(on_p99, verdict):
+    on, off = _rtt(on_p99, 60.0)
+    assert verdicts(on, off)[1].endswith(f"(target <= 1.1x): {verdict}")
+
+
+def test_an_rtt_that_cannot_be_computed_is_not_judged():
+    for on_p99, scan_free in ((58.9, math.nan), (math.nan, 82.8)):
+        on, off = _rtt(on_p99, scan_free)
+        line = verdicts(on, off)[1]
+        assert line.endswith("not judged (a figure is missing)") and "met" not in line
+
+
+def _strict(text: str) -> object:
+    def refuse(name: str) -> None:
+        raise ValueError(f"not strict JSON: {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_summary_json_is_strict_json_with_null_for_figures_that_could_not_be_computed():
+    off = _summary(0.74, 113.0, _air(0.83, in_scan=True))
+    on = _summary(0.98, 58.9, dict(_air(0.97), worst_second_late_ms=math.nan))
+    on["per_second"]["scans"].update(during_median_mbps=math.nan, outside_median_mbps=6.8)
+    on["rtt"]["during_scans"] = {"n": 0, "p50_ms": math.nan, "p99_ms": math.inf, "max_ms": -math.inf}
+    summary = {"air": "Café ☕ lab at -72 dBm", "idle_ping": {"p99_ms": 8.5, "loss": math.nan},
+               "runs": {"upload": {"guard_off": off, "guard_on": on}},
+               "scans": [(1.0, math.nan)], "host_limited": None}
+    with pytest.raises(ValueError):
+        _strict(json.dumps(summary))  # what a plain json.dumps would write: NaN, Infinity
+    doc = _strict(strict_json(summary))
+    guarded = doc["runs"]["upload"]["guard_on"]
+    assert guarded["per_second"]["scans"]["during_median_mbps"] is None
+    assert guarded["per_second"]["scans"]["ratio"] is None
+    assert guarded["per_second"]["air"]["worst_second_late_ms"] is None
+    assert guarded["rtt"]["during_scans"] == {"n": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}
+    assert guarded["rtt"]["all"]["p99_ms"] == 58.9
+    assert doc["idle_ping"] == {"p99_ms": 8.5, "loss": None}
+    assert doc["scans"] == [[1.0, None]]
+    assert doc["air"] == "Café ☕ lab at -72 dBm"
 
 
 def test_a_missed_worst_second_names_a_stall_of_the_medium_but_not_its_usual_lateness():
     off = _summary(0.6, 120.0, _air(0.6, in_scan=True))
     stalled = dict(_air(0.93), worst_second_late_ms=39.9, late_ms_median=6.7)
-    line = verdicts(_summary(0.835, 52.3, stalled), off, idle_p99=11.7)[0]
+    line = verdicts(_summary(0.835, 52.3, stalled), off)[0]
     assert line.endswith("NOT met (no scan; the channel was 93% busy; the medium delivered "
                          "frames up to 40 ms late then (median second 7 ms): the guest CPU "
                          "stalled)")
     for late, typical in ((12.6, 6.0), (25.0, 14.0), (math.nan, 6.7)):  # usual, or unknown
         calm = dict(_air(0.93), worst_second_late_ms=late, late_ms_median=typical)
-        assert verdicts(_summary(0.85, 52.3, calm), off, idle_p99=11.7)[0].endswith(
+        assert verdicts(_summary(0.85, 52.3, calm), off)[0].endswith(
             "NOT met (no scan; the channel was 93% busy)")
     cpu = dict(_air(0.71), worst_second_late_ms=60.0, late_ms_median=9.0)
-    assert verdicts(_summary(0.6, 80.0, cpu), off, idle_p99=11.7)[0].endswith(
+    assert verdicts(_summary(0.6, 80.0, cpu), off)[0].endswith(
         "the emulated CPU; the medium delivered frames up to 60 ms late then (median second "
         "9 ms): the guest CPU stalled)")
 
