@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import signal
 import sys
 import time
@@ -131,6 +132,23 @@ def status_json(props: dict[str, Any]) -> dict[str, Any]:
             "holds": list(props.get("ActiveHolds", []))}
 
 
+def _finite(value: Any) -> Any:
+    """`value` with NaN and infinite floats replaced by None, at any depth."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def json_text(doc: Any) -> str:
+    """What --json prints: strict JSON, which JavaScript's JSON.parse and jq accept.  A figure the
+    daemon could not compute is null, never NaN or Infinity (allow_nan=False would rather fail)."""
+    return json.dumps(_finite(doc), indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False)
+
+
 async def cmd_status(args: argparse.Namespace) -> int:
     bus = await connect()
     try:
@@ -138,8 +156,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
     finally:
         bus.disconnect()
     if args.json:
-        json.dump(status_json(props), sys.stdout, indent=2, sort_keys=True, ensure_ascii=False)
-        print()
+        print(json_text(status_json(props)))
         return 0
     devices, holds = props.get("Devices", []), props.get("ActiveHolds", [])
     if not devices:
