@@ -5,6 +5,9 @@ logs; checking it against the kernel's own rules (`dev_valid_name()` in net/core
 damaged or forged file cannot smuggle anything a real interface could not be called.  We are a
 little stricter than the kernel where it only looks at ASCII: any Unicode whitespace and any
 control character is refused, since no tool could print or type such a name sanely.
+
+The one rule for every module: the journal, the bus API and netlink (which refuses to ask the
+kernel about a name no interface can have) all use `valid_ifname`.
 """
 
 from __future__ import annotations
