@@ -7,8 +7,7 @@ CACHE   ?= $(CURDIR)/.cache
 export CACHE
 
 # Debian packages, by purpose.  `make deps-*` installs only the missing ones.
-DEPS_RUNTIME = python3-dbus-fast python3-dbus-next python3-pyroute2 python3-gi gir1.2-nm-1.0 \
-               python3-systemd
+DEPS_RUNTIME = python3-dbus-fast python3-dbus-next python3-gi gir1.2-nm-1.0 python3-systemd
 DEPS_TEST    = $(DEPS_RUNTIME) python3-pytest python3-pytest-asyncio python3-dbusmock \
                python3-hypothesis mypy python3-venv dbus dbus-daemon wpasupplicant iproute2 \
                iputils-ping procps util-linux systemd polkitd duktape network-manager
@@ -108,9 +107,10 @@ package: deps-test deps-deb
 lab: deps-lab deps-deb  # the package VM (tests/lab/test_package_vm.py) builds the .deb
 	$(PYTEST) -v -s tests/lab
 
-# Resource figures (RSS, CPU) of the daemon idle and sampling; prints, asserts nothing.
+# Resource figures (RSS, PSS, CPU, start to bus name) of the daemon idle and sampling; prints,
+# asserts nothing.  BENCH_ARGS='--against REV' also measures git revision REV in the same run.
 bench: deps-test
-	$(PYTHON) -m tests.bench.bench_daemon --seconds 60
+	$(PYTHON) -m tests.bench.bench_daemon --seconds 60 $(BENCH_ARGS)
 	$(PYTHON) -m tests.bench.bench_polkit
 
 demo: deps-lab

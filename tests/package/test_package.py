@@ -64,7 +64,6 @@ INSTALLED = {
 DEPENDS = [
     # dbus-fast before 2.0 marshals non-ASCII strings wrongly: Debian 12 gets dbus-next
     "python3-dbus-fast (>= 2) | python3-dbus-next",
-    "python3-pyroute2",
     "python3-gi",
     "gir1.2-nm-1.0",
     "python3-systemd",
