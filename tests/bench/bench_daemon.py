@@ -1,13 +1,25 @@
-"""Resource benchmark: the daemon's RSS and CPU over a period idle and a period sampling.
+"""Resource benchmark: the daemon's memory (RSS and PSS), CPU and start-up time.
 
-    make bench            # 60 s each
-    python3 -m tests.bench.bench_daemon --seconds 10
+    make bench                                   # 60 s each period, this checkout
+    make bench BENCH_ARGS='--against HEAD~3'     # the same run also measures another revision
+    python3 -m tests.bench.bench_daemon --seconds 10 --against main
 
 Runs the real daemon process on a private system bus with the NetworkManager and
 wpa_supplicant mocks, and a veth pair carrying ~20 Mbit/s while "sampling".  Prints figures;
 it asserts nothing (resource goals live here, not in timed tests).  Also prints what a bare
 import of each part costs, and the daemon's thread count: systemd/scanguard.service sizes
 MemoryMax= and TasksMax= from these.
+
+- RSS counts every shared page the process maps (libpython, libc, ...) in full; PSS
+  (/proc/PID/smaps_rollup) divides each shared page by the number of processes mapping it, so it
+  is nearer to what the daemon really costs on a machine with other Python programs running.
+- Start-up: the time from the process's start (fork, before the interpreter loads) to the
+  moment it owns its bus name, the median of several starts; polled every few milliseconds, so
+  each figure is a few ms late at most, the same for every revision measured.
+- `--against REV` measures the daemon of git revision REV too (its nm_scanguard/ exported with
+  `git archive` into a temporary directory; the mocks and this bench stay the checkout's), in
+  the same run and on the same machine, and prints both side by side.  Nothing else prints a
+  "before" figure: figures from another run or machine are not comparable.
 """
 
 from __future__ import annotations
@@ -15,18 +27,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import os
+import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from nm_scanguard.bus import name_has_owner
 from nm_scanguard.dbuslib import BusType, MessageBus
+from nm_scanguard.names import BUS_NAME
 from tests.conftest import MockSupplicant, start_private_bus
-from tests.peers import DaemonProcess, Link, NetworkManagerMock, Peers
+from tests.peers import DaemonProcess, Link, NetworkManagerMock, Peers, env_for
 
 TICK = os.sysconf("SC_CLK_TCK")
+REPO = Path(__file__).resolve().parents[2]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -34,11 +53,21 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
 
 
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
+def _kib(path: str, key: str) -> int:
+    """The `key:` line of a /proc file of "key: value kB" lines, in KiB (0 if absent)."""
+    with open(path, encoding="ascii") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
     return 0
+
+
+def rss_kib(pid: int) -> int:
+    return _kib(f"/proc/{pid}/status", "VmRSS")
+
+
+def pss_kib(pid: int) -> int:
+    return _kib(f"/proc/{pid}/smaps_rollup", "Pss")
 
 
 def threads(pid: int) -> int:
@@ -49,36 +78,125 @@ IMPORTS = {
     "python3 alone": "pass",
     "asyncio": "import asyncio",
     "nm_scanguard.dbuslib (the D-Bus library)": "import nm_scanguard.dbuslib",
-    "nm_scanguard.netlink (pyroute2)": "import nm_scanguard.netlink",
+    "nm_scanguard.netlink (interface counters)": "import nm_scanguard.netlink",
     "nm_scanguard.service (the whole daemon)": "import nm_scanguard.service",
 }
+PROBE = """\
+import sys, time
+t = time.perf_counter()
+{}
+t = time.perf_counter() - t
+status = open('/proc/self/status').read()
+rss = int(status.split('VmRSS:')[1].split()[0])
+pss = int(open('/proc/self/smaps_rollup').read().split('Pss:')[1].split()[0])
+gi = sorted(m for m in ('gi', 'dbus_fast', 'dbus_next', 'pyroute2') if m in sys.modules)
+print(rss, pss, len(sys.modules), round(t * 1000, 1), ','.join(gi) or '-')
+"""
 
 
-def import_rss() -> None:
-    """RSS of a fresh interpreter after one import: what each way of reading counters costs."""
-    probe = ("import re; {}; "
-             "print(re.search(r'VmRSS:\\s+(\\d+)', open('/proc/self/status').read())[1])")
-    root = Path(__file__).resolve().parents[2]
+@dataclass(frozen=True)
+class Daemon:
+    """One version of the daemon to measure: a label and the directory nm_scanguard/ is in."""
+
+    label: str
+    source: Path
+
+
+def import_costs(daemon: Daemon) -> None:
+    """RSS, PSS, module count and import time of a fresh interpreter after one import."""
     for label, stmt in IMPORTS.items():
-        out = subprocess.run([sys.executable, "-c", probe.format(stmt)], cwd=root,
-                             capture_output=True, text=True)
-        figure = (f"{int(out.stdout) / 1024:.1f} MiB" if out.returncode == 0
-                  else f"failed: {out.stderr.strip().splitlines()[-1:]}")
-        print(f"bare import, {label + ':':40s} RSS {figure}")
+        out = subprocess.run([sys.executable, "-c", PROBE.format(stmt)], cwd=daemon.source,
+                             env=dict(os.environ, PYTHONPATH=str(daemon.source)),
+                             capture_output=True, text=True, check=False)
+        if out.returncode == 0:
+            rss, pss, modules, ms, heavy = out.stdout.split()
+            figure = (f"RSS {int(rss) / 1024:5.1f} MiB  PSS {int(pss) / 1024:5.1f} MiB  "
+                      f"{int(modules):4d} modules  {float(ms):6.1f} ms  (loaded: {heavy})")
+        else:
+            figure = f"failed: {out.stderr.strip().splitlines()[-1:]}"
+        print(f"  [{daemon.label}] bare import, {label + ':':42s} {figure}")
 
 
-async def measure(pid: int, seconds: float) -> tuple[float, int, int, int]:
-    """CPU % over the period, RSS at the end, the maximum RSS seen (KiB), the most threads."""
-    c0, t0, peak, tasks = cpu_seconds(pid), time.monotonic(), 0, 0
+class SourceDaemon(DaemonProcess):
+    """DaemonProcess, run from `source` (a checkout or an exported revision)."""
+
+    def __init__(self, source: Path, address: str, workdir: Path, config: str) -> None:
+        super().__init__(address, workdir, config, verbose=False)
+        self.source = source
+
+    def start(self) -> SourceDaemon:
+        env = env_for(self.address)
+        env["PYTHONPATH"] = str(self.source)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "nm_scanguard", "-c", str(self.config),
+                 "--state-dir", str(self.state_dir)],
+                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.source)
+        return self
+
+
+async def start_to_name(daemon: Daemon, address: str, bus: MessageBus, tmp: Path,
+                        starts: int) -> list[float]:
+    """Seconds from each start to owning the bus name, `starts` times (each stopped after)."""
+    times = []
+    for n in range(starts):
+        workdir = tmp / f"start-{n}"
+        workdir.mkdir()
+        proc = SourceDaemon(daemon.source, address, workdir, "")
+        t0 = time.monotonic()
+        proc.start()
+        try:
+            while not await name_has_owner(bus, BUS_NAME):
+                if proc.returncode() is not None or time.monotonic() - t0 > 30:
+                    raise RuntimeError(f"{daemon.label}: scanguardd did not take its name:\n"
+                                       f"{proc.log()}")
+                await asyncio.sleep(0.002)
+            times.append(time.monotonic() - t0)
+        finally:
+            proc.stop()
+        while await name_has_owner(bus, BUS_NAME):  # the next start must find the name free
+            await asyncio.sleep(0.01)
+    return times
+
+
+@dataclass
+class Period:
+    cpu: float  # percent of one core
+    rss: int  # KiB, at the end
+    rss_max: int
+    pss: int
+    pss_max: int
+    threads: int
+
+    def line(self) -> str:
+        return (f"CPU {self.cpu:.2f} %  RSS {self.rss / 1024:.1f} MiB (max {self.rss_max / 1024:.1f})"
+                f"  PSS {self.pss / 1024:.1f} MiB (max {self.pss_max / 1024:.1f});"
+                f" threads {self.threads}")
+
+
+async def measure(pid: int, seconds: float) -> Period:
+    """CPU % over the period; RSS and PSS at the end and the most seen; the most threads."""
+    c0, t0 = cpu_seconds(pid), time.monotonic()
+    rss_max = pss_max = tasks = 0
     while time.monotonic() - t0 < seconds:
-        peak, tasks = max(peak, rss_kib(pid)), max(tasks, threads(pid))
+        rss_max, pss_max = max(rss_max, rss_kib(pid)), max(pss_max, pss_kib(pid))
+        tasks = max(tasks, threads(pid))
         await asyncio.sleep(0.5)
     cpu = (cpu_seconds(pid) - c0) / (time.monotonic() - t0) * 100
-    return cpu, rss_kib(pid), peak, tasks
+    return Period(cpu, rss_kib(pid), rss_max, pss_kib(pid), pss_max, tasks)
 
 
-async def main(seconds: float, sample_interval: float) -> None:
-    import_rss()
+@dataclass
+class Result:
+    start: list[float]
+    idle: Period
+    sampling: Period
+    engaged: bool
+
+
+async def run(daemon: Daemon, seconds: float, sample_interval: float, starts: int) -> Result:
+    print(f"==> {daemon.label}: nm_scanguard from {daemon.source}", flush=True)
+    import_costs(daemon)
     tmp = Path(tempfile.mkdtemp(prefix="scanguard-bench-"))
     with contextlib.ExitStack() as cleanup:  # everything started is stopped, in reverse order
         bus_daemon = start_private_bus()
@@ -94,28 +212,75 @@ async def main(seconds: float, sample_interval: float) -> None:
         cleanup.callback(link.remove)
         peers = Peers(bus, link.ifname, wpa, nm)
         await peers.setup(activate=False)
-        daemon = DaemonProcess(bus_daemon.address, tmp,
-                               f"[scanguard]\nsample_interval = {sample_interval}\n", verbose=False)
-        cleanup.callback(daemon.stop)
-        pid = daemon.start().process.pid
-        await asyncio.sleep(3)  # start-up (imports, bus connection) is not what we measure
-        print(f"daemon started: RSS {rss_kib(pid) / 1024:.1f} MiB "
-              f"(dbus library: {os.environ.get('SCANGUARD_DBUS_LIB', 'default')})")
-        cpu, rss, peak, tasks = await measure(pid, seconds)
-        print(f"idle, no activated Wi-Fi, {seconds:g} s:      CPU {cpu:.2f} %  RSS {rss / 1024:.1f} MiB "
-              f"(max {peak / 1024:.1f}); threads {tasks}")
+        start = await start_to_name(daemon, bus_daemon.address, bus, tmp, starts)
+        print(f"  [{daemon.label}] start to owning {BUS_NAME}: median "
+              f"{statistics.median(start) * 1000:.0f} ms of {starts} starts "
+              f"({', '.join(f'{t * 1000:.0f}' for t in start)} ms)", flush=True)
+        proc = SourceDaemon(daemon.source, bus_daemon.address, tmp,
+                            f"[scanguard]\nsample_interval = {sample_interval}\n")
+        cleanup.callback(proc.stop)
+        pid = proc.start().process.pid  # type: ignore[union-attr]
+        await asyncio.sleep(3)  # start-up (imports, bus connection) is not what we measure here
+        idle = await measure(pid, seconds)
+        print(f"  [{daemon.label}] idle, no activated Wi-Fi, {seconds:g} s: {idle.line()}",
+              flush=True)
         await peers.activate()
         link.send(mbit=20)
         await asyncio.sleep(3)
-        cpu, rss, peak, tasks = await measure(pid, seconds)
-        state = "bgscan suspended" if (await peers.sets()) else "NOT engaged"
-        print(f"sampling every {sample_interval:g} s at ~20 Mbit/s, {seconds:g} s: CPU {cpu:.2f} %  "
-              f"RSS {rss / 1024:.1f} MiB (max {peak / 1024:.1f}); threads {tasks}; {state}")
+        sampling = await measure(pid, seconds)
+        engaged = bool(await peers.sets())
+        print(f"  [{daemon.label}] sampling every {sample_interval:g} s at ~20 Mbit/s, "
+              f"{seconds:g} s: {sampling.line()}; "
+              f"{'bgscan suspended' if engaged else 'NOT engaged'}", flush=True)
         link.stop()
+        if proc.returncode() is not None:
+            raise RuntimeError(f"{daemon.label}: the daemon ended:\n{proc.log()}")
+    return Result(start, idle, sampling, engaged)
+
+
+def export(revision: str, into: Path) -> Path:
+    """nm_scanguard/ of git revision `revision`, written under `into`."""
+    archive = subprocess.run(["git", "archive", "--format=tar", revision, "nm_scanguard"],
+                             cwd=REPO, capture_output=True, check=True).stdout
+    target = into / "src"
+    target.mkdir()
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(target, filter="data")
+        else:  # Python before 3.11.4: our own repository's archive, trusted
+            tar.extractall(target)
+    return target
+
+
+def summary(results: dict[str, Result]) -> None:
+    print("==> summary (same run, same machine)"
+          f"; dbus library asked for: {os.environ.get('SCANGUARD_DBUS_LIB', 'default')}")
+    print(f"  {'':28s} {'start→name ms':>14s} {'RSS sampling':>13s} {'PSS sampling':>13s} "
+          f"{'RSS idle':>9s} {'PSS idle':>9s}")
+    for label, r in results.items():
+        print(f"  {label:28s} {statistics.median(r.start) * 1000:14.0f} "
+              f"{r.sampling.rss / 1024:9.1f} MiB {r.sampling.pss / 1024:9.1f} MiB "
+              f"{r.idle.rss / 1024:5.1f} MiB {r.idle.pss / 1024:5.1f} MiB")
+
+
+async def main(seconds: float, sample_interval: float, starts: int, against: str | None) -> None:
+    with tempfile.TemporaryDirectory(prefix="scanguard-bench-rev-") as tmp:
+        daemons = [Daemon("this checkout", REPO)]
+        if against:
+            commit = subprocess.run(["git", "rev-parse", "--short", against], cwd=REPO,
+                                    capture_output=True, text=True, check=True).stdout.strip()
+            daemons.append(Daemon(f"revision {commit}", export(commit, Path(tmp))))
+        results = {d.label: await run(d, seconds, sample_interval, starts) for d in daemons}
+    summary(results)
+
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=60.0, help="length of each period (default 60)")
     ap.add_argument("--sample-interval", type=float, default=1.0, help="daemon sample_interval")
+    ap.add_argument("--starts", type=int, default=7,
+                    help="starts timed to owning the bus name; the median is printed (default 7)")
+    ap.add_argument("--against", metavar="REV",
+                    help="also measure the daemon of this git revision, in the same run")
     args = ap.parse_args()
-    asyncio.run(main(args.seconds, args.sample_interval))
+    asyncio.run(main(args.seconds, args.sample_interval, args.starts, args.against))
