@@ -17,9 +17,10 @@ from typing import Any, Callable, Coroutine
 import systemd.daemon as sd_daemon
 
 from .bus import BusError, add_match, name_has_owner
-from .config import NAME_CHARS, ProfileWarnings, Settings, apply_profile, load_file, quoted
+from .config import NAME_CHARS, ProfileWarnings, Settings, apply_profile, clipped, load_file, \
+    quoted
 from .dbuslib import Message, MessageBus, MessageType
-from .guard import Guard
+from .guard import MAX_TRACEBACKS, Guard
 from .holds import Holds
 from .journal import Journal
 from .netlink import LinkCounters
@@ -34,6 +35,9 @@ log = logging.getLogger("scanguard")
 STATUS_EVERY = 5.0  # seconds between STATUS= updates while only the figures change
 JOURNAL_RETRY_FIRST = 2.0  # seconds before a journal entry that could not be restored is retried
 JOURNAL_RETRY_MAX = 60.0
+# A profile whose settings could not be read is read again this often, besides on every signal
+# of NetworkManager (a timeout has no signal to end it).
+SETTINGS_RETRY = 30.0
 
 MATCH_RULES = (
     "type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged',arg0='%s'" % NM_NAME,
@@ -137,6 +141,9 @@ class Daemon:
         self._profile_warnings = ProfileWarnings()
         self._tasks: set[asyncio.Task[None]] = set()
         self._retry: asyncio.Task[None] | None = None
+        self._settings_retry: asyncio.Task[None] | None = None
+        self._tracebacks: set[str] = set()  # unexpected errors (no guard's) already logged
+        self._unexpected: str | None = None  # the last of them logged
         self._sync_lock = asyncio.Lock()
         self._sync_pending = False
         self._status_sent = ("", 0.0)
@@ -257,16 +264,39 @@ class Daemon:
                         dev, settings, counters=self.counters, supplicant=self.supplicant,
                         suspender=self.suspender, listener=self)
                     guard.hold_changed(self.holds.held(ifname))
-                    log.info("%s: connected to %s; guarding (threshold %g Mbit/s or %d packets/s)",
-                             ifname, quoted(dev.connection_id, NAME_CHARS), settings.threshold_mbit,
-                             settings.threshold_pps)
+                    if settings.enabled:
+                        log.info("%s: connected to %s; guarding (threshold %g Mbit/s or %d "
+                                 "packets/s)", ifname, quoted(dev.connection_id, NAME_CHARS),
+                                 settings.threshold_mbit, settings.threshold_pps)
+                    else:
+                        log.info("%s: connected to %s; not guarding (%s)", ifname,
+                                 quoted(dev.connection_id, NAME_CHARS),
+                                 "its settings cannot be read" if dev.settings_error
+                                 else "enabled = no")
                     await guard.attach()
                 else:
                     guard.update(dev, settings)
                 await guard.reconcile()
+            if any(d.settings_error for d in active.values()) and self._settings_retry is None:
+                self._settings_retry = self.spawn(self._sync_later(SETTINGS_RETRY))
             self._changed(force=True)
 
+    async def _sync_later(self, delay: float) -> None:
+        try:
+            await asyncio.sleep(delay)
+        finally:
+            self._settings_retry = None
+        self.schedule_sync()
+
     def settings_for(self, dev: WifiDevice) -> Settings:
+        """The global settings overlaid with the profile's.  A profile that could not be read
+        is not guarded: its settings may say `enabled = no`, and a person who turned the guard
+        off for a network must not find it on there; leaving bgscan as NetworkManager set it
+        is what happens without scanguard.  The guard shows why (Guard status `error`)."""
+        if dev.settings_error:
+            return self.settings.with_values(
+                {"enabled": False},
+                f"unreadable profile {dev.connection_id or dev.connection_uuid}")
         return apply_profile(self.settings, dev.user_data, dev.connection_id or dev.connection_uuid,
                              warned=self._profile_warnings)
 
@@ -285,7 +315,7 @@ class Daemon:
     def _holds_changed(self) -> None:
         for ifname, guard in self.guards.items():
             guard.hold_changed(self.holds.held(ifname))
-            self.spawn(guard.kick())
+            self.spawn(guard.kick(), guard)
 
     # ---- signals from the bus -------------------------------------------------------------
 
@@ -318,7 +348,7 @@ class Daemon:
             number = self.suspender.network_removed(net)
             guard = self._guard_for(msg.path)
             if guard is not None:  # it waits for a suspend in flight, then sorts it out
-                self.spawn(guard.network_removed(net, number))
+                self.spawn(guard.network_removed(net, number), guard)
             else:  # a stale entry goes with the object
                 self.suspender.forget(net)
         elif msg.member == "PropertiesChanged" and msg.path.startswith(WPAS_PATH + "/"):
@@ -326,7 +356,7 @@ class Daemon:
                 guard = self._guard_for(msg.path)
                 if guard is not None:
                     net = msg.body[1]["CurrentNetwork"].value
-                    self.spawn(guard.network_changed(None if net in ("", "/") else net))
+                    self.spawn(guard.network_changed(None if net in ("", "/") else net), guard)
 
     def _guard_for(self, iface_path: str) -> Guard | None:
         for guard in self.guards.values():
@@ -334,22 +364,38 @@ class Daemon:
                 return guard
         return None
 
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[None]:
-        task = asyncio.create_task(self._guarded(coro))
+    def spawn(self, coro: Coroutine[Any, Any, Any], guard: Guard | None = None) -> asyncio.Task[None]:
+        """Run `coro` beside everything else; its failure is logged (and shown in the status
+        of `guard`, the interface it works for, if any), never raised."""
+        task = asyncio.create_task(self._guarded(coro, guard))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
 
-    @staticmethod
-    async def _guarded(coro: Coroutine[Any, Any, Any]) -> None:
+    async def _guarded(self, coro: Coroutine[Any, Any, Any], guard: Guard | None) -> None:
         try:
             await coro
         except asyncio.CancelledError:
             raise
         except SupplicantError as e:
             log.warning("%s", e)
-        except Exception:
-            log.exception("unexpected error; carrying on")
+        except Exception as e:
+            if guard is not None:
+                guard.unexpected(e, f"in {getattr(coro, '__name__', 'a task')}")
+                return
+            # No interface to show it on: the traceback once per distinct error, then a line
+            # each time it changes (a failure that repeats must not fill the journal).
+            message = f"unexpected error in {getattr(coro, '__name__', 'a task')}: " \
+                      f"{type(e).__name__}: {clipped(str(e), 120)}; carrying on (please report it)"
+            if message not in self._tracebacks and len(self._tracebacks) < MAX_TRACEBACKS:
+                self._tracebacks.add(message)
+                log.error("%s", message, exc_info=e)
+            elif message != self._unexpected:
+                log.warning("%s", message)
+            self._unexpected = message
+        else:
+            if guard is None:
+                self._unexpected = None
 
     # ---- what the guards report (GuardListener) --------------------------------------------
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
+import traceback
 from typing import Protocol
 
 from . import policy as P
-from .config import Settings
+from .config import Settings, clipped
 from .nm import WifiDevice
 from .policy import Policy
 from .rates import Counters, RateMeter, Rates
@@ -26,6 +28,13 @@ log = logging.getLogger("scanguard")
 # At most one scan of our own per this many seconds (bgscan's short interval as NetworkManager
 # sets it): a signal that hovers around the floor must not make the guard a scanner.
 ROAM_SCAN_GAP = 30.0
+
+# The kinds of problem a guard shows, each logged once per change and cleared by its own
+# success: STEP by a clean sample (the interface, engaging, releasing), SIGNAL by a signal
+# poll that got an answer, UNEXPECTED (a bug: its traceback is logged once per distinct error)
+# by a sample that ran through, SETTINGS by the profile being readable again (WifiDevice).
+SETTINGS, STEP, SIGNAL, UNEXPECTED = "settings", "step", "signal", "unexpected"
+MAX_TRACEBACKS = 16  # distinct unexpected errors whose traceback is logged, per guard
 
 
 class CounterReader(Protocol):
@@ -75,10 +84,14 @@ class Guard:
         self._listener = listener
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
-        self._error: str | None = None  # the current problem, shown in the status
-        self._logged: str | None = None  # the last problem logged: log changes, not repeats
+        # The current problem of each kind, shown in the status, and the last one logged of
+        # each kind: log changes, not repeats.
+        self._error: dict[str, str] = {}
+        self._logged: dict[str, str] = {}
+        self._tracebacks: set[str] = set()  # unexpected errors whose traceback was logged
         self._busy = asyncio.Lock()
         self._roam_scan_at: float | None = None  # monotonic time of our last scan request
+        self._settings_problem()
 
     # ---- life cycle -----------------------------------------------------------------------
 
@@ -128,6 +141,7 @@ class Guard:
             self.no_bgscan = None
         self.dev = dev
         self.policy.update_settings(settings)
+        self._settings_problem()
 
     async def _run(self) -> None:
         while not self._stopping:
@@ -136,8 +150,8 @@ class Guard:
                 await self.step()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # keep guarding whatever one step did
-                log.exception("%s: unexpected error while sampling; carrying on", self.ifname)
+            except Exception as e:  # keep guarding whatever one step did
+                self.unexpected(e, "while sampling")
 
     # ---- one sample -----------------------------------------------------------------------
 
@@ -151,7 +165,8 @@ class Guard:
             self.rates = self.meter.update(counters)
             self.policy.observe(counters.time, self.rates)
         if await self.kick() and counters is not None:
-            self._error = self._logged = None  # a clean step: the next problem is news again
+            self._clear(STEP)  # a clean step: the next problem is news again
+        self._clear(UNEXPECTED)  # this sample ran through
 
     async def kick(self) -> bool:
         """Read the signal if the policy needs it, then act.  Also used when a hold changes."""
@@ -161,11 +176,17 @@ class Guard:
         return await self.reconcile()
 
     async def _signal(self) -> int | None:
+        """The signal, or None when unknown.  Not associated or a driver that cannot tell is
+        normal; anything else (a refusal, no answer) is shown: without the signal a fading
+        link is never released for roaming.  Guarding goes on either way."""
         try:
-            iface = await self._iface()
-        except SupplicantError:
+            rssi = await self._supplicant.signal(await self._iface())
+        except SupplicantError as e:
+            self._fail(f"{self.ifname}: cannot read the signal, so a fading signal does not "
+                       f"release bgscan for roaming: {e}", SIGNAL)
             return None
-        return await self._supplicant.signal(iface)
+        self._clear(SIGNAL)
+        return rssi
 
     async def reconcile(self) -> bool:
         """Make wpa_supplicant match what the policy wants; safe to call at any time.
@@ -301,11 +322,37 @@ class Guard:
 
     # ---- reporting ------------------------------------------------------------------------
 
-    def _fail(self, message: str) -> None:
-        self._error = message
-        if message != self._logged:
+    def _fail(self, message: str, kind: str = STEP) -> None:
+        self._error[kind] = message
+        if message != self._logged.get(kind):
             log.warning("%s", message)
-            self._logged = message
+            self._logged[kind] = message
+
+    def _clear(self, kind: str) -> None:
+        self._error.pop(kind, None)
+        self._logged.pop(kind, None)
+
+    def _settings_problem(self) -> None:
+        """Show (or stop showing) that the profile's settings could not be read."""
+        if self.dev.settings_error:
+            self._fail(self.dev.settings_error, SETTINGS)
+        elif SETTINGS in self._error:
+            log.info("%s: the settings of profile %s can be read again", self.ifname,
+                     clipped(self.dev.connection_id or self.dev.connection_uuid))
+            self._clear(SETTINGS)
+
+    def unexpected(self, e: BaseException, what: str) -> None:
+        """An error nobody foresaw (a bug): its traceback is logged the first time, then one
+        line each time the problem changes; shown in the status until a sample runs through."""
+        frame = traceback.extract_tb(e.__traceback__)[-1:] or None
+        where = f" at {os.path.basename(frame[0].filename)}:{frame[0].lineno}" if frame else ""
+        message = (f"{self.ifname}: unexpected error {what}: {type(e).__name__}: "
+                   f"{clipped(str(e), 120)}{where}; carrying on (please report it)")
+        if message not in self._tracebacks and len(self._tracebacks) < MAX_TRACEBACKS:
+            self._tracebacks.add(message)
+            log.error("%s", message, exc_info=e)
+            self._logged[UNEXPECTED] = message
+        self._fail(message, UNEXPECTED)
 
     def _publish(self) -> None:
         state = self.policy.state
@@ -345,7 +392,8 @@ class Guard:
             scan_requests_deferred=self.scan_requests_deferred,
             connection_id=self.dev.connection_id,
             connection_uuid=self.dev.connection_uuid,
-            error=self._error or "",
+            error="; ".join(self._error[k] for k in (SETTINGS, STEP, SIGNAL, UNEXPECTED)
+                            if k in self._error),
             settings=self.settings.values(),
             settings_sources={k: self.settings.source(k) for k in self.settings.values()},
         )

@@ -2,13 +2,21 @@
 
 Read-only.  The daemon never asks NM to change anything (profiles are written by scanguardctl
 through libnm); it follows NM's signals and re-reads what it needs when one arrives.
+
+A profile whose settings cannot be read (private to a user through `connection.permissions`,
+or NM did not answer) is not read as "no settings": its scanguard.* keys, `enabled = no`
+among them, are unknown, so `WifiDevice.settings_error` says why and the daemon leaves that
+interface's bgscan alone until it can read them.
 """
 
 from __future__ import annotations
 
+import os
+import pwd
 from dataclasses import dataclass, field
 
-from .bus import BusError, call, get_all, get_property, unwrap
+from .bus import BusError, call, get_all, unwrap
+from .config import NAME_CHARS, quoted
 from .dbuslib import MessageBus
 
 NAME = "org.freedesktop.NetworkManager"
@@ -16,6 +24,9 @@ PATH = "/org/freedesktop/NetworkManager"
 DEVICE = NAME + ".Device"
 ACTIVE = NAME + ".Connection.Active"
 SETTINGS_CONNECTION = NAME + ".Settings.Connection"
+# GetSettings of a profile whose connection.permissions do not name the caller (nor root).
+PERMISSION_DENIED = NAME + ".Settings.PermissionDenied"
+_GONE = ("UnknownObject", "UnknownMethod", "UnknownInterface")
 
 DEVICE_TYPE_WIFI = 2
 STATE_ACTIVATED = 100
@@ -30,6 +41,8 @@ class WifiDevice:
     connection_id: str = ""
     connection_uuid: str = ""
     user_data: dict[str, str] = field(default_factory=dict)
+    # Why the profile's settings could not be read, worded with what to do; None when read.
+    settings_error: str | None = None
 
     @property
     def activated(self) -> bool:
@@ -58,13 +71,15 @@ class NetworkManager:
         active = props.get("ActiveConnection", "/")
         if dev.activated and active not in ("", "/"):
             try:
-                conn = await get_property(self.bus, NAME, active, ACTIVE, "Connection")
+                # Id and Uuid too: readable even when the profile's settings are not.
+                info = await get_all(self.bus, NAME, active, ACTIVE)
+                dev.connection_id = str(info.get("Id", ""))
+                dev.connection_uuid = str(info.get("Uuid", ""))
+                conn = info.get("Connection", "/")
                 dev.connection_path = conn if conn not in ("", "/") else None
-                if dev.connection_path:
-                    await self.read_profile(dev)
-            except BusError:
-                # The active connection went away between two calls: NM will signal again.
-                dev.connection_path = None
+                await self.read_profile(dev)
+            except BusError as e:
+                dev.settings_error = settings_error(dev, e)
         return dev
 
     async def read_profile(self, dev: WifiDevice) -> None:
@@ -86,3 +101,28 @@ class NetworkManager:
                 devices.append(dev)
         return devices
 
+
+
+def settings_error(dev: WifiDevice, err: BusError) -> str:
+    """What to tell about a profile whose settings NetworkManager did not give us."""
+    profile = f"profile {quoted(dev.connection_id, NAME_CHARS)}" if dev.connection_id \
+        else "its profile"
+    if err.name == PERMISSION_DENIED:
+        # The user the fix names is whoever runs the daemon (scanguard, as packaged).
+        return (f"{dev.ifname}: {profile} is private to a user (connection.permissions): "
+                "scanguard cannot read its scanguard.* settings and does not guard it; to guard "
+                f"it: nmcli connection modify {dev.connection_uuid or dev.connection_id} "
+                f"+connection.permissions user:{_user()}")
+    if err.name.endswith(_GONE):
+        return (f"{dev.ifname}: {profile} went away while it was read ({err.name}); not "
+                "guarding until NetworkManager says what is active")
+    return (f"{dev.ifname}: cannot read {profile} ({err}); not guarding, since its "
+            "scanguard.* settings (enabled = no among them) are unknown, until NetworkManager "
+            "answers")
+
+
+def _user() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())

@@ -25,6 +25,9 @@ NOT_RUNNING = (
     "org.freedesktop.DBus.Error.ServiceUnknown",
     "org.freedesktop.DBus.Error.NameHasNoOwner",
 )
+# SignalPoll's answer when the driver cannot read the signal, e.g. not associated
+# (dbus_new_handlers.c wpas_dbus_handler_signal_poll: "Failed to read signal"; contract test).
+SIGNAL_UNKNOWN = "org.freedesktop.DBus.Error.Failed"
 # No answer in time: it may or may not have carried the call out.
 _UNCERTAIN = (
     "org.freedesktop.DBus.Error.NoReply",
@@ -123,11 +126,15 @@ class Supplicant:
             raise explain(e, f"asking {iface_path} for a scan") from None
 
     async def signal(self, iface_path: str) -> int | None:
-        """RSSI in dBm, or None when wpa_supplicant cannot tell (not associated, driver)."""
+        """RSSI in dBm, or None when wpa_supplicant cannot tell: not associated, or the driver
+        cannot read it (it answers SIGNAL_UNKNOWN).  Any other error, a refusal included,
+        raises SupplicantError: the caller must show it, not take it for "no signal"."""
         try:
             (info,) = await call(self.bus, NAME, iface_path, IFACE, "SignalPoll")
-        except BusError:
-            return None
+        except BusError as e:
+            if e.name == SIGNAL_UNKNOWN:
+                return None
+            raise explain(e, f"SignalPoll on {iface_path}") from None
         # Declared a{sv}, but 2.10 sends a variant holding the a{sv}: unwrap both ways.
         info = unwrap(info)
         rssi = info.get("rssi") if isinstance(info, dict) else None

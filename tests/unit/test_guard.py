@@ -51,8 +51,13 @@ class FakeView(FakeSupplicant):
         self.rssi: int | None = -50
         self.scans: list[str] = []
         self.scan_error: str | None = None
+        self.signal_error: str | None = None  # an error name SignalPoll answers
+        self.polls = 0
 
     async def signal(self, iface_path: str) -> int | None:
+        self.polls += 1
+        if self.signal_error:
+            fail(self.signal_error, f"SignalPoll on {iface_path}")
         return self.rssi
 
     async def scan(self, iface_path: str) -> None:
@@ -339,3 +344,135 @@ async def test_stop_ends_a_sampling_loop_whose_cancellation_was_swallowed(guard,
     await asyncio.wait_for(guard.stop(), 3.0)
     assert swallowed >= 1
     assert parts["sup"].networks[NET0]["bgscan"] == NM_BGSCAN
+
+
+# ---- failures that show (issue 21) ---------------------------------------------------------
+
+UNREADABLE = ("wlan0: profile 'Café ☕' is private to a user (connection.permissions): scanguard "
+              "cannot read its scanguard.* settings and does not guard it; to guard it: nmcli "
+              "connection modify u-1 +connection.permissions user:scanguard")
+
+
+def _dev(error: str | None = None) -> WifiDevice:
+    return WifiDevice(path="/org/freedesktop/NetworkManager/Devices/1", ifname="wlan0", state=100,
+                      connection_id="Café ☕", connection_uuid="u-1", settings_error=error)
+
+
+def _lines(caplog, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if text in r.getMessage()]
+
+
+async def test_an_unreadable_profile_is_shown_once_and_left_alone_until_readable(parts, caplog):
+    """What the daemon does with a profile it may not read (Daemon.settings_for: enabled off):
+    the guard shows why in its status, logs it once however often NetworkManager signals, and
+    guards as soon as the profile can be read."""
+    sup = parts["sup"]
+    caplog.set_level("INFO", "scanguard")
+    unreadable = SETTINGS.with_values({"enabled": False}, "unreadable profile Café ☕")
+    guard = Guard(_dev(UNREADABLE), unreadable, counters=parts["counters"], supplicant=sup,
+                  suspender=parts["suspender"], listener=parts["listener"])
+    guard.hold_changed(True)
+    assert await guard.kick()
+    assert guard.state == P.DISABLED and not guard.engaged and sup.sets() == []
+    assert guard.status().error == UNREADABLE and guard.status().connection_id == "Café ☕"
+    for _ in range(3):  # every NetworkManager signal re-reads, and fails the same way
+        guard.update(_dev(UNREADABLE), unreadable)
+        await guard.step()
+    assert len(_lines(caplog, "is private to a user")) == 1
+    assert guard.status().error == UNREADABLE  # a clean sample does not hide it
+    guard.update(_dev(), SETTINGS)  # readable again (e.g. +connection.permissions)
+    assert await guard.kick()
+    assert guard.engaged and guard.state == P.HELD and guard.status().error == ""
+    assert _lines(caplog, "the settings of profile Café ☕ can be read again")
+    guard.update(_dev(UNREADABLE), unreadable)  # private again while guarding: give it back
+    assert await guard.kick()
+    assert not guard.engaged and sup.networks[NET0]["bgscan"] == NM_BGSCAN
+    assert len(_lines(caplog, "is private to a user")) == 2  # a change: told again
+
+
+async def test_a_refused_signal_poll_is_shown_once_and_guarding_goes_on(guard, parts, caplog):
+    sup, counters = parts["sup"], parts["counters"]
+    caplog.set_level("INFO", "scanguard")
+    await guard.step()
+    await run(guard, counters, 8, 2)
+    assert guard.engaged
+    sup.signal_error = ACCESS_DENIED
+    for _ in range(3):
+        await _fade(guard, parts, -80)  # weak, but nobody can tell
+        await run(guard, counters, 8, 1)  # samples between polls do not clear it
+    assert sup.polls >= 4 and guard.engaged and guard.state == P.GUARDING
+    error = guard.status().error
+    assert error.startswith("wlan0: cannot read the signal, so a fading signal does not release "
+                            "bgscan for roaming: wpa_supplicant refused SignalPoll")
+    assert "group 'netdev'" in error
+    assert len(_lines(caplog, "cannot read the signal")) == 1
+    sup.signal_error = None
+    await _fade(guard, parts, -60)
+    assert guard.status().error == "" and guard.engaged
+    await _fade(guard, parts, -80)  # the signal is known again: the release for roaming works
+    assert guard.state == P.WEAK and sup.networks[NET0]["bgscan"] == NM_BGSCAN
+
+
+async def test_a_signal_the_driver_cannot_tell_is_no_problem(guard, parts):
+    sup, counters = parts["sup"], parts["counters"]
+    await guard.step()
+    await run(guard, counters, 8, 2)
+    sup.rssi = None  # not associated, or a driver that cannot say: SignalPoll's normal None
+    await _fade(guard, parts, None)
+    assert guard.engaged and guard.status().error == ""
+
+
+async def test_an_unexpected_error_logs_its_traceback_once_and_clears_on_a_clean_sample(
+        guard, parts, caplog):
+    import asyncio
+
+    script = [KeyError("a"), KeyError("a"), KeyError("a"), ValueError("b"), KeyError("a"),
+              None, None]
+    seen: list[str] = []
+
+    async def scripted_step() -> None:
+        seen.append(guard.status().error)
+        if len(seen) > len(script):
+            await asyncio.sleep(3600)
+        error = script[len(seen) - 1]
+        if error is not None:
+            raise error
+        await real_step()
+
+    caplog.set_level("INFO", "scanguard")
+    guard.policy.settings = guard.policy.settings.with_values({"sample_interval": 0.01}, "test")
+    real_step = guard.step
+    guard.step = scripted_step
+    await guard.attach()
+    for _ in range(300):
+        if len(seen) > len(script):
+            break
+        await asyncio.sleep(0.01)
+    await guard.stop()
+    assert len(seen) > len(script)
+    tracebacks = [r for r in caplog.records if r.exc_info]
+    assert [type(r.exc_info[1]).__name__ for r in tracebacks] == ["KeyError", "ValueError"]
+    # KeyError: its traceback, then one line when it came back after the ValueError
+    assert len(_lines(caplog, "KeyError: 'a'")) == 2
+    assert seen[1].startswith("wlan0: unexpected error while sampling: KeyError: 'a' at test_guard.py:")
+    assert seen[1].endswith("; carrying on (please report it)")
+    assert "ValueError: b" in seen[4]
+    assert seen[-2] == "" and guard.status().error == ""  # cleared by the sample that ran through
+
+
+async def test_an_unexpected_error_in_a_task_for_an_interface_shows_in_its_status(
+        guard, parts, tmp_path, caplog):
+    from nm_scanguard.daemon import Daemon
+
+    daemon = Daemon(SETTINGS, None, str(tmp_path / "state"))
+
+    async def broken_kick() -> bool:
+        raise RuntimeError("boom")
+
+    caplog.set_level("INFO", "scanguard")
+    await daemon._guarded(broken_kick(), guard)
+    await daemon._guarded(broken_kick(), guard)
+    assert "unexpected error in broken_kick: RuntimeError: boom" in guard.status().error
+    assert len([r for r in caplog.records if r.exc_info]) == 1
+    await guard.step()  # a sample that runs through clears it
+    assert guard.status().error == ""
