@@ -58,10 +58,11 @@ _GONE = ("UnknownObject", "UnknownMethod", "UnknownInterface")
 def explain(err: BusError, what: str) -> SupplicantError:
     name = err.name
     if name == "org.freedesktop.DBus.Error.AccessDenied":
+        # The fix first: the bus's own text is long (the whole rule), and a status cuts it.
         return SupplicantError(
-            f"wpa_supplicant refused {what}: {err.text or name}. The service user must be "
-            "root or in group 'netdev' (Debian's D-Bus policy for fi.w1.wpa_supplicant1 allows it)",
-            name)
+            f"wpa_supplicant refused {what}: the service user must be root or in group 'netdev' "
+            "(Debian's D-Bus policy for fi.w1.wpa_supplicant1 allows it); it said: "
+            f"{err.text or name}", name)
     if name in _UNCERTAIN:
         return UncertainOutcome(f"wpa_supplicant did not answer {what} in time ({name}); "
                                 "is wpa_supplicant.service running?", name)
@@ -134,7 +135,7 @@ class Supplicant:
         except BusError as e:
             if e.name == SIGNAL_UNKNOWN:
                 return None
-            raise explain(e, f"SignalPoll on {iface_path}") from None
+            raise explain(e, "SignalPoll") from None  # the guard names the interface
         # Declared a{sv}, but 2.10 sends a variant holding the a{sv}: unwrap both ways.
         info = unwrap(info)
         rssi = info.get("rssi") if isinstance(info, dict) else None

@@ -84,6 +84,11 @@ Mock control methods (interface ``org.freedesktop.DBus.Mock`` on /fi/w1/wpa_supp
     What ``SignalPoll`` reports as rssi and avg-rssi (default -50 dBm).
 ``SetSignalPollFails(o iface, b fails)``
     Makes ``SignalPoll`` fail even while "completed".
+``SetSignalPollError(o iface, s error_name)``
+    Makes every ``SignalPoll`` on *iface* fail with *error_name* (e.g.
+    ``org.freedesktop.DBus.Error.AccessDenied``, which a bus policy that does not let the caller
+    call ``SignalPoll`` answers), until set back to "".  Only ``SignalPoll``: the other calls
+    go on working, unlike ``SetFailNext``.
 ``GetPropertiesSets(o network) -> aa{sv}``
     Every dict sent to ``Properties`` Set on *network*, in order, as the client sent it
     (values unquoted), e.g. ``[{"bgscan": ""}, {"bgscan": "simple:30:-70:86400"}]``.  The same
@@ -420,6 +425,7 @@ def _add_interface(main, ifname, driver):
     iface = dbusmock.get_object(path)
     iface.wpa_rssi = -50
     iface.wpa_signal_fails = False
+    iface.wpa_signal_error = ""
     _install_properties(iface)
     iface.AddMethod(INTERFACE_IFACE, "AddNetwork", "a{sv}", "o", _iface_add_network)
     iface.AddMethod(INTERFACE_IFACE, "RemoveNetwork", "o", "", _iface_remove_network)
@@ -531,6 +537,9 @@ def _emit_scan_done(iface, success):
 
 def _iface_signal_poll(iface):
     props = iface.props[INTERFACE_IFACE]
+    if iface.wpa_signal_error:
+        raise _error(iface.wpa_signal_error, "Rejected send message (SignalPoll; injected by the "
+                     "wpa_supplicant mock: SetSignalPollError)")
     if props["Driver"] == "none" or props["State"] != "completed" or iface.wpa_signal_fails:
         raise _error(ERR_FAILED, "Failed to read signal")
     return dbus.Dictionary({
@@ -629,6 +638,11 @@ def SetSignal(self, iface_path, rssi):
 @dbus.service.method(MOCK_IFACE, in_signature="ob", out_signature="")
 def SetSignalPollFails(self, iface_path, fails):
     _iface(iface_path).wpa_signal_fails = bool(fails)
+
+
+@dbus.service.method(MOCK_IFACE, in_signature="os", out_signature="")
+def SetSignalPollError(self, iface_path, error_name):
+    _iface(iface_path).wpa_signal_error = str(error_name)
 
 
 @dbus.service.method(MOCK_IFACE, in_signature="o", out_signature="aa{sv}")

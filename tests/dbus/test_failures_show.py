@@ -1,0 +1,165 @@
+"""Failures that show (issue 21), with scanguardd as a process on a private bus: a profile
+NetworkManager will not give us (PermissionDenied, as for a profile private to a user) and a
+SignalPoll wpa_supplicant refuses (AccessDenied) appear in the Devices property, in
+`scanguardctl status` and once in the log, and the daemon does what it says."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pwd
+
+import pytest
+
+from nm_scanguard.supplicant import Supplicant
+from tests.api.harness import props, scanguardctl
+from tests.conftest import call_failed
+from tests.peers import CONN_IFACE, DaemonProcess
+
+from .conftest import eventually
+
+CAFE = "Café ☕"
+ORIGINAL = "simple:30:-70:86400"
+ACCESS_DENIED = "org.freedesktop.DBus.Error.AccessDenied"
+CONF = """[scanguard]
+threshold_pps = 0
+engage_after = 2
+release_after = 1
+sample_interval = 0.2
+signal_poll_interval = 0.5
+"""
+# What NetworkManager answers another non-root user for a profile whose connection.permissions
+# do not name it (nm-settings-connection.c, nm_auth_is_subject_in_acl_set_error).
+DENY_SETTINGS = ("raise dbus.exceptions.DBusException('uid 998 has no permission to perform this "
+                 "operation', name='org.freedesktop.NetworkManager.Settings.PermissionDenied')")
+GIVE_SETTINGS = "ret = self.ConnectionGetSettings(self)"  # the template's own GetSettings
+
+
+@pytest.fixture
+def daemon_process(system_bus, tmp_path, request):
+    started = []
+
+    def start() -> DaemonProcess:
+        started.append(DaemonProcess(system_bus.address, tmp_path, CONF).start())
+        return started[-1]
+
+    yield start
+    for p in started:
+        p.stop()
+        if call_failed(request):
+            print(f"---- daemon log ----\n{p.log()}")
+
+
+async def device(bus, ifname: str) -> dict:
+    for d in (await props(bus))["Devices"]:
+        if d["interface"] == ifname:
+            return d
+    return {}
+
+
+async def bgscan(bus, net) -> str | None:
+    return await Supplicant(bus).get_bgscan(net)
+
+
+async def bgscan_is(bus, net, value: str) -> bool:
+    return await bgscan(bus, net) == value
+
+
+def settings_reads(peers) -> int:
+    return len(peers.nm.mock_object(peers.conn).GetMethodCalls("GetSettings"))
+
+
+def set_get_settings(peers, code: str) -> None:
+    """Replace the profile's GetSettings, then let NetworkManager say the profile changed."""
+    obj = peers.nm.mock_object(peers.conn)
+    obj.AddMethod(CONN_IFACE, "GetSettings", "", "a{sa{sv}}", code)
+    obj.EmitSignal(CONN_IFACE, "Updated", "", peers.nm._dbus.Array([], signature="v"))
+
+
+async def test_a_private_profile_is_not_guarded_and_says_what_to_do(bus, link, peers,
+                                                                   daemon_process,
+                                                                   system_bus):
+    await peers.setup(activate=False)
+    peers.nm.rename_profile(peers.conn, CAFE)
+    set_get_settings(peers, DENY_SETTINGS)
+    await peers.activate()
+    p = daemon_process()
+    await p.wait_ready(bus)
+    link.send(mbit=8)
+    await eventually(lambda: device(bus, link.ifname), what="device in Devices")
+    d = await device(bus, link.ifname)
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    expected = (f"{link.ifname}: profile '{CAFE}' is private to a user (connection.permissions): "
+                "scanguard cannot read its scanguard.* settings and does not guard it; to guard "
+                "it: nmcli connection modify")
+    assert d["error"].startswith(expected) and d["error"].endswith(
+        f"+connection.permissions user:{me}"), d
+    assert d["state"] == "disabled" and d["connection_id"] == CAFE
+    assert d["settings"]["enabled"] is False
+    assert d["settings_sources"]["enabled"] == f"unreadable profile {CAFE}"
+    status = await asyncio.get_running_loop().run_in_executor(
+        None, lambda: scanguardctl(system_bus.address, "status"))
+    assert f"problem: {expected}" in status.stdout, status
+    # Busy for 2 s (engage_after is 2 samples of 0.2 s): left alone.
+    await asyncio.sleep(2.0)
+    assert await bgscan(bus, peers.net) == ORIGINAL and await peers.sets() == []
+    # NetworkManager signals again; the read fails again: nothing new to log.
+    reads = settings_reads(peers)
+    set_get_settings(peers, DENY_SETTINGS)
+    await eventually(lambda: settings_reads(peers) > reads, what="profile read again")
+    await asyncio.sleep(0.5)
+    assert p.log().count("is private to a user") == 1, p.log()
+
+    # The profile becomes readable (e.g. +connection.permissions user:scanguard): guarded.
+    set_get_settings(peers, GIVE_SETTINGS)
+    await eventually(lambda: bgscan_is(bus, peers.net, ""), what="guarded once readable")
+    d = await device(bus, link.ifname)
+    assert d["error"] == "" and d["state"] == "guarding"
+    assert "the settings of profile Café ☕ can be read again" in p.log()
+
+
+async def test_a_refused_signal_poll_shows_and_guarding_goes_on(bus, link, peers, daemon_process):
+    await peers.setup()
+    p = daemon_process()
+    await p.wait_ready(bus)
+    link.send(mbit=8)
+    await eventually(lambda: bgscan_is(bus, peers.net, ""), what="engaged")
+    polls = peers.wpa.mock_object(peers.iface)
+    await peers.wpa_mock("SetSignalPollError", "os", [peers.iface, ACCESS_DENIED])
+    await peers.wpa_mock("SetSignal", "oi", [peers.iface, -80])  # fading, and nobody can tell
+
+    async def error_shown():
+        return "cannot read the signal" in (await device(bus, link.ifname)).get("error", "")
+
+    await eventually(error_shown, what="SignalPoll refusal in Devices")
+    d = await device(bus, link.ifname)
+    assert d["error"].startswith(f"{link.ifname}: cannot read the signal, so a fading signal does "
+                                 "not release bgscan for roaming: wpa_supplicant refused SignalPoll")
+    assert "group 'netdev'" in d["error"] and d["state"] == "guarding"
+    calls = len(polls.GetMethodCalls("SignalPoll"))
+    await eventually(lambda: len(polls.GetMethodCalls("SignalPoll")) >= calls + 3,
+                     what="three more polls")
+    assert await bgscan(bus, peers.net) == ""  # still guarding
+    assert p.log().count("cannot read the signal") == 1, p.log()
+
+    # Allowed again: the error goes and the weak signal releases bgscan for roaming.
+    await peers.wpa_mock("SetSignalPollError", "os", [peers.iface, ""])
+    await eventually(lambda: bgscan_is(bus, peers.net, ORIGINAL), what="released on weak signal")
+    d = await device(bus, link.ifname)
+    assert d["error"] == "" and d["state"] == "released-weak-signal"
+
+
+async def test_a_signal_the_driver_cannot_read_is_no_problem(bus, link, peers, daemon_process):
+    await peers.setup()
+    p = daemon_process()
+    await p.wait_ready(bus)
+    link.send(mbit=8)
+    await eventually(lambda: bgscan_is(bus, peers.net, ""), what="engaged")
+    polls = peers.wpa.mock_object(peers.iface)
+    await peers.wpa_mock("SetSignalPollFails", "ob", [peers.iface, True])  # "Failed to read signal"
+    calls = len(polls.GetMethodCalls("SignalPoll"))
+    await eventually(lambda: len(polls.GetMethodCalls("SignalPoll")) >= calls + 3,
+                     what="three more polls")
+    d = await device(bus, link.ifname)
+    assert d["error"] == "" and d["state"] == "guarding"
+    assert "cannot read the signal" not in p.log(), p.log()
