@@ -3,8 +3,25 @@
 dbus-fast is the maintained fork of dbus-next with the same names; Debian ships both.  Debian 12's
 python3-dbus-fast 1.84.2 writes a string's length in characters instead of bytes, so the first
 non-ASCII string it sends (a profile called "Café", a hold reason) makes dbus-daemon drop the
-connection.  Each candidate therefore marshals "é" once at import; one that gets it wrong is
-skipped and the reason kept in `SKIPPED`, for the caller to log once.
+connection.  That is fixed in dbus-fast 2.x (Debian 13: 2.44.1).
+
+How a library is chosen, cheapest check first, so that the daemon does not load a library it
+then refuses (dbus-fast 1.84.2 stayed loaded on Debian 12: 2.1 MiB, issue 21):
+1. A version known to be wrong (`BROKEN_BELOW`) is skipped without being imported; its version is
+   read from the package's own __version__.py, without running the package (importlib.metadata
+   would cost ~27 ms and 86 modules at every start).  tests/unit/test_dbuslib_choice.py checks,
+   on each release, that every installed version this rule refuses really marshals wrongly and
+   every one it lets through marshals right: the rule is tied to the behaviour, not assumed.
+2. The library is imported and marshals "é" once; one that gets it wrong anyway (a version we
+   did not know about) is skipped then.  Each skip's reason is kept in `SKIPPED`, for the
+   caller to log once.
+
+Both libraries' package __init__ import their GLib main-loop integration, which imports gi and
+GLib when python3-gi is installed (3.5 MiB; the daemon runs on asyncio and never uses it).  So
+gi is made unimportable for the library's import alone, and only if nobody has loaded it yet:
+the libraries treat GLib as optional (try/except ImportError in their glib modules) and their
+GLib bus would say so if anyone used it.  gi itself stays importable afterwards: scanguardctl's
+config verbs import it for libnm (profiles.py), and a broken python3-gi shows there.
 
 SCANGUARD_DBUS_LIB=dbus_next (or dbus_fast) puts one library first, so that the test suite can
 run against each; a library that fails the check is skipped even then.
@@ -13,21 +30,64 @@ run against each; a library that fails the check is skipped even then.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import logging
 import os
+import re
+import sys
+from contextlib import contextmanager
 from types import ModuleType
-from typing import Any
+from typing import Any, Iterator
+
+log = logging.getLogger(__name__)
 
 PROBE = "é"  # two bytes in UTF-8: a correct marshaller writes length 2
 KNOWN = ("dbus_fast", "dbus_next")
+# Versions that write non-ASCII strings with a wrong length: below 2.0 for dbus-fast (FACTS.md).
+BROKEN_BELOW: dict[str, tuple[int, ...]] = {"dbus_fast": (2,)}
+WRONG_LENGTH = ("writes non-ASCII strings with a wrong length (the bus would drop the connection "
+                "at the first 'é'); not using it")
 
 
-def _version(name: str) -> str:
+def installed_version(name: str) -> str | None:
+    """The version in package `name`'s __version__.py, read without importing the package;
+    None if it is not installed or says no version."""
     try:
-        from importlib.metadata import version
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for directory in spec.submodule_search_locations:
+        try:
+            with open(os.path.join(directory, "__version__.py"), encoding="utf-8") as f:
+                text = f.read(4096)
+        except OSError:
+            continue
+        found = re.search(r"""^__version__\s*=\s*["']([^"']+)["']""", text, re.MULTILINE)
+        if found:
+            return found[1]
+    return None
 
-        return version(name.replace("_", "-"))
-    except Exception:  # metadata missing: the name alone still says which library
-        return "(unknown version)"
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """Version text as numbers to compare: "1.84.2" -> (1, 84, 2); stops at the first part that
+    is not a number ("2.0rc1" -> (2,))."""
+    parts = []
+    for part in version.split("."):
+        if not part.isdigit():
+            break
+        parts.append(int(part))
+    return tuple(parts)
+
+
+def known_broken(name: str, version: str | None) -> bool:
+    """True if `version` of `name` is one that marshals non-ASCII strings wrongly."""
+    floor = BROKEN_BELOW.get(name)
+    if floor is None or version is None:
+        return False
+    parsed = version_tuple(version)
+    return bool(parsed) and parsed < floor
 
 
 def marshals_utf8(lib: str) -> bool:
@@ -37,15 +97,34 @@ def marshals_utf8(lib: str) -> bool:
     return data == len(PROBE.encode()).to_bytes(4, "little") + PROBE.encode() + b"\0"
 
 
+@contextmanager
+def without_gi() -> Iterator[None]:
+    """While inside, `import gi` fails (ImportError), unless gi was loaded before."""
+    hide = "gi" not in sys.modules
+    if hide:
+        sys.modules["gi"] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if hide and sys.modules.get("gi", 0) is None:
+            del sys.modules["gi"]
+
+
 def _choose() -> tuple[str, ModuleType, list[str]]:
     forced = os.environ.get("SCANGUARD_DBUS_LIB", "").strip()
     order = [forced] + [n for n in KNOWN if n != forced] if forced else list(KNOWN)
     skipped: list[str] = []
     for name in order:
+        version = installed_version(name)
+        label = f"{name} {version or '(unknown version)'}"
+        if known_broken(name, version):
+            skipped.append(f"{label} {WRONG_LENGTH}")
+            continue
         try:
-            lib = importlib.import_module(name)
-            for part in ("aio", "introspection"):
-                importlib.import_module(f"{name}.{part}")
+            with without_gi():
+                lib = importlib.import_module(name)
+                for part in ("aio", "introspection"):
+                    importlib.import_module(f"{name}.{part}")
         except ImportError as e:
             if name == forced:
                 skipped.append(f"{name} is not installed ({e})")
@@ -53,12 +132,10 @@ def _choose() -> tuple[str, ModuleType, list[str]]:
         try:
             correct = marshals_utf8(name)
         except Exception as e:  # a library whose internals moved: judge it by the error
-            skipped.append(f"{name} {_version(name)} could not be checked ({e!r}); not using it")
+            skipped.append(f"{label} could not be checked ({e!r}); not using it")
             continue
         if not correct:
-            skipped.append(
-                f"{name} {_version(name)} writes non-ASCII strings with a wrong length "
-                "(the bus would drop the connection at the first 'é'); not using it")
+            skipped.append(f"{label} {WRONG_LENGTH}")
             continue
         return name, lib, skipped
     raise ImportError(
@@ -128,13 +205,44 @@ class MessageBus(_aio.MessageBus):  # type: ignore[misc,name-defined]
 
     async def connect(self) -> "MessageBus":
         bus = await super().connect()
-        writer = getattr(self, "_writer", None)
-        if writer is not None and not isinstance(getattr(writer, "sock", None), _EagainSafeSocket):
-            try:
-                writer.sock = _EagainSafeSocket(writer.sock)
-            except (AttributeError, TypeError):  # a compiled writer with a typed slot: its own code
-                pass
+        why = make_writer_eagain_safe(self)
+        if why is not None:
+            _warn_unsafe_writer(why)
         return bus  # type: ignore[no-any-return]
+
+
+def make_writer_eagain_safe(bus: Any) -> str | None:
+    """Put _EagainSafeSocket under `bus`'s writer; None if done (or done before), else why not.
+    It reaches into the library's private writer (`bus._writer.sock`), which a new version may
+    rename or compile: then the patch cannot apply, and the caller must say so."""
+    writer = getattr(bus, "_writer", None)
+    if writer is None:
+        return f"{LIBRARY}'s MessageBus has no _writer"
+    sock = getattr(writer, "sock", None)
+    if isinstance(sock, _EagainSafeSocket):
+        return None
+    if sock is None:
+        return f"{LIBRARY}'s writer ({type(writer).__name__}) has no sock"
+    try:
+        writer.sock = _EagainSafeSocket(sock)
+    except (AttributeError, TypeError) as e:  # a compiled writer with a typed slot
+        return f"{LIBRARY}'s writer ({type(writer).__name__}) does not take another sock ({e})"
+    return None
+
+
+_warned_unsafe_writer = False
+
+
+def _warn_unsafe_writer(why: str) -> None:
+    """Once per process: every connection would say the same."""
+    global _warned_unsafe_writer
+    if _warned_unsafe_writer:
+        return
+    _warned_unsafe_writer = True
+    log.warning("D-Bus writer not protected against EAGAIN: %s.  A send that meets a full "
+                "socket buffer exactly at a message boundary may then end the bus connection "
+                "(the daemon exits with status 1 and systemd restarts it, restoring bgscan from "
+                "its journal); report it with the D-Bus library's version", why)
 
 
 BusType = _lib.BusType
@@ -147,5 +255,5 @@ introspection = _introspection
 
 __all__ = [
     "LIBRARY", "SKIPPED", "MessageBus", "BusType", "Message", "MessageType", "MessageFlag",
-    "Variant", "DBusError", "introspection", "marshals_utf8",
+    "Variant", "DBusError", "introspection", "marshals_utf8", "installed_version", "known_broken",
 ]
