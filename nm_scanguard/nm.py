@@ -109,9 +109,10 @@ def settings_error(dev: WifiDevice, err: BusError) -> str:
         else "its profile"
     if err.name == PERMISSION_DENIED:
         # The user the fix names is whoever runs the daemon (scanguard, as packaged).
-        return (f"{dev.ifname}: {profile} is private to a user (connection.permissions): "
-                "scanguard cannot read its scanguard.* settings and does not guard it; to guard "
-                f"it: nmcli connection modify {dev.connection_uuid or dev.connection_id} "
+        # Short enough that a status (cut at 256 characters) keeps the whole command.
+        return (f"{dev.ifname}: {profile} is private to a user (connection.permissions): not "
+                "guarded, as its scanguard.* settings cannot be read; to guard it: nmcli "
+                f"connection modify {dev.connection_uuid or dev.connection_id} "
                 f"+connection.permissions user:{_user()}")
     if err.name.endswith(_GONE):
         return (f"{dev.ifname}: {profile} went away while it was read ({err.name}); not "

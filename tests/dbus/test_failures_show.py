@@ -90,8 +90,8 @@ async def test_a_private_profile_is_not_guarded_and_says_what_to_do(bus, link, p
     d = await device(bus, link.ifname)
     me = pwd.getpwuid(os.geteuid()).pw_name
     expected = (f"{link.ifname}: profile '{CAFE}' is private to a user (connection.permissions): "
-                "scanguard cannot read its scanguard.* settings and does not guard it; to guard "
-                "it: nmcli connection modify")
+                "not guarded, as its scanguard.* settings cannot be read; to guard it: nmcli "
+                "connection modify")
     assert d["error"].startswith(expected) and d["error"].endswith(
         f"+connection.permissions user:{me}"), d
     assert d["state"] == "disabled" and d["connection_id"] == CAFE

@@ -78,9 +78,10 @@ async def test_a_private_profile_is_named_with_what_to_do(nm_replies):
     assert dev.user_data == {} and dev.connection_id == CAFE and dev.connection_uuid == UUID
     assert dev.connection_path == PROFILE
     assert dev.settings_error == (
-        f"wlan0: profile '{CAFE}' is private to a user (connection.permissions): scanguard "
-        f"cannot read its scanguard.* settings and does not guard it; to guard it: nmcli "
-        f"connection modify {UUID} +connection.permissions user:{ME}")
+        f"wlan0: profile '{CAFE}' is private to a user (connection.permissions): not guarded, "
+        f"as its scanguard.* settings cannot be read; to guard it: nmcli connection modify "
+        f"{UUID} +connection.permissions user:{ME}")
+    assert len(dev.settings_error) < 256  # the status keeps it whole
 
 
 @pytest.mark.parametrize("name, words", [

@@ -348,9 +348,9 @@ async def test_stop_ends_a_sampling_loop_whose_cancellation_was_swallowed(guard,
 
 # ---- failures that show (issue 21) ---------------------------------------------------------
 
-UNREADABLE = ("wlan0: profile 'Café ☕' is private to a user (connection.permissions): scanguard "
-              "cannot read its scanguard.* settings and does not guard it; to guard it: nmcli "
-              "connection modify u-1 +connection.permissions user:scanguard")
+UNREADABLE = ("wlan0: profile 'Café ☕' is private to a user (connection.permissions): not "
+              "guarded, as its scanguard.* settings cannot be read; to guard it: nmcli connection "
+              "modify u-1 +connection.permissions user:scanguard")
 
 
 def _dev(error: str | None = None) -> WifiDevice:
