@@ -137,3 +137,28 @@ def test_purge_leaves_nothing(vm_check: dict) -> None:
         "every packaged file gone", "no byte-code left", "name no longer activatable"])
     assert "NOTE  system user scanguard kept" in vm_check["out"]
     assert vm_check["rc"] == 0 and "== 0 check(s) failed" in vm_check["out"], vm_check["out"]
+
+
+def test_a_profile_private_to_a_user_is_shown_and_left_alone(vm_check: dict) -> None:
+    """Issue 21: the daemon, as user scanguard, may not read a profile private to another user
+    (connection.permissions): the status says so with the command that fixes it, the interface
+    is not guarded (a hold leaves bgscan on), the journal has one line, and after the command
+    the same hold suspends bgscan."""
+    seen = vm_check["private"]
+    assert "failed" not in seen, f"{seen['failed']}\n{seen.get('journal', '')}\n{seen.get('nm journal', '')}"
+    assert seen["service user"] == "scanguard"
+    assert seen["still active"], "NetworkManager deactivated the private profile"
+    d = seen["private"]
+    assert d["state"] == "disabled" and d["connection_id"] == "Café ☕ lab", d
+    assert d["error"].startswith(f"{IFACE}: profile 'Café ☕ lab' is private to a user "
+                                 "(connection.permissions): not guarded"), d
+    assert d["error"].endswith(" +connection.permissions user:scanguard"), d
+    assert f"problem: {d['error']}" in seen["status line"], seen["status line"]
+    assert seen["held, unreadable"]["state"] == "disabled"
+    assert seen["held, unreadable"]["bgscan"] not in ("", None), seen
+    assert len(seen["log lines"]) == 1, seen["log lines"]
+    assert seen["held, readable"] == {"bgscan": "", "state": "held", "error": ""}, seen
+    assert seen["released"]["bgscan"] == seen["held, unreadable"]["bgscan"], seen
+    print(f"private profile: shown {seen['seconds to show']:.1f} s after the change, guarded "
+          f"{seen['seconds to guard']:.1f} s after `{seen['advice']}`; log line: "
+          f"{seen['log lines'][0]}")
