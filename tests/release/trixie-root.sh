@@ -5,13 +5,13 @@
 #
 # Called by tests/release/trixie.py, which names TARGET_DIR after a hash of this file and of
 # PACKAGES_FILE: a change to either makes the next run build a new root instead of testing a stale
-# one.  Environment: TRIXIE_MIRROR (default http://deb.debian.org/debian, the host the Debian 12
-# sources use).  Needs root and mmdebstrap (apt-get install mmdebstrap).
+# one.  Environment: TRIXIE_MIRROR, the Debian mirror (trixie.py passes the one the host's own
+# apt sources use, or its override).  Needs root and mmdebstrap (apt-get install mmdebstrap).
 set -eu
 
 packages_file=$1
 target=$2
-mirror=${TRIXIE_MIRROR:-http://deb.debian.org/debian}
+mirror=${TRIXIE_MIRROR:?"set TRIXIE_MIRROR to a Debian mirror (tests/release/trixie.py does)"}
 
 # One comma-separated list, comments and blank lines dropped.
 include=$(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$packages_file" | paste -sd, -)

@@ -9,6 +9,8 @@ trixie's real wpa_supplicant for the contract tests.
     trixie.py root           build the root unless it is cached; print its path, size, build time
     trixie.py test           the root, then every rung in it, one at a time, with a summary
     trixie.py shell [CMD...] a command (default: sh) inside the root, the repository at /src
+    trixie.py bench [ARGS]   tests/bench/bench_daemon.py inside the root (ARGS are its own, e.g.
+                             --seconds 60 --against REV): the daemon's RSS, PSS, start-up time
 
 The root is cached outside the checkout, in $TRIXIE_CACHE (default /var/cache/nm-scanguard), as
 the directory trixie-<hash>, <hash> covering tests/release/trixie-root.sh (the builder),
@@ -37,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Iterator, Sequence
 
+from apt_sources import host_debian_mirror  # tests/release/apt_sources.py, beside this script
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 BUILDER = HERE / "trixie-root.sh"
@@ -46,7 +50,9 @@ PACKAGES = HERE / "trixie-packages.txt"
 LAB_PACKAGES = HERE / "trixie-lab-packages.txt"
 ENTER = HERE / "enter-root.sh"
 DEFAULT_CACHE = "/var/cache/nm-scanguard"
-DEFAULT_MIRROR = "http://deb.debian.org/debian"
+# Only when neither TRIXIE_MIRROR nor the host's own apt sources name a Debian mirror (said on
+# stderr): Debian's own redirector.
+FALLBACK_MIRROR = "http://deb.debian.org/debian"
 
 # The packages whose versions decide what the rungs prove; printed at the start of a test run.
 KEY_PACKAGES = ("python3", "python3-dbus-fast", "python3-dbus-next", "python3-dbusmock",
@@ -126,6 +132,17 @@ class Root:
 
     def ready(self) -> bool:
         return self.record.exists() and (self.path / "usr/bin/python3").exists()
+
+
+def mirror_of_host() -> str:
+    """The Debian mirror this host's apt uses; the fallback, said on stderr, if none is found."""
+    mirror, files = host_debian_mirror()
+    if mirror:
+        return mirror
+    print(f"trixie.py: no Debian mirror found in this host's apt sources "
+          f"({', '.join(map(str, files)) or 'no sources files'}); using {FALLBACK_MIRROR}. "
+          "Set TRIXIE_MIRROR to use another", file=sys.stderr, flush=True)
+    return FALLBACK_MIRROR
 
 
 def disk_usage(path: Path) -> str:
@@ -397,8 +414,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path,
                         default=Path(os.environ.get("TRIXIE_CACHE") or DEFAULT_CACHE),
                         help="where roots are kept (env TRIXIE_CACHE; default %(default)s)")
-    parser.add_argument("--mirror", default=os.environ.get("TRIXIE_MIRROR") or DEFAULT_MIRROR,
-                        help="Debian mirror (env TRIXIE_MIRROR; default %(default)s)")
+    parser.add_argument("--mirror", default=os.environ.get("TRIXIE_MIRROR"),
+                        help="Debian mirror (env TRIXIE_MIRROR; default: the one this host's "
+                             "apt sources use, see tests/release/apt_sources.py)")
     parser.add_argument("--rebuild", action="store_true", help="build the root even if cached")
     sub = parser.add_subparsers(dest="verb", required=True)
     sub.add_parser("root", help="build the root unless cached; print where it is")
@@ -417,18 +435,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="run only the steps whose name contains one of these words")
     s = sub.add_parser("shell", help="run a command inside the root (default: sh)")
     s.add_argument("command", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
+    sub.add_parser("bench", help="the daemon's resource bench inside the root; the arguments "
+                                 "that follow are the bench's (see tests/bench/bench_daemon.py)")
+    args, bench_args = parser.parse_known_args(argv)
+    if bench_args and args.verb != "bench":
+        parser.error(f"unrecognized arguments: {' '.join(bench_args)}")
 
     try:
         check_host()
         kind = "trixie-lab" if args.verb == "lab-root" else "trixie"
-        root = Root(args.cache.resolve(), args.mirror, kind)
+        root = Root(args.cache.resolve(), args.mirror or mirror_of_host(), kind)
         path = ensure_root(root, args.rebuild)
         if args.verb in ("root", "lab-root"):
             print(path, flush=True)
             return 0
         if args.verb == "shell":
             return subprocess.run(inside(path, args.command or ["sh"]), check=False).returncode
+        if args.verb == "bench":
+            command = ["python3", "-m", "tests.bench.bench_daemon", *bench_args]
+            return subprocess.run(inside(path, command), check=False).returncode
         return test(path, args.step_timeout, args.total_timeout, args.only)
     except Failure as e:
         print(f"trixie.py: {e}", file=sys.stderr)
