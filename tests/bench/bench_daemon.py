@@ -20,6 +20,9 @@ MemoryMax= and TasksMax= from these.
   `git archive` into a temporary directory; the mocks and this bench stay the checkout's), in
   the same run and on the same machine, and prints both side by side.  Nothing else prints a
   "before" figure: figures from another run or machine are not comparable.
+- Each daemon runs from a byte-compiled copy of its nm_scanguard/, as an installed package does.
+- On Debian 13: `tests/release/trixie.py bench --seconds 60 --against REV` runs this in the
+  trixie root (tests/release/README.md).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import asyncio
 import contextlib
 import io
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -238,17 +242,25 @@ async def run(daemon: Daemon, seconds: float, sample_interval: float, starts: in
     return Result(start, idle, sampling, engaged)
 
 
-def export(revision: str, into: Path) -> Path:
-    """nm_scanguard/ of git revision `revision`, written under `into`."""
-    archive = subprocess.run(["git", "archive", "--format=tar", revision, "nm_scanguard"],
-                             cwd=REPO, capture_output=True, check=True).stdout
-    target = into / "src"
+def export(revision: str | None, into: Path) -> Path:
+    """nm_scanguard/ of git revision `revision` (None: this checkout's working tree), written
+    under `into` and byte-compiled, as an installed package is: every daemon measured starts
+    from .pyc files, also where PYTHONDONTWRITEBYTECODE is set or the checkout is read-only
+    (the trixie root).  Returns the directory to put on PYTHONPATH."""
+    target = into / (revision or "checkout")
     target.mkdir()
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        if hasattr(tarfile, "data_filter"):
-            tar.extractall(target, filter="data")
-        else:  # Python before 3.11.4: our own repository's archive, trusted
-            tar.extractall(target)
+    if revision is None:
+        shutil.copytree(REPO / "nm_scanguard", target / "nm_scanguard",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    else:
+        archive = subprocess.run(["git", "archive", "--format=tar", revision, "nm_scanguard"],
+                                 cwd=REPO, capture_output=True, check=True).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(target, filter="data")
+            else:  # Python before 3.11.4: our own repository's archive, trusted
+                tar.extractall(target)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(target)], check=True)
     return target
 
 
@@ -264,8 +276,8 @@ def summary(results: dict[str, Result]) -> None:
 
 
 async def main(seconds: float, sample_interval: float, starts: int, against: str | None) -> None:
-    with tempfile.TemporaryDirectory(prefix="scanguard-bench-rev-") as tmp:
-        daemons = [Daemon("this checkout", REPO)]
+    with tempfile.TemporaryDirectory(prefix="scanguard-bench-src-") as tmp:
+        daemons = [Daemon("this checkout", export(None, Path(tmp)))]
         if against:
             commit = subprocess.run(["git", "rev-parse", "--short", against], cwd=REPO,
                                     capture_output=True, text=True, check=True).stdout.strip()
