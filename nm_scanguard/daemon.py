@@ -17,10 +17,9 @@ from typing import Any, Callable, Coroutine
 import systemd.daemon as sd_daemon
 
 from .bus import BusError, add_match, name_has_owner
-from .config import NAME_CHARS, ProfileWarnings, Settings, apply_profile, clipped, load_file, \
-    quoted
+from .config import NAME_CHARS, ProfileWarnings, Settings, apply_profile, load_file, quoted
 from .dbuslib import Message, MessageBus, MessageType
-from .guard import MAX_TRACEBACKS, Guard
+from .guard import Guard, log_traceback_once, unexpected_line
 from .holds import Holds
 from .journal import Journal
 from .netlink import LinkCounters
@@ -385,12 +384,8 @@ class Daemon:
                 return
             # No interface to show it on: the traceback once per distinct error, then a line
             # each time it changes (a failure that repeats must not fill the journal).
-            message = f"unexpected error in {getattr(coro, '__name__', 'a task')}: " \
-                      f"{type(e).__name__}: {clipped(str(e), 120)}; carrying on (please report it)"
-            if message not in self._tracebacks and len(self._tracebacks) < MAX_TRACEBACKS:
-                self._tracebacks.add(message)
-                log.error("%s", message, exc_info=e)
-            elif message != self._unexpected:
+            message = unexpected_line(e, f"in {getattr(coro, '__name__', 'a task')}")
+            if not log_traceback_once(message, e, self._tracebacks) and message != self._unexpected:
                 log.warning("%s", message)
             self._unexpected = message
         else:

@@ -34,7 +34,25 @@ ROAM_SCAN_GAP = 30.0
 # poll that got an answer, UNEXPECTED (a bug: its traceback is logged once per distinct error)
 # by a sample that ran through, SETTINGS by the profile being readable again (WifiDevice).
 SETTINGS, STEP, SIGNAL, UNEXPECTED = "settings", "step", "signal", "unexpected"
-MAX_TRACEBACKS = 16  # distinct unexpected errors whose traceback is logged, per guard
+MAX_TRACEBACKS = 16  # distinct unexpected errors whose traceback is logged, per logger
+
+
+def unexpected_line(e: BaseException, what: str) -> str:
+    """One line for an error nobody foresaw: its type, text and where it was raised."""
+    frame = traceback.extract_tb(e.__traceback__)[-1:]
+    where = f" at {os.path.basename(frame[0].filename)}:{frame[0].lineno}" if frame else ""
+    return (f"unexpected error {what}: {type(e).__name__}: {clipped(str(e), 120)}{where}; "
+            "carrying on (please report it)")
+
+
+def log_traceback_once(message: str, e: BaseException, seen: set[str]) -> bool:
+    """Log `message` with the traceback if this error was not seen before (at most
+    MAX_TRACEBACKS of them); whether it did."""
+    if message in seen or len(seen) >= MAX_TRACEBACKS:
+        return False
+    seen.add(message)
+    log.error("%s", message, exc_info=e)
+    return True
 
 
 class CounterReader(Protocol):
@@ -344,13 +362,8 @@ class Guard:
     def unexpected(self, e: BaseException, what: str) -> None:
         """An error nobody foresaw (a bug): its traceback is logged the first time, then one
         line each time the problem changes; shown in the status until a sample runs through."""
-        frame = traceback.extract_tb(e.__traceback__)[-1:] or None
-        where = f" at {os.path.basename(frame[0].filename)}:{frame[0].lineno}" if frame else ""
-        message = (f"{self.ifname}: unexpected error {what}: {type(e).__name__}: "
-                   f"{clipped(str(e), 120)}{where}; carrying on (please report it)")
-        if message not in self._tracebacks and len(self._tracebacks) < MAX_TRACEBACKS:
-            self._tracebacks.add(message)
-            log.error("%s", message, exc_info=e)
+        message = f"{self.ifname}: {unexpected_line(e, what)}"
+        if log_traceback_once(message, e, self._tracebacks):
             self._logged[UNEXPECTED] = message
         self._fail(message, UNEXPECTED)
 
