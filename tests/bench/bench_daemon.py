@@ -139,27 +139,53 @@ class SourceDaemon(DaemonProcess):
         return self
 
 
-async def start_to_name(daemon: Daemon, address: str, bus: MessageBus, tmp: Path,
-                        starts: int) -> list[float]:
-    """Seconds from each start to owning the bus name, `starts` times (each stopped after)."""
-    times = []
-    for n in range(starts):
-        workdir = tmp / f"start-{n}"
-        workdir.mkdir()
-        proc = SourceDaemon(daemon.source, address, workdir, "")
-        t0 = time.monotonic()
-        proc.start()
-        try:
-            while not await name_has_owner(bus, BUS_NAME):
-                if proc.returncode() is not None or time.monotonic() - t0 > 30:
-                    raise RuntimeError(f"{daemon.label}: scanguardd did not take its name:\n"
-                                       f"{proc.log()}")
-                await asyncio.sleep(0.002)
-            times.append(time.monotonic() - t0)
-        finally:
-            proc.stop()
-        while await name_has_owner(bus, BUS_NAME):  # the next start must find the name free
-            await asyncio.sleep(0.01)
+async def start_to_name(daemon: Daemon, address: str, bus: MessageBus, workdir: Path) -> float:
+    """Seconds from one start of `daemon` to its owning the bus name (stopped after)."""
+    workdir.mkdir()
+    proc = SourceDaemon(daemon.source, address, workdir, "")
+    t0 = time.monotonic()
+    proc.start()
+    try:
+        while not await name_has_owner(bus, BUS_NAME):
+            if proc.returncode() is not None or time.monotonic() - t0 > 30:
+                raise RuntimeError(f"{daemon.label}: scanguardd did not take its name:\n"
+                                   f"{proc.log()}")
+            await asyncio.sleep(0.002)
+        seconds = time.monotonic() - t0
+    finally:
+        proc.stop()
+    while await name_has_owner(bus, BUS_NAME):  # the next start must find the name free
+        await asyncio.sleep(0.01)
+    return seconds
+
+
+async def start_times(daemons: list[Daemon], starts: int) -> dict[str, list[float]]:
+    """`starts` timed starts of each daemon, taking turns (the order alternating each round),
+    so that whatever else loads the machine meanwhile weighs on every daemon alike."""
+    times: dict[str, list[float]] = {d.label: [] for d in daemons}
+    tmp = Path(tempfile.mkdtemp(prefix="scanguard-bench-start-"))
+    with contextlib.ExitStack() as cleanup:
+        bus_daemon = start_private_bus()
+        cleanup.callback(bus_daemon.stop)
+        os.environ["DBUS_SYSTEM_BUS_ADDRESS"] = bus_daemon.address
+        wpa = MockSupplicant(bus_daemon.address, tmp / "wpa.log")
+        cleanup.callback(wpa.close)
+        nm = NetworkManagerMock(bus_daemon.address, tmp / "nm.log")
+        cleanup.callback(nm.close)
+        bus = await MessageBus(bus_type=BusType.SYSTEM).connect()
+        cleanup.callback(bus.disconnect)
+        link = Link()
+        cleanup.callback(link.remove)
+        await Peers(bus, link.ifname, wpa, nm).setup(activate=False)
+        for n in range(starts):
+            for i, d in enumerate(daemons if n % 2 == 0 else daemons[::-1]):
+                workdir = tmp / f"start-{n}-{i}"
+                times[d.label].append(await start_to_name(d, bus_daemon.address, bus, workdir))
+    for d in daemons:
+        t = sorted(times[d.label])
+        print(f"  [{d.label}] start to owning {BUS_NAME}: median {statistics.median(t) * 1000:.0f} ms, "
+              f"fastest {t[0] * 1000:.0f} ms, of {starts} starts "
+              f"({', '.join(f'{x * 1000:.0f}' for x in times[d.label])} ms)", flush=True)
     return times
 
 
@@ -198,9 +224,9 @@ class Result:
     engaged: bool
 
 
-async def run(daemon: Daemon, seconds: float, sample_interval: float, starts: int) -> Result:
-    print(f"==> {daemon.label}: nm_scanguard from {daemon.source}", flush=True)
-    import_costs(daemon)
+async def run(daemon: Daemon, seconds: float, sample_interval: float,
+              start: list[float]) -> Result:
+    print(f"==> {daemon.label}: memory and CPU", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="scanguard-bench-"))
     with contextlib.ExitStack() as cleanup:  # everything started is stopped, in reverse order
         bus_daemon = start_private_bus()
@@ -216,10 +242,6 @@ async def run(daemon: Daemon, seconds: float, sample_interval: float, starts: in
         cleanup.callback(link.remove)
         peers = Peers(bus, link.ifname, wpa, nm)
         await peers.setup(activate=False)
-        start = await start_to_name(daemon, bus_daemon.address, bus, tmp, starts)
-        print(f"  [{daemon.label}] start to owning {BUS_NAME}: median "
-              f"{statistics.median(start) * 1000:.0f} ms of {starts} starts "
-              f"({', '.join(f'{t * 1000:.0f}' for t in start)} ms)", flush=True)
         proc = SourceDaemon(daemon.source, bus_daemon.address, tmp,
                             f"[scanguard]\nsample_interval = {sample_interval}\n")
         cleanup.callback(proc.stop)
@@ -267,10 +289,10 @@ def export(revision: str | None, into: Path) -> Path:
 def summary(results: dict[str, Result]) -> None:
     print("==> summary (same run, same machine)"
           f"; dbus library asked for: {os.environ.get('SCANGUARD_DBUS_LIB', 'default')}")
-    print(f"  {'':28s} {'start→name ms':>14s} {'RSS sampling':>13s} {'PSS sampling':>13s} "
-          f"{'RSS idle':>9s} {'PSS idle':>9s}")
+    print(f"  {'':28s} {'start→name ms':>14s} {'(fastest)':>9s} {'RSS sampling':>13s} "
+          f"{'PSS sampling':>13s} {'RSS idle':>9s} {'PSS idle':>9s}")
     for label, r in results.items():
-        print(f"  {label:28s} {statistics.median(r.start) * 1000:14.0f} "
+        print(f"  {label:28s} {statistics.median(r.start) * 1000:14.0f} {min(r.start) * 1000:9.0f} "
               f"{r.sampling.rss / 1024:9.1f} MiB {r.sampling.pss / 1024:9.1f} MiB "
               f"{r.idle.rss / 1024:5.1f} MiB {r.idle.pss / 1024:5.1f} MiB")
 
@@ -282,7 +304,13 @@ async def main(seconds: float, sample_interval: float, starts: int, against: str
             commit = subprocess.run(["git", "rev-parse", "--short", against], cwd=REPO,
                                     capture_output=True, text=True, check=True).stdout.strip()
             daemons.append(Daemon(f"revision {commit}", export(commit, Path(tmp))))
-        results = {d.label: await run(d, seconds, sample_interval, starts) for d in daemons}
+        for d in daemons:
+            print(f"==> {d.label}: nm_scanguard from {d.source}", flush=True)
+            import_costs(d)
+        print("==> start-up", flush=True)
+        start = await start_times(daemons, starts)
+        results = {d.label: await run(d, seconds, sample_interval, start[d.label])
+                   for d in daemons}
     summary(results)
 
 
