@@ -18,12 +18,14 @@ from typing import Callable
 
 from . import __version__
 from .api import Api
-from .bus import BusError, call, close_bus
+from .bus import BusError, call, close_bus, name_has_owner
 from .config import DEFAULT_CONFIG_PATH, ConfigError, Settings, load_file
 from .daemon import Daemon
 from .dbuslib import LIBRARY, SKIPPED, BusType, Message, MessageBus, MessageType
-from .journal import DEFAULT_STATE_DIR
+from .journal import DEFAULT_STATE_DIR, Journal
 from .names import BUS_NAME, DBUS
+from .supplicant import NAME as WPAS_NAME, Supplicant
+from .suspension import Suspender
 
 log = logging.getLogger("scanguard")
 
@@ -84,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_file(args.config)
     except ConfigError as e:
         print(f"scanguardd: {e}", file=sys.stderr)
+        if not args.check_config:
+            # A daemon that cannot guard must still not leave a user's bgscan off: a bad file
+            # written while the previous instance ran is read only by the next start, often one
+            # after a crash, whose journal would otherwise never be replayed.
+            asyncio.run(_restore_only(args.state_dir))
         return 1
     if args.check_config:
         present = os.path.exists(args.config)
@@ -98,6 +105,41 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(serve(args.config, args.state_dir, settings))
     except KeyboardInterrupt:
         return 0
+
+
+async def _restore_only(state_dir: str) -> None:
+    try:
+        bus = await MessageBus(bus_type=BusType.SYSTEM).connect()
+    except Exception as e:
+        log.error("cannot connect to the system bus (%s) to restore what a previous instance "
+                  "left suspended; reconnecting the Wi-Fi restores NetworkManager's bgscan", e)
+        return
+    try:
+        await restore_left_over(bus, state_dir)
+    except (BusError, EOFError, ConnectionError) as e:
+        log.error("could not restore what a previous instance left suspended (%s); it stays in "
+                  "the journal for the next start", e)
+    finally:
+        await close_bus(bus)
+
+
+async def restore_left_over(bus: MessageBus, state_dir: str) -> int:
+    """Restore what a previous instance left suspended, and guard nothing: what a daemon does
+    that cannot start (bad settings).  Returns the entries kept for a later try."""
+    journal = Journal(state_dir)
+    if not journal.load():
+        return 0
+    problem = await own_name(bus, BUS_NAME)
+    if problem:  # a running instance owns the journal
+        log.error("%s; not touching %s", problem, journal.path)
+        return 0
+    running = await name_has_owner(bus, WPAS_NAME)
+    kept = await Suspender(Supplicant(bus), journal).restore_journal(running=running)
+    log.error("not guarding until the settings are fixed (scanguardd --check-config); what a "
+              "previous instance left suspended was restored%s",
+              f", except {kept} entr{'y' if kept == 1 else 'ies'} kept in {journal.path}"
+              if kept else "")
+    return kept
 
 
 async def own_name(bus: MessageBus, name: str) -> str | None:

@@ -19,7 +19,7 @@ from nm_scanguard.dbuslib import Message, MessageBus, MessageType
 from tests.conftest import assert_eventually
 from tests.fault.conftest import (IFACE, NAME, PATH, STEP_TIMEOUT, World, _disconnect,
                                   check_invariant)
-from tests.peers import BGSCAN
+from tests.peers import BGSCAN, DaemonProcess
 
 CAFE = "Café ☕"
 LATE_MS = int((CALL_TIMEOUT + 1.0) * 1000)
@@ -225,3 +225,21 @@ async def test_two_reactivations_in_a_row_while_guarding(world):
     await asyncio.sleep(1.0)  # the guard handles both removals and suspends the newest object
     world.link.stop()
     await check_invariant(world, slow_peer=False)
+
+
+@pytest.mark.parametrize("bad", [f"{CAFE}\n", f"[scanguard]\nthreshold_mbit = {CAFE}\n"],
+                         ids=["not-ini", "bad-value"])
+async def test_a_start_with_a_bad_settings_file_still_restores(world, bad):
+    """Found by the model rung (tests/model, 2026-11-25: LoseBus, Reload(bad file)): a settings
+    file broken while the daemon ran -- a reload refuses it and keeps the old settings -- is read
+    by the next start, which after a crash is the one that must replay the journal; it exited 1
+    at once and bgscan stayed off until the next reconnect.  Now a start that cannot guard
+    restores what the journal holds, says so, and exits 1."""
+    await engaged(world)
+    world.daemon.process.kill()
+    world.daemon.process.wait()
+    world.link.stop()
+    broken = DaemonProcess(world.address, world.workdir, bad).start()
+    assert broken.process.wait(timeout=STEP_TIMEOUT) == 1, broken.log()
+    assert (await world.peers.networks()).get(world.peers.net) == f'"{BGSCAN}"', broken.log()
+    assert "not guarding until the settings are fixed" in broken.log(), broken.log()

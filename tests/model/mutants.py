@@ -1,0 +1,150 @@
+"""Does the model rung have teeth?  Break the daemon on purpose and count how fast it notices.
+
+`make fault-mutants` (or `python3 -m tests.model.mutants [--sequences N] [NAME ...]`) copies
+nm_scanguard/ and tests/model/ into a temporary directory, makes one named edit to the copy --
+never to the tree -- and runs the model rung there until its first failing sequence.  It prints
+one line per variant: caught after N sequences (and seconds), or NOT caught.  A variant that is
+not caught is a gap in the rung to close.
+
+Each edit names the text it replaces; if that text is no longer in the code (the code moved on),
+the variant says so and the run fails: update the edit, do not drop it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    what: str  # the defect, as a reviewer would name it
+    file: str
+    old: str
+    new: str
+
+
+MUTANTS = (
+    Mutant("no-journal-before-set", "drop the journal write before Set",
+           "nm_scanguard/suspension.py",
+           "        self._record(net, ifname, value)\n        try:\n            await sup.set_bgscan(net, \"\")",
+           "        try:\n            await sup.set_bgscan(net, \"\")"),
+    Mutant("trust-timed-out-set", "trust a timed-out Set (take no answer for 'not applied')",
+           "nm_scanguard/suspension.py",
+           "            if not is_uncertain(e):\n                self._forget(net, ifname)\n                raise",
+           "            if True:\n                self._forget(net, ifname)\n                raise"),
+    Mutant("restore-over-others", "restore over a value that is no longer ours",
+           "nm_scanguard/suspension.py",
+           "        elif current == \"\":\n            try:\n                await sup.set_bgscan(s.network, s.saved)",
+           "        elif current is not None:\n            try:\n                await sup.set_bgscan(s.network, s.saved)"),
+    Mutant("holder-left-keeps-holds", "forget a hold's release path (holder leaves the bus)",
+           "nm_scanguard/api.py",
+           "                for hold in self.holds.caller_left(name):",
+           "                for hold in []:"),
+    Mutant("no-restore-on-stop", "skip the restore on stop",
+           "nm_scanguard/daemon.py",
+           "        restore = self._bus is not None and self._bus.connected",
+           "        restore = False"),
+    Mutant("no-journal-replay", "a new start does not replay the crash journal",
+           "nm_scanguard/daemon.py",
+           "        self._retry = self.spawn(self._replay_journal())",
+           "        self._retry = None"),
+    Mutant("replay-gives-up", "a journal entry that could not be restored is never retried",
+           "nm_scanguard/daemon.py",
+           "                    if not await self._replay():\n                        return",
+           "                    await self._replay()\n                    return"),
+    Mutant("removal-number-ignored", "a late NetworkRemoved drops the suspension of the new object",
+           "nm_scanguard/guard.py",
+           "            if number <= self.suspended.removals:",
+           "            if False:"),
+    Mutant("gone-without-confirming", "an 'unknown object' answer drops the entry unconfirmed",
+           "nm_scanguard/suspension.py",
+           "        if current == net:\n            raise SupplicantError(",
+           "        if False:\n            raise SupplicantError("),
+    Mutant("restart-keeps-suspension", "a wpa_supplicant restart leaves the guard thinking it suspended",
+           "nm_scanguard/guard.py",
+           "        self.suspended = None\n        self.iface_path = self.no_bgscan = None",
+           "        self.iface_path = self.no_bgscan = None"),
+)
+
+FIRST = re.compile(r"first failing sequence: number (\d+)")
+RAN = re.compile(r"sequences run: (\d+)")
+
+
+def apply(root: Path, m: Mutant) -> None:
+    path = root / m.file
+    text = path.read_text(encoding="utf-8")
+    count = text.count(m.old)
+    if count != 1:
+        raise SystemExit(f"{m.name}: the text it replaces is in {m.file} {count} times, not once; "
+                         "the code moved on: update the edit in tests/model/mutants.py")
+    path.write_text(text.replace(m.old, m.new), encoding="utf-8")
+
+
+def run(m: Mutant, sequences: int, python: str) -> tuple[int | None, int, float, str]:
+    with tempfile.TemporaryDirectory(prefix=f"scanguard-mutant-{m.name}-") as tmp:
+        root = Path(tmp)
+        shutil.copytree(REPO / "nm_scanguard", root / "nm_scanguard",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        (root / "tests").mkdir()
+        shutil.copy(REPO / "tests" / "__init__.py", root / "tests" / "__init__.py")
+        shutil.copytree(REPO / "tests" / "model", root / "tests" / "model",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        apply(root, m)
+        env = dict(os.environ, SCANGUARD_MODEL_SEQUENCES=str(sequences),
+                   SCANGUARD_MODEL_SHRINK="0", PYTHONDONTWRITEBYTECODE="1")
+        start = time.monotonic()
+        out = subprocess.run([python, "-m", "pytest", "-p", "no:cacheprovider", "-x", "-q",
+                              "tests/model/test_model.py"], cwd=root, env=env,
+                             capture_output=True, text=True)
+        took = time.monotonic() - start
+    text = out.stdout + out.stderr
+    first = FIRST.search(text)
+    ran = RAN.search(text)
+    failed = out.returncode != 0
+    why = ""
+    if failed:
+        lines = [ln for ln in text.splitlines() if ln.startswith("E ")]
+        why = lines[0][2:].strip()[:160] if lines else text.strip().splitlines()[-1][:160]
+    return (int(first.group(1)) if first and failed else None,
+            int(ran.group(1)) if ran else 0, took, why)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sequences", type=int, default=2000,
+                   help="give up on a variant after this many sequences (default %(default)s)")
+    p.add_argument("names", nargs="*", help="only these variants (default: all)")
+    args = p.parse_args()
+    chosen = [m for m in MUTANTS if not args.names or m.name in args.names]
+    unknown = set(args.names) - {m.name for m in MUTANTS}
+    if unknown:
+        p.error(f"no such variant: {', '.join(sorted(unknown))} "
+                f"(variants: {', '.join(m.name for m in MUTANTS)})")
+    missed = 0
+    print(f"{'variant':<26} {'caught after':>14} {'seconds':>8}  defect / first violation")
+    for m in chosen:
+        caught, ran, took, why = run(m, args.sequences, sys.executable)
+        if caught is None:
+            missed += 1
+            print(f"{m.name:<26} {'NOT caught':>14} {took:8.1f}  {m.what} ({ran} sequences)",
+                  flush=True)
+        else:
+            print(f"{m.name:<26} {caught:>5} sequences {took:8.1f}  {m.what}: {why}", flush=True)
+    print(f"{len(chosen) - missed} of {len(chosen)} variants caught")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,518 @@
+"""Simulated peers for the model rung: wpa_supplicant, NetworkManager and polkitd as Python
+objects on the in-process bus (tests/model/bus.py), and the interface counters.
+
+They answer what scanguardd asks the way the real programs do (the D-Bus mock in
+tests/mocks/wpa_supplicant.py is checked against the real wpa_supplicant by tests/contract;
+this model follows the same facts, see ../shared/FACTS.md):
+- wpa_supplicant numbers a new network "highest id + 1", so NetworkManager's remove-then-add on
+  every activation brings back the *same* path with a fresh object; a restart numbers its
+  interfaces from 0 again; calls on a removed object fail with UnknownMethod; `bgscan` reads
+  back quoted; Set merges only the keys given.
+- wpa_supplicant is single-threaded: a stall holds back everything it would process or send,
+  in order.  Faults are drawn per call: refuse, lose the reply, answer late after applying,
+  start late, hang (before or after applying) until it recovers or restarts.
+
+The wpa_supplicant model also *watches* every bgscan write, and keeps what the invariant needs:
+which objects carry a "" of ours, what NetworkManager (or another program) set on each object,
+and every write that broke a rule (`violations`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+from nm_scanguard.dbuslib import Message, Variant
+from nm_scanguard.rates import Counters
+from tests.model.bus import UNKNOWN_METHOD, Service, SimBus
+
+WPAS = "fi.w1.wpa_supplicant1"
+WPAS_PATH = "/fi/w1/wpa_supplicant1"
+WPAS_IFACE = WPAS + ".Interface"
+WPAS_NETWORK = WPAS + ".Network"
+PROPS = "org.freedesktop.DBus.Properties"
+NM = "org.freedesktop.NetworkManager"
+NM_PATH = "/org/freedesktop/NetworkManager"
+POLKIT = "org.freedesktop.PolicyKit1"
+
+NM_BGSCAN = "simple:30:-70:86400"
+NM_BGSCANS = (NM_BGSCAN, "simple:30:-65:300", None)  # None: no bgscan key (BSSID-locked, AP)
+SCAN_SECONDS = 3.0
+FLUSH = 0.005  # wpa_supplicant announces property changes from a 5 ms timer
+
+
+def _error(msg: Message, name: str, text: str) -> Message:
+    return Message.new_error(msg, name, text)
+
+
+# ---- wpa_supplicant ---------------------------------------------------------------------------
+
+_object_ids = itertools.count(1)
+
+
+@dataclass(eq=False)
+class Net:
+    path: str
+    ifname: str
+    bgscan: str | None  # as set, without wpa_supplicant's quotes; None: no key at all
+    expected: str | None  # what NetworkManager (or another program) last set: the promise
+    created: int  # when, in wpa_supplicant's own order of events (not time: many share an instant)
+    oid: int = field(default_factory=lambda: next(_object_ids))
+    alive: bool = True
+    ours: bool = False  # bgscan is "" because scanguardd set it
+    ours_by: str = ""  # the bus name of the scanguardd connection that set it
+    raced: bool = False  # a write of ours landed on it after it replaced the object we read
+
+
+@dataclass(eq=False)
+class WpaIface:
+    ifname: str
+    path: str
+    nets: dict[int, Net] = field(default_factory=dict)
+    current: Net | None = None
+    rssi: int = -50
+    scanning: bool = False
+
+
+@dataclass
+class Fault:
+    kind: str  # error, lost, late, slow, hang-before, hang-after
+    member: str | None  # Get, Set, GetInterface, Scan, SignalPoll; None: any call
+    error: str = "fi.w1.wpa_supplicant1.UnknownError"
+    seconds: float = 0.0
+    count: int = 1  # for this many calls in a row (a failing streak)
+
+
+@dataclass
+class Race:
+    """Something another client of wpa_supplicant does (`work`), processed just before the
+    daemon's next call of kind `member`: the bus may deliver two senders' messages in either
+    order, and the ones that matter are the ones between the daemon's read and its write."""
+
+    member: str | None
+    work: Callable[[], None]
+    name: str
+
+
+class Supplicant(Service):
+    def __init__(self, bus: SimBus, record: Callable[[str], None]) -> None:
+        super().__init__(bus, WPAS)
+        self.loop = bus.loop
+        self.ifaces: dict[str, WpaIface] = {}
+        self.faults: deque[Fault] = deque()
+        self.races: list[Race] = []
+        self.violations: list[str] = []
+        self.every_net: list[Net] = []  # every object ever created, for the checks
+        self.last_read: dict[tuple[str, str], float] = {}  # (caller, path) -> order of a Get
+        self._order = itertools.count()
+        self.counts: dict[str, int] = {}
+        self._record = record  # the interleaving: one word per event
+        self._busy = False
+        self._backlog: deque[Callable[[], None]] = deque()
+        self._resume: asyncio.TimerHandle | None = None
+        self._iface_numbers = itertools.count()
+
+    # ---- life -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._iface_numbers = itertools.count()  # a new process numbers its objects from 0
+        super().start()
+
+    def stop(self) -> None:
+        for iface in self.ifaces.values():
+            for net in iface.nets.values():
+                net.alive = False
+        self.ifaces.clear()
+        self._backlog.clear()
+        self._held = None
+        self._busy = False
+        if self._resume is not None:
+            self._resume.cancel()
+            self._resume = None
+        super().stop()
+
+    @property
+    def stalled(self) -> bool:
+        return self._busy
+
+    def stall(self, seconds: float) -> None:
+        """Busy: nothing is processed or sent for `seconds` (math.inf: until recover())."""
+        self._busy = True
+        self.hold_output()
+        if self._resume is not None:
+            self._resume.cancel()
+            self._resume = None
+        if seconds != math.inf:
+            self._resume = self.loop.call_later(seconds, self.recover)
+
+    def recover(self) -> None:
+        if self._resume is not None:
+            self._resume.cancel()
+            self._resume = None
+        if not self._busy:
+            return
+        self._busy = False
+        self.release_output()
+        while self._backlog and not self._busy:
+            self._backlog.popleft()()
+
+    def submit(self, work: Callable[[], None]) -> None:
+        """Work from NetworkManager or the radio: done now, or in turn after a stall."""
+        if not self.alive:
+            return
+        if self._busy:
+            self._backlog.append(work)
+        else:
+            work()
+
+    # ---- what NetworkManager does to it -----------------------------------------------
+
+    def add_interface(self, ifname: str) -> WpaIface:
+        iface = WpaIface(ifname, f"{WPAS_PATH}/Interfaces/{next(self._iface_numbers)}")
+        self.ifaces[ifname] = iface
+        return iface
+
+    def add_network(self, ifname: str, bgscan: str | None) -> None:
+        iface = self.ifaces.get(ifname)
+        if iface is None:
+            return
+        number = max(iface.nets, default=-1) + 1
+        net = Net(f"{iface.path}/Networks/{number}", ifname, bgscan, bgscan, next(self._order))
+        iface.nets[number] = net
+        self.every_net.append(net)
+        self._record("add")
+        self.signal(iface.path, WPAS_IFACE, "NetworkAdded", "oa{sv}", [net.path, {}])
+        # SelectNetwork: CurrentNetwork is announced by the flush timer.
+        iface.current = net
+        self._announce(iface, {"CurrentNetwork": Variant("o", net.path)})
+
+    def remove_current(self, ifname: str) -> None:
+        iface = self.ifaces.get(ifname)
+        if iface is None or iface.current is None:
+            return
+        net = iface.current
+        net.alive = False
+        del iface.nets[int(net.path.rsplit("/", 1)[1])]
+        iface.current = None
+        self._record("remove")
+        self.signal(iface.path, WPAS_IFACE, "NetworkRemoved", "o", [net.path])
+        self._announce(iface, {"CurrentNetwork": Variant("o", "/")})
+
+    def other_program_sets(self, ifname: str, value: str) -> None:
+        """Someone else (wpa_cli, a user) writes bgscan: from then on that is what must stay."""
+        iface = self.ifaces.get(ifname)
+        if iface is None or iface.current is None:
+            return
+        net = iface.current
+        net.bgscan = net.expected = value
+        net.ours = False
+        self._record("other-set")
+
+    def scan(self, ifname: str) -> bool:
+        iface = self.ifaces.get(ifname)
+        if iface is None or iface.scanning:
+            return False
+        iface.scanning = True
+        self._record("scan")
+        self._announce(iface, {"Scanning": Variant("b", True)})
+        self.loop.call_later(SCAN_SECONDS, lambda: self.submit(lambda: self._scan_done(iface)))
+        return True
+
+    def _scan_done(self, iface: WpaIface) -> None:
+        if self.ifaces.get(iface.ifname) is not iface or not iface.scanning:
+            return
+        iface.scanning = False
+        self.signal(iface.path, WPAS_IFACE, "ScanDone", "b", [True])
+        self._announce(iface, {"Scanning": Variant("b", False)})
+
+    def _announce(self, iface: WpaIface, changes: dict[str, Variant]) -> None:
+        def flush() -> None:
+            if self.ifaces.get(iface.ifname) is iface:
+                self.signal(iface.path, PROPS, "PropertiesChanged", "sa{sv}as",
+                            [WPAS_IFACE, changes, []])
+        self.loop.call_later(FLUSH, lambda: self.submit(flush))
+
+    # ---- calls over the bus -----------------------------------------------------------
+
+    def handle(self, msg: Message) -> Message | None:
+        self.submit(lambda: self._process(msg))
+        return None
+
+    def _member(self, msg: Message) -> str:
+        if msg.interface == PROPS:
+            return str(msg.member)  # Get, Set, GetAll
+        return str(msg.member)
+
+    def _take_fault(self, member: str) -> Fault | None:
+        for fault in self.faults:
+            if fault.member is None or fault.member == member:
+                fault.count -= 1
+                if fault.count <= 0:
+                    self.faults.remove(fault)
+                return fault
+        return None
+
+    def _process(self, msg: Message) -> None:
+        member = self._member(msg)
+        for race in list(self.races):
+            if race.member is None or race.member == member:
+                self.races.remove(race)
+                self._record(f"race:{race.name}:{member}")
+                race.work()
+                if not self.alive:
+                    return  # it restarted: the call dies with it (callers get NoReply)
+        fault = self._take_fault(member)
+        kind = fault.kind if fault else "ok"
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        self._record(f"{member}:{kind}")
+        if fault is None:
+            self.emit(self._apply(msg))
+        elif fault.kind == "error":
+            self.emit(_error(msg, fault.error, "simulated failure"))
+        elif fault.kind == "lost":
+            self._apply(msg)  # carried out; the reply never comes
+        elif fault.kind in ("late", "hang-after"):
+            reply = self._apply(msg)
+            self.stall(fault.seconds if fault.kind == "late" else math.inf)
+            self.emit(reply)
+        elif fault.kind in ("slow", "hang-before"):
+            self.stall(fault.seconds if fault.kind == "slow" else math.inf)
+            self._backlog.appendleft(lambda: self.emit(self._apply(msg)))
+
+    def _apply(self, msg: Message) -> Message:
+        if msg.path == WPAS_PATH and msg.member == "GetInterface":
+            iface = self.ifaces.get(msg.body[0])
+            if iface is None:
+                return _error(msg, WPAS + ".InterfaceUnknown",
+                              "wpa_supplicant knows nothing about this interface.")
+            return Message.new_method_return(msg, "o", [iface.path])
+        iface = next((i for i in self.ifaces.values() if i.path == msg.path), None)
+        net = self._net(msg.path)
+        if iface is None and net is None:
+            return _error(msg, UNKNOWN_METHOD, f"No such interface or object: {msg.path}")
+        if msg.interface == PROPS and msg.member == "Get":
+            name = msg.body[1]
+            if iface is not None and name == "CurrentNetwork":
+                return Message.new_method_return(
+                    msg, "v", [Variant("o", iface.current.path if iface.current else "/")])
+            if net is not None and name == "Properties":
+                self.last_read[(msg.sender, net.path)] = next(self._order)
+                props = {"ssid": Variant("s", '"Café ☕"')}
+                if net.bgscan is not None:
+                    props["bgscan"] = Variant("s", f'"{net.bgscan}"')
+                return Message.new_method_return(msg, "v", [Variant("a{sv}", props)])
+        if msg.interface == PROPS and msg.member == "Set" and net is not None:
+            return self._set(msg, net)
+        if iface is not None and msg.member == "Scan":
+            if not self.scan(iface.ifname):
+                return _error(msg, WPAS + ".Interface.ScanError", "Scan request rejected")
+            return Message.new_method_return(msg)
+        if iface is not None and msg.member == "SignalPoll":
+            if iface.current is None:
+                return _error(msg, "org.freedesktop.DBus.Error.Failed", "Failed to read signal")
+            return Message.new_method_return(msg, "a{sv}", [{"rssi": Variant("i", iface.rssi)}])
+        return _error(msg, "org.freedesktop.DBus.Error.InvalidArgs", "No such property")
+
+    def _net(self, path: str) -> Net | None:
+        for iface in self.ifaces.values():
+            for net in iface.nets.values():
+                if net.path == path:
+                    return net
+        return None
+
+    def _set(self, msg: Message, net: Net) -> Message:
+        interface, name, value = msg.body
+        props = value.value if isinstance(value, Variant) else value
+        if interface != WPAS_NETWORK or name != "Properties" or not isinstance(props, dict):
+            return _error(msg, "org.freedesktop.DBus.Error.InvalidArgs", "invalid message format")
+        others = sorted(set(props) - {"bgscan"})
+        if others:
+            self.violations.append(f"Set sent {others} besides bgscan on {net.path}: "
+                                   "wpa_supplicant flushes the PMKSA cache for those")
+        if "bgscan" not in props:
+            return Message.new_method_return(msg)
+        text = props["bgscan"].value
+        younger = net.created > self.last_read.get((msg.sender, net.path), -math.inf)
+        if younger:
+            net.raced = True  # no compare-and-set in the API: the known, logged race
+        if text == "":
+            if net.bgscan == "" and net.ours:
+                self.violations.append(f"bgscan set to \"\" twice on {net.path} (object "
+                                       f"{net.oid}): two suspensions of one network")
+            net.ours = True
+            net.ours_by = msg.sender or ""
+        elif not (net.bgscan == "" and net.ours) and not younger and net.bgscan != text:
+            self.violations.append(
+                f"restore wrote \"{text}\" on {net.path} (object {net.oid}) over "
+                f"{net.bgscan!r}, which was not our \"\"")
+            net.ours = False
+        else:
+            net.ours = False
+        net.bgscan = text
+        return Message.new_method_return(msg)
+
+    # ---- what the checks read ---------------------------------------------------------
+
+    def live_nets(self) -> list[Net]:
+        return [n for i in self.ifaces.values() for n in i.nets.values()]
+
+
+# ---- NetworkManager ---------------------------------------------------------------------------
+
+@dataclass(eq=False)
+class Profile:
+    path: str
+    id: str
+    uuid: str
+    user_data: dict[str, str] = field(default_factory=dict)
+    readable: bool = True
+
+
+@dataclass(eq=False)
+class Device:
+    path: str
+    ifname: str
+    profile: Profile
+    state: int = 30  # disconnected
+    active: str = "/"
+
+
+class NetworkManager(Service):
+    def __init__(self, bus: SimBus, supplicant: Supplicant, record: Callable[[str], None]) -> None:
+        super().__init__(bus, NM)
+        self.loop = bus.loop
+        self.wpa = supplicant
+        self.devices: dict[str, Device] = {}
+        self._record = record
+        self._actives = itertools.count(1)
+
+    def add_device(self, ifname: str, profile_id: str) -> Device:
+        n = len(self.devices) + 1
+        profile = Profile(f"{NM_PATH}/Settings/{n}", profile_id, f"0000000{n}-cafe-4a00-8000-00000000000{n}")
+        dev = self.devices[ifname] = Device(f"{NM_PATH}/Devices/{n}", ifname, profile)
+        return dev
+
+    def _state(self, dev: Device, state: int) -> None:
+        old, dev.state = dev.state, state
+        self.signal(dev.path, NM + ".Device", "StateChanged", "uuu", [state, old, 0])
+
+    def activate(self, ifname: str, bgscan: str | None, gap: float = 0.0) -> None:
+        """NetworkManager's activation: remove the old network, after `gap` add a new one with
+        NetworkManager's bgscan and select it (wpa_supplicant does both in turn)."""
+        dev = self.devices[ifname]
+        if dev.state == 100:
+            self._state(dev, 30)
+            dev.active = "/"
+            self.wpa.submit(lambda: self.wpa.remove_current(ifname))
+
+        def second_half() -> None:
+            def in_wpa() -> None:
+                if ifname not in self.wpa.ifaces:
+                    self.wpa.add_interface(ifname)
+                self.wpa.add_network(ifname, bgscan)
+                if self.alive:
+                    dev.active = f"{NM_PATH}/ActiveConnection/{next(self._actives)}"
+                    self._state(dev, 100)
+            self.wpa.submit(in_wpa)
+        if gap > 0:
+            self.loop.call_later(gap, second_half)
+        else:
+            second_half()
+
+    def deactivate(self, ifname: str) -> None:
+        dev = self.devices[ifname]
+        if dev.state == 100:
+            self._state(dev, 30)
+            dev.active = "/"
+            self.wpa.submit(lambda: self.wpa.remove_current(ifname))
+
+    def supplicant_gone(self) -> None:
+        for dev in self.devices.values():
+            if dev.state == 100:
+                self._state(dev, 20)  # unavailable
+                dev.active = "/"
+
+    def update_profile(self, ifname: str, user_data: dict[str, str], readable: bool = True) -> None:
+        profile = self.devices[ifname].profile
+        profile.user_data = dict(user_data)
+        profile.readable = readable
+        self._record("profile")
+        self.signal(profile.path, NM + ".Settings.Connection", "Updated", "", [])
+
+    # ---- calls ----------------------------------------------------------------------------
+
+    def handle(self, msg: Message) -> Message | None:
+        if msg.path == NM_PATH and msg.member == "GetDevices":
+            return Message.new_method_return(msg, "ao", [[d.path for d in self.devices.values()]])
+        dev = next((d for d in self.devices.values() if d.path == msg.path), None)
+        if dev is not None and msg.interface == PROPS and msg.member == "GetAll":
+            return Message.new_method_return(msg, "a{sv}", [{
+                "DeviceType": Variant("u", 2), "Interface": Variant("s", dev.ifname),
+                "State": Variant("u", dev.state), "ActiveConnection": Variant("o", dev.active)}])
+        active = next((d for d in self.devices.values() if d.active == msg.path != "/"), None)
+        if active is not None and msg.interface == PROPS:
+            values = {"Connection": Variant("o", active.profile.path),
+                      "Id": Variant("s", active.profile.id), "Uuid": Variant("s", active.profile.uuid)}
+            if msg.member == "Get" and msg.body[1] in values:
+                return Message.new_method_return(msg, "v", [values[msg.body[1]]])
+            if msg.member == "GetAll":
+                return Message.new_method_return(msg, "a{sv}", [values])
+        profile = next((d.profile for d in self.devices.values() if d.profile.path == msg.path),
+                       None)
+        if profile is not None and msg.member == "GetSettings":
+            if not profile.readable:
+                return _error(msg, NM + ".Settings.PermissionDenied",
+                              "Insufficient privileges")
+            return Message.new_method_return(msg, "a{sa{sv}}", [{
+                "connection": {"id": Variant("s", profile.id), "uuid": Variant("s", profile.uuid)},
+                "user": {"data": Variant("a{ss}", dict(profile.user_data))}}])
+        return _error(msg, UNKNOWN_METHOD, f"No such interface or object: {msg.path}")
+
+
+class Polkit(Service):
+    """polkitd that says yes: the policy itself is tested against the real polkitd elsewhere."""
+
+    def __init__(self, bus: SimBus) -> None:
+        super().__init__(bus, POLKIT)
+
+    def handle(self, msg: Message) -> Message | None:
+        if msg.member == "CheckAuthorization":
+            return Message.new_method_return(msg, "(bba{ss})", [[True, False, {}]])
+        return _error(msg, UNKNOWN_METHOD, "no such method")
+
+
+# ---- the interface counters -------------------------------------------------------------------
+
+class Link:
+    """The kernel's counters: bytes grow at each interface's current rate, in virtual time."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._rate: dict[str, float] = {}  # bits per second
+        self._bytes: dict[str, float] = {}
+        self._since: dict[str, float] = {}
+
+    def set_rate(self, ifname: str, mbit: float) -> None:
+        self._bytes[ifname] = self._now_bytes(ifname)
+        self._since[ifname] = self.loop.time()
+        self._rate[ifname] = mbit * 1e6
+
+    def _now_bytes(self, ifname: str) -> float:
+        return self._bytes.get(ifname, 0.0) + self._rate.get(ifname, 0.0) / 8 * (
+            self.loop.time() - self._since.get(ifname, self.loop.time()))
+
+    def read(self, ifname: str) -> Counters | None:
+        total = int(self._now_bytes(ifname))
+        packets = total // 1400
+        return Counters(time=self.loop.time(), rx_bytes=0, tx_bytes=total, rx_packets=0,
+                        tx_packets=packets)
+
+    def close(self) -> None:
+        pass
+
+    def mbit(self, ifname: str) -> float:
+        return self._rate.get(ifname, 0.0) / 1e6

@@ -1,0 +1,54 @@
+"""Plain regression tests for what the model rung found: each is one fixed sequence, run on the
+same simulated machine and checked with the same invariant as test_model.py, so that a fix
+stays fixed without waiting for Hypothesis to draw it again.  Which finding each holds down is
+said in its docstring."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.model.test_model import CAFE, Machine
+
+pytestmark = pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
+
+
+@pytest.mark.parametrize("then_crash", ["sigkill", "lose_bus"])
+def test_a_bad_settings_file_does_not_keep_the_next_start_from_restoring(then_crash):
+    """Found 2026-11-25 (LoseBus, then Reload with a bad file): the next start read the broken
+    file and exited 1 without replaying the journal, so a bgscan the previous instance had
+    suspended stayed off.  A start that cannot guard now restores, then exits 1."""
+    state = Machine()
+    try:
+        state.traffic(ifname="wlan0", mbit=50.0, then=6.0)
+        assert any(n.bgscan == "" for n in state.world.wpa.live_nets()), "guard engaged"
+        state.reload(config=f"[scanguard]\nthreshold_mbit = {CAFE}\n", then=0.5)
+        getattr(state, then_crash)(then=0.0)
+        state.traffic(ifname="wlan0", mbit=0.0, then=5.0)
+        state.bgscan_is_safe()
+        assert state.world.instance is None, "a start with a bad file does not guard"
+        assert not state.world.end_state(), state.world.end_state()
+    finally:
+        state.teardown()
+
+
+def test_a_write_racing_a_reactivation_at_the_same_instant_is_the_known_race():
+    """Found 2026-11-25 while building the rung (a fault of the model, kept as a test of it):
+    NetworkManager re-created the network between the daemon's read and its Set, at the same
+    virtual instant as the read; the model compared times and called the daemon's put-back a
+    restore over someone else's value.  It now orders wpa_supplicant's events by sequence, and
+    the race the API cannot close (logged by the daemon) is recognised as such."""
+    state = Machine()
+    try:
+        state.advance(t=2.50000000523869)
+        state.advance(t=0.0003)
+        state.restart_nm(gap=0.0, then=0.0)
+        state.traffic(ifname="wlan0", mbit=3.0, then=0.0)
+        state.traffic(ifname="wlan1", mbit=3.0, then=0.0)
+        state.race(what="other-set", member=None, ifname="wlan1", bgscan=None, then=0.0)
+        state.race(what="activate", member="Set", ifname="wlan1", bgscan="simple:30:-70:86400",
+                   then=0.0)
+        state.advance(t=7.0)
+        state.bgscan_is_safe()
+        assert any(n.raced for n in state.world.wpa.live_nets()), "the race happened"
+    finally:
+        state.teardown()

@@ -1,0 +1,419 @@
+"""One simulated machine for the model rung: the bus, the peers, the counters, the state
+directory, and scanguardd's real code (Daemon, Api, Guard, Suspender, Holds, Journal, Policy)
+started the way service.serve() starts it, on a virtual clock.
+
+What the world can do to the daemon is what a machine can: traffic, holds from clients that
+leave, NetworkManager re-activations and restarts, wpa_supplicant faults, stalls and restarts,
+signal fades, profile and configuration changes, a SIGTERM, a SIGKILL, a lost bus, and a
+crash between the journal's write and its rename.  `violations()` is the invariant after any
+step; `settle_and_check()` is the one at the end of a sequence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Coroutine
+
+import nm_scanguard.journal as journal_module
+from nm_scanguard.api import Api
+from nm_scanguard.bus import CALL_TIMEOUT, close_bus
+from nm_scanguard.config import ConfigError, load_file
+from nm_scanguard.daemon import JOURNAL_RETRY_MAX, Daemon
+from nm_scanguard.dbuslib import Message, MessageType
+from nm_scanguard.names import BUS_NAME, IFACE, PATH
+from nm_scanguard.service import own_name, restore_left_over
+from tests.model.bus import Conn, SimBus
+from tests.model.clock import VirtualTimeLoop, use_virtual_time
+from tests.model.peers import NM_BGSCAN, Link, NetworkManager, Polkit, Supplicant
+
+IFNAMES = ("wlan0", "wlan1")
+PROFILES = ("Café ☕", "Café ☕ 5 GHz")
+SCANGUARD_UID = 997
+USER_UID = 1000
+RESTART_SEC = 0.1  # systemd's default RestartSec=, for Restart=on-failure
+# How long settling may take: a release, the journal's slowest retry, a few call timeouts.
+SETTLE = 30.0 + JOURNAL_RETRY_MAX + 4 * CALL_TIMEOUT
+
+
+class SimulatedCrash(BaseException):
+    """The process died here (SIGKILL between the journal's write and its rename)."""
+
+
+@dataclass
+class Instance:
+    """One scanguardd process."""
+
+    label: str
+    conn: Conn
+    daemon: Daemon
+    task: asyncio.Task[Any] | None = None
+    alive: bool = True
+
+
+@dataclass
+class Client:
+    conn: Conn
+    cookies: list[int] = field(default_factory=list)
+
+
+class _JournalOs:
+    """`os` as the journal module sees it, with a trap in `replace` (the rename)."""
+
+    def __init__(self, world: World) -> None:
+        self._world = world
+        self.armed = False
+        self._kept: set[str] = set()
+
+    def replace(self, src: str, dst: str) -> None:
+        if self.armed:
+            self.armed = False
+            self._kept.add(src)  # the written temporary file stays, as after a real crash
+            self._world.crash("journal write")
+            raise SimulatedCrash()
+        os.replace(src, dst)
+
+    def unlink(self, path: str) -> None:
+        if path not in self._kept:
+            os.unlink(path)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+
+class World:
+    def __init__(self, tmp: Path) -> None:
+        self.loop = VirtualTimeLoop()
+        self.bus = SimBus(self.loop)
+        self.events: list[str] = []
+        self.wpa = Supplicant(self.bus, self.events.append)
+        self.nm = NetworkManager(self.bus, self.wpa, self.events.append)
+        self.polkit = Polkit(self.bus)
+        self.link = Link(self.loop)
+        self.tmp = tmp
+        self.state_dir = str(tmp / "state")
+        self.config_path = str(tmp / "scanguard.conf")
+        self.dead_dir = str(tmp / "dead")  # a file: a killed process's journal writes fail
+        Path(self.dead_dir).write_text("")
+        self.instance: Instance | None = None
+        self.generation = 0
+        self.clients: dict[int, Client] = {}
+        self.crashes = self.stops = self.lost_buses = 0
+        self.problems: list[str] = []
+        self._journal_os = _JournalOs(self)
+        self._time = use_virtual_time(self.loop)
+
+    # ---- set-up and tear-down ---------------------------------------------------------
+
+    def __enter__(self) -> World:
+        self._time.__enter__()
+        journal_module.os = self._journal_os  # type: ignore[attr-defined]
+        self.loop.set_exception_handler(self._loop_exception)
+        for service in (self.wpa, self.nm, self.polkit):
+            service.start()
+        for ifname, profile in zip(IFNAMES, PROFILES):
+            self.nm.add_device(ifname, profile)
+            self.wpa.add_interface(ifname)
+            self.nm.activate(ifname, NM_BGSCAN)
+        self.start_daemon()
+        self.run(self.advance(2.0))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            pending = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        finally:
+            journal_module.os = os  # type: ignore[attr-defined]
+            self._time.__exit__(None, None, None)
+            self.loop.close()
+
+    def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, (SimulatedCrash, asyncio.CancelledError)):
+            return
+        self.problems.append(f"unhandled in the event loop: {context.get('message')} {exc!r}")
+
+    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    async def advance(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    # ---- scanguardd ---------------------------------------------------------------------
+
+    def start_daemon(self) -> None:
+        self.generation += 1
+        label = f"scanguardd-{self.generation}"
+        conn = self.bus.connect(SCANGUARD_UID, label)
+        try:
+            settings = load_file(self.config_path)
+        except ConfigError:
+            # service.main: restore what a previous instance left, then exit 1.
+            self.events.append("bad-config-start")
+            self.bus.run_as(label, self._restore_only(conn))
+            return
+        daemon = Daemon(settings, self.config_path, self.state_dir)
+        daemon.counters = self.link  # type: ignore[assignment]
+        inst = self.instance = Instance(label, conn, daemon)
+        inst.task = self.bus.run_as(label, self._serve(inst))
+        inst.task.add_done_callback(self._served)
+
+    def _served(self, task: asyncio.Task[Any]) -> None:
+        if not task.cancelled() and task.exception() is not None \
+                and not isinstance(task.exception(), (SimulatedCrash, EOFError)):
+            self.problems.append(f"scanguardd's start failed: {task.exception()!r}")
+
+    async def _restore_only(self, conn: Conn) -> None:
+        try:
+            await restore_left_over(conn, self.state_dir)  # type: ignore[arg-type]
+        finally:
+            await close_bus(conn)  # type: ignore[arg-type]
+
+    async def _serve(self, inst: Instance) -> None:
+        """service.serve() up to `await stop.wait()`, on the simulated connection."""
+        await inst.daemon.connect(inst.conn)  # type: ignore[arg-type]
+        Api(inst.daemon, inst.conn).start()  # type: ignore[arg-type]
+        problem = await own_name(inst.conn, BUS_NAME)  # type: ignore[arg-type]
+        if problem:
+            self.problems.append(f"{inst.label} could not own its name: {problem}")
+            return
+        await inst.daemon.start()
+
+    async def stop_daemon(self) -> None:
+        """SIGTERM: service.serve()'s `finally`: daemon.stop(), then close the bus."""
+        inst = self.instance
+        if inst is None or not inst.alive:
+            return
+        self.stops += 1
+        self.events.append("stop")
+        if inst.task is not None and not inst.task.done():
+            inst.task.cancel()
+            await asyncio.gather(inst.task, return_exceptions=True)
+        healthy = self.peers_healthy()
+        await self._in(inst, self._stop(inst))
+        if inst.alive:
+            inst.alive = False
+            self.instance = None
+            if healthy and self.peers_healthy():
+                # Nothing kept wpa_supplicant from answering: the stop itself must have restored.
+                for net in self.wpa.live_nets():
+                    if net.ours and net.bgscan == "" and net.ours_by == inst.conn.unique:
+                        self.problems.append(
+                            f"{inst.label} stopped cleanly with wpa_supplicant answering, and "
+                            f"left its \"\" on {net.path} ({net.ifname}, object {net.oid})")
+
+    def peers_healthy(self) -> bool:
+        return self.wpa.alive and not self.wpa.stalled and not self.wpa.faults \
+            and not self.wpa.races
+
+    async def _in(self, inst: Instance, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run `coro` as part of `inst`; if `inst` is killed meanwhile, that is its end."""
+        try:
+            await self.bus.run_as(inst.label, coro)
+        except (SimulatedCrash, asyncio.CancelledError):
+            if inst.alive:
+                raise
+
+    async def _stop(self, inst: Instance) -> None:
+        await inst.daemon.stop()
+        await close_bus(inst.conn)  # type: ignore[arg-type]
+
+    def crash(self, why: str = "SIGKILL") -> None:
+        """SIGKILL: the process does nothing more, on the bus or on disk."""
+        inst = self.instance
+        if inst is None or not inst.alive:
+            return
+        self.crashes += 1
+        self.events.append(f"crash:{why}")
+        inst.alive = False
+        inst.daemon.journal.path = os.path.join(self.dead_dir, "suspended.json")
+        self.bus.drop(inst.conn, killed=True)
+        for task in self.bus.tasks_of(inst.label):
+            task.cancel()
+        self.instance = None
+        self._restart_later()
+
+    def _restart_later(self) -> None:
+        """Restart=on-failure: a new instance after RestartSec=, unless one was started
+        meanwhile (`systemctl restart` during the wait starts just one)."""
+        def start() -> None:
+            if self.instance is None:
+                self.start_daemon()
+        self.loop.call_later(RESTART_SEC, start)
+
+    async def lose_bus(self) -> None:
+        """The bus drops our connection: serve() sees it, stops without restoring (nothing can
+        reach wpa_supplicant) and exits 1; systemd starts a new instance."""
+        inst = self.instance
+        if inst is None or not inst.alive:
+            return
+        self.lost_buses += 1
+        self.events.append("lost-bus")
+        self.bus.drop(inst.conn)
+        if inst.task is not None and not inst.task.done():
+            inst.task.cancel()
+            await asyncio.gather(inst.task, return_exceptions=True)
+        await self._in(inst, inst.daemon.stop())
+        if inst.alive:
+            inst.alive = False
+            self.instance = None
+            self._restart_later()
+
+    def arm_journal_crash(self) -> None:
+        self._journal_os.armed = True
+
+    def reload(self, text: str) -> None:
+        from nm_scanguard.service import _reload
+        Path(self.config_path).write_text(text, encoding="utf-8")
+        inst = self.instance
+        if inst is not None and inst.alive:
+            self.events.append("reload")
+
+            async def sighup() -> None:  # the signal handler runs in the daemon's loop
+                inst.daemon.spawn(_reload(inst.daemon))
+            self.run(self._in(inst, sighup()))
+
+    # ---- peers ----------------------------------------------------------------------------
+
+    def restart_supplicant(self, gap: float) -> None:
+        self.events.append("wpa-restart")
+        self.wpa.stop()
+        self.nm.supplicant_gone()
+
+        def back() -> None:
+            self.wpa.start()
+            for dev in self.nm.devices.values():
+                self.wpa.add_interface(dev.ifname)
+                self.nm.activate(dev.ifname, NM_BGSCAN)
+        self.loop.call_later(gap, back)
+
+    def restart_nm(self, gap: float) -> None:
+        self.events.append("nm-restart")
+        self.nm.stop()
+        self.loop.call_later(gap, self.nm.start)
+
+    # ---- holds ----------------------------------------------------------------------------
+
+    def client(self, n: int) -> Client:
+        c = self.clients.get(n)
+        if c is None or not c.conn.alive:
+            c = self.clients[n] = Client(self.bus.connect(USER_UID, f"client-{n}"))
+        return c
+
+    def hold(self, n: int, reason: str, interface: str) -> None:
+        c = self.client(n)
+        msg = Message(destination=BUS_NAME, path=PATH, interface=IFACE, member="Hold",
+                      signature="sss", body=[reason, "org.example.Café", interface])
+
+        async def call() -> None:
+            reply = await c.conn.call(msg)
+            if reply.message_type == MessageType.METHOD_RETURN:
+                c.cookies.append(reply.body[0])
+        self.bus.run_as(c.conn.owner, self._quiet(call()))
+
+    def release(self, n: int, which: int) -> None:
+        c = self.clients.get(n)
+        if c is None or not c.cookies or not c.conn.alive:
+            return
+        cookie = c.cookies.pop(which % len(c.cookies))
+        msg = Message(destination=BUS_NAME, path=PATH, interface=IFACE, member="Release",
+                      signature="u", body=[cookie])
+        self.bus.run_as(c.conn.owner, self._quiet(c.conn.call(msg)))
+
+    def leave(self, n: int) -> None:
+        c = self.clients.pop(n, None)
+        if c is not None:
+            self.bus.drop(c.conn, killed=True)
+
+    @staticmethod
+    async def _quiet(coro: Coroutine[Any, Any, Any]) -> None:
+        try:
+            await coro
+        except (EOFError, asyncio.CancelledError):
+            pass
+
+    # ---- the invariant --------------------------------------------------------------------
+
+    def journal_on_disk(self) -> dict[str, Any]:
+        try:
+            with open(os.path.join(self.state_dir, journal_module.FILE_NAME), encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def violations(self) -> list[str]:
+        """What must hold after every step."""
+        out = list(self.problems) + list(self.wpa.violations)
+        ours = [n for n in self.wpa.live_nets() if n.bgscan == "" and n.ours]
+        if ours:
+            journal = self.journal_on_disk()
+            for net in ours:
+                entry = journal.get(net.path)
+                if not isinstance(entry, dict) or entry.get("ifname") != net.ifname:
+                    out.append(f"bgscan of {net.path} ({net.ifname}, object {net.oid}) is our "
+                               f"\"\" but the journal on disk does not name it: {journal}")
+        return out
+
+    def end_state(self) -> list[str]:
+        """Every network's bgscan is what NetworkManager (or another program) set."""
+        out = []
+        for net in self.wpa.live_nets():
+            if net.bgscan != net.expected and not net.raced:
+                out.append(f"{net.path} ({net.ifname}, object {net.oid}): bgscan is "
+                           f"{net.bgscan!r}, NetworkManager set {net.expected!r}")
+        return out
+
+    async def settle(self) -> None:
+        """Faults end, holders leave, the link goes quiet, a daemon runs; then wait."""
+        self.wpa.faults.clear()
+        self.wpa.races.clear()
+        self._journal_os.armed = False
+        self.wpa.recover()
+        if not self.wpa.alive:
+            self.restart_supplicant(0.0)  # stopped and never back: bring it back now
+        if not self.nm.alive:
+            self.nm.start()
+        for n in list(self.clients):
+            self.leave(n)
+        for ifname in IFNAMES:
+            self.link.set_rate(ifname, 0.0)
+        await self.advance(1.0)
+        if self.instance is None:
+            self.start_daemon()
+        # Until every bgscan is back and the journal is empty, SETTLE at the most.
+        waited = 0.0
+        while waited < SETTLE and (self.end_state() or self.journal_on_disk()):
+            await self.advance(5.0)
+            waited += 5.0
+
+    def config_ok(self) -> bool:
+        try:
+            load_file(self.config_path)
+        except ConfigError:
+            return False
+        return True
+
+    def settle_and_check(self) -> list[str]:
+        self.run(self.settle())
+        problems = self.violations() + self.end_state()
+        if self.instance is None and self.config_ok():
+            problems.append("no scanguardd runs after settling (its start failed)")
+        if problems:
+            return ["after settling: " + p for p in problems]
+        # A clean stop while guarding, with healthy peers, restores at once, without waiting
+        # for a next start (stop_daemon checks it).
+        if self.instance is not None:
+            for ifname in IFNAMES:
+                self.link.set_rate(ifname, 50.0)
+            self.run(self.advance(6.0))
+            self.run(self.stop_daemon())
+        problems = self.violations()
+        return ["after a clean stop while guarding: " + p for p in problems]
