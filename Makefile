@@ -46,7 +46,8 @@ define step
 	exit $$rc
 endef
 
-.PHONY: all test lint demo bench bench-medium deb deps-test deps-lab deps-deb unit dbus fault contract lab package clean
+.PHONY: all test lint demo bench bench-medium deb deps-test deps-lab deps-deb unit dbus fault contract lab package clean \
+        fault-model fault-long fault-mutants
 
 all:
 	@echo "Use 'make demo' (the Wi-Fi lab, guard off vs on) or 'make test' (every test)."
@@ -75,9 +76,10 @@ test: deps-test deps-lab deps-deb
 	  $(call with_lib,dbus_fast,$(PYTEST) -v $(DBUS_TESTS)))
 	$(call step,4/10 the same with dbus-next,\
 	  $(call with_lib,dbus_next,$(PYTEST) -v $(DBUS_TESTS)))
-	$(call step,5/10 fault injection (Hypothesis) with each D-Bus library,\
+	$(call step,5/10 fault injection (Hypothesis) with each D-Bus library; the model rung,\
 	  $(call with_lib,dbus_fast,$(PYTEST) -v -s tests/fault) && \
-	  $(call with_lib,dbus_next,$(PYTEST) -v -s tests/fault))
+	  $(call with_lib,dbus_next,$(PYTEST) -v -s tests/fault) && \
+	  $(PYTEST) -q -s tests/model)
 	$(call step,6/10 contract tests against the real wpa_supplicant (dbus-fast; dbus-next),\
 	  $(call with_lib,dbus_fast,$(PYTEST) -v tests/contract) && \
 	  $(call with_lib,dbus_next,$(PYTEST) -q tests/contract))
@@ -100,6 +102,16 @@ dbus: deps-test
 	$(PYTEST) -v $(DBUS_TESTS)
 fault: deps-test
 	$(PYTEST) -v -s tests/fault
+# The model rung alone (tests/model: the daemon's code against simulated peers, in-process,
+# 2000 sequences); fault-long runs SEQUENCES of them; fault-mutants checks that it catches
+# deliberately broken variants of the daemon (edits to a temporary copy, never to the tree).
+SEQUENCES ?= 100000
+fault-model: deps-test
+	$(PYTEST) -q -s tests/model
+fault-long: deps-test
+	SCANGUARD_MODEL_SEQUENCES=$(SEQUENCES) $(PYTEST) -q -s tests/model/test_model.py
+fault-mutants: deps-test
+	$(PYTHON) -m tests.model.mutants --sequences $(or $(MUTANT_SEQUENCES),2000)
 contract: deps-test
 	$(PYTEST) -v tests/contract
 package: deps-test deps-deb

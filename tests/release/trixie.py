@@ -75,7 +75,8 @@ EXPECTED_SKIPS = {
         "duktape (duk), runs it in the root",
 }
 # Passed from the host's environment into the root when set (tests/fault/conftest.py).
-PASSED_VARIABLES = ("SCANGUARD_FAULT_EXAMPLES", "SCANGUARD_FAULT_SHRINK")
+PASSED_VARIABLES = ("SCANGUARD_FAULT_EXAMPLES", "SCANGUARD_FAULT_SHRINK", "SCANGUARD_MODEL_SEQUENCES",
+                    "SCANGUARD_MODEL_STEPS")
 # Prints the library a run really uses; exits 3 if it is not the one asked for, because then the
 # suite would silently test the other library twice.
 SHOW_LIBRARY = """
@@ -369,6 +370,10 @@ def plan(step_timeout: float) -> list[tuple[str, list[list[str]], float]]:
                           step_timeout))
     else:
         log("    tests/fault is not in this checkout: no fault-injection step")
+    if (REPO / "tests" / "model").is_dir():
+        sequences = os.environ.get("SCANGUARD_MODEL_SEQUENCES") or "2000 (the default)"
+        steps.append((f"model rung: {sequences} generated sequences against simulated peers",
+                      [pytest(None, "-q", "-s", "tests/model")], step_timeout))
     return steps
 
 
