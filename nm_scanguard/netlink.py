@@ -133,9 +133,9 @@ def parse(data: bytes, seq: int) -> Reply:
             (code,) = struct.unpack_from("=i", payload)
             if code == -errno.ENODEV:
                 return Reply(finished=True, missing=True)
-            if code != 0:
-                err = -code if code < 0 else errno.EPROTO
-                raise NetlinkError(err, f"RTM_GETLINK: {os.strerror(err)}")
+            if code != 0:  # a negative errno; anything else (or beyond MAX_ERRNO) is no errno
+                err = -code if -4095 <= code < 0 else errno.EPROTO
+                raise NetlinkError(err, f"RTM_GETLINK: {os.strerror(err)} ({code})")
             return Reply(finished=True, stats=stats)  # an acknowledgement ends the request
         if kind == NLMSG_DONE:
             return Reply(finished=True, stats=stats)

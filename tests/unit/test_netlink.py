@@ -121,9 +121,11 @@ def test_other_kernel_errors_raise_with_their_errno(code: int) -> None:
     assert e.value.errno == code
 
 
-def test_an_error_code_that_is_not_negative_is_a_protocol_error() -> None:
+@pytest.mark.parametrize("code", [5, 2**31 - 1, -4096, -2**31])
+def test_an_error_code_that_is_no_negative_errno_is_a_protocol_error(code: int) -> None:
+    """The kernel's errnos are 1..4095 (MAX_ERRNO); -2**31 once made os.strerror overflow."""
     with pytest.raises(NetlinkError) as e:
-        parse(error(5), SEQ)
+        parse(error(code), SEQ)
     assert e.value.errno == errno.EPROTO
 
 
@@ -222,7 +224,10 @@ def hostile(draw: st.DrawFn) -> bytes:
             body = draw(st.binary(max_size=64))
             alen = draw(st.one_of(st.just(4 + len(body)), st.integers(0, 0xFFFF)))
             attrs += struct.pack("=HH", alen, draw(ATTR_KINDS)) + body
-        payload = draw(st.binary(min_size=0, max_size=20)) + attrs
+        code = draw(st.one_of(st.integers(-2**31, 2**31 - 1),
+                              st.sampled_from([-2**31, -4096, -errno.ENODEV, 0])))
+        payload = draw(st.sampled_from([b"", struct.pack("=i", code)])) \
+            + draw(st.binary(min_size=0, max_size=20)) + attrs
         length = draw(st.one_of(st.just(16 + len(payload)), st.integers(0, 0xFFFFFFFF)))
         out += struct.pack("=IHHII", length, draw(HEADER_KINDS),
                            draw(st.sampled_from([0, NLM_F_MULTI, 0xFFFF])),
