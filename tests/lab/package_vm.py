@@ -118,8 +118,9 @@ def private_profile_check(lab: SystemdLab, guest_deb: str, timeout: float) -> di
         lab.check(f"nmcli connection modify uuid {uuid} connection.permissions user:{OWNER}")
         t_private = time.monotonic()
         seen["private"] = wait_until(
-            lambda: (lambda d: d if "private to a user" in d.get("error", "") else None)(device()),
-            120, "the status to show the private profile")
+            lambda: (lambda d: d if "private to a user" in d.get("error", "")
+                     and d.get("state") == "disabled" else None)(device()),
+            120, "the status to show the private profile, disabled")
         seen["seconds to show"] = time.monotonic() - t_private
         seen["status line"] = lab.check("scanguardctl status", 60)
         seen["still active"] = (CONNECTION, IFACE) in lab.active_connections()
@@ -141,6 +142,7 @@ def private_profile_check(lab: SystemdLab, guest_deb: str, timeout: float) -> di
         t_fixed = time.monotonic()
         wait_until(lambda: device().get("error") == "", 120, "the error to clear")
         wait_until(lambda: lab.bgscan() == "", 120, "bgscan suspended under the hold")
+        wait_until(lambda: device().get("state") == "held", 60, "the state to say held")
         seen["seconds to guard"] = time.monotonic() - t_fixed
         seen["held, readable"] = {"bgscan": lab.bgscan(), "state": device().get("state"),
                                   "error": device().get("error")}
