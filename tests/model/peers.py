@@ -60,12 +60,17 @@ class Net:
     ifname: str
     bgscan: str | None  # as set, without wpa_supplicant's quotes; None: no key at all
     expected: str | None  # what NetworkManager (or another program) last set: the promise
-    created: int  # when, in wpa_supplicant's own order of events (not time: many share an instant)
+    # When NetworkManager created it or another program last wrote its bgscan, in wpa_supplicant's
+    # own order of events (not time: many share an instant).
+    changed: int
     oid: int = field(default_factory=lambda: next(_object_ids))
     alive: bool = True
     ours: bool = False  # bgscan is "" because scanguardd set it
     ours_by: str = ""  # the bus name of the scanguardd connection that set it
-    raced: bool = False  # a write of ours landed on it after it replaced the object we read
+    # A write of ours landed after someone else changed it since our last read (the object was
+    # re-created at that path, or another program wrote bgscan): wpa_supplicant's API has no
+    # compare-and-set, so nothing can prevent that; the daemon logs the re-creation case.
+    raced: bool = False
 
 
 @dataclass(eq=False)
@@ -202,6 +207,19 @@ class Supplicant(Service):
         self.signal(iface.path, WPAS_IFACE, "NetworkRemoved", "o", [net.path])
         self._announce(iface, {"CurrentNetwork": Variant("o", "/")})
 
+    def remove_interface(self, ifname: str) -> None:
+        """RemoveInterface: its networks go first (NetworkRemoved each), then the interface; a
+        new one gets the next number (a running wpa_supplicant never reuses one)."""
+        iface = self.ifaces.pop(ifname, None)
+        if iface is None:
+            return
+        for net in iface.nets.values():
+            net.alive = False
+            self.signal(iface.path, WPAS_IFACE, "NetworkRemoved", "o", [net.path])
+        iface.nets.clear()
+        self._record("remove-interface")
+        self.signal(WPAS_PATH, WPAS, "InterfaceRemoved", "o", [iface.path])
+
     def other_program_sets(self, ifname: str, value: str) -> None:
         """Someone else (wpa_cli, a user) writes bgscan: from then on that is what must stay."""
         iface = self.ifaces.get(ifname)
@@ -210,6 +228,7 @@ class Supplicant(Service):
         net = iface.current
         net.bgscan = net.expected = value
         net.ours = False
+        net.changed = next(self._order)
         self._record("other-set")
 
     def scan(self, ifname: str) -> bool:
@@ -336,9 +355,9 @@ class Supplicant(Service):
         if "bgscan" not in props:
             return Message.new_method_return(msg)
         text = props["bgscan"].value
-        younger = net.created > self.last_read.get((msg.sender, net.path), -math.inf)
+        younger = net.changed > self.last_read.get((msg.sender, net.path), -math.inf)
         if younger:
-            net.raced = True  # no compare-and-set in the API: the known, logged race
+            net.raced = True
         if text == "":
             if net.bgscan == "" and net.ours:
                 self.violations.append(f"bgscan set to \"\" twice on {net.path} (object "
@@ -429,6 +448,27 @@ class NetworkManager(Service):
             self._state(dev, 30)
             dev.active = "/"
             self.wpa.submit(lambda: self.wpa.remove_current(ifname))
+
+    def recreate_interface(self, ifname: str) -> None:
+        """The device leaves and comes back (rfkill, unmanaged and managed again): NetworkManager
+        deactivates it, removes its wpa_supplicant interface, adds it anew and activates."""
+        dev = self.devices[ifname]
+        if dev.state == 100:
+            self._state(dev, 20)
+            dev.active = "/"
+
+        def in_wpa() -> None:
+            self.wpa.remove_interface(ifname)
+            self.wpa.add_interface(ifname)
+        self.wpa.submit(in_wpa)
+        self.activate(ifname, NM_BGSCAN)
+
+    def supplicant_back(self) -> None:
+        """A new wpa_supplicant: NetworkManager adds the interfaces and activates again."""
+        for dev in self.devices.values():
+            if dev.ifname not in self.wpa.ifaces:
+                self.wpa.add_interface(dev.ifname)
+            self.activate(dev.ifname, NM_BGSCAN)
 
     def supplicant_gone(self) -> None:
         for dev in self.devices.values():

@@ -11,8 +11,9 @@ After every step (Hypothesis `@invariant`):
 - no Set ever carries a key besides `bgscan` (any other key flushes the PMKSA cache);
 - never two suspensions of one network object (a "" written where our "" already stands);
 - the journal on disk names every network object that carries our "";
-- a restore writes only where our "" still stands (except the race the API cannot close: the
-  object at that path was re-created after our last read of it, which the daemon logs);
+- a restore writes only where our "" still stands (except the race the API cannot close, as it
+  has no compare-and-set: the object at that path was re-created, or another program wrote its
+  bgscan, after our last read of it);
 - nothing the daemon did raised out of the event loop unhandled.
 At the end of every sequence the faults end, holders leave, the link goes quiet, a daemon runs
 (after a SIGKILL or lost bus, the next one, which must restore from the journal), and after
@@ -31,10 +32,14 @@ from tests.model.peers import NM_BGSCANS, Fault, Race
 from tests.model.world import IFNAMES, World
 
 CAFE = "Café ☕"
+# What a running wpa_supplicant (or the bus, for its call) may answer while its objects are
+# there.  Not ServiceUnknown or NameHasNoOwner: the bus says those only when nobody owns the
+# name, i.e. wpa_supplicant is gone and its networks with it; nor InterfaceUnknown, which
+# GetInterface says only for an interface it does not have, its networks gone with it.  The
+# model answers those itself when it happens (restart_supplicant, recreate_interface).
 ERRORS = ("org.freedesktop.DBus.Error.Failed", "org.freedesktop.DBus.Error.NoReply",
           "org.freedesktop.DBus.Error.AccessDenied", "org.freedesktop.DBus.Error.UnknownMethod",
-          "org.freedesktop.DBus.Error.ServiceUnknown", "fi.w1.wpa_supplicant1.UnknownError",
-          "fi.w1.wpa_supplicant1.InterfaceUnknown", "org.freedesktop.DBus.Error.InvalidArgs",
+          "fi.w1.wpa_supplicant1.UnknownError", "org.freedesktop.DBus.Error.InvalidArgs",
           "org.freedesktop.DBus.Error.Timeout")
 MEMBERS = (None, "Get", "Set", "GetInterface", "SignalPoll", "Scan")
 PROFILE_DATA = ({}, {"scanguard.enabled": "no"}, {"scanguard.enabled": "yes"},
@@ -133,6 +138,12 @@ class Machine(RuleBasedStateMachine):
     def deactivate(self, ifname: str, then: float) -> None:
         self._step("deactivate")
         self.world.nm.deactivate(ifname)
+        self._then(then)
+
+    @rule(ifname=ifnames, then=then)
+    def recreate_interface(self, ifname: str, then: float) -> None:
+        self._step("recreate-interface")
+        self.world.nm.recreate_interface(ifname)
         self._then(then)
 
     @rule(ifname=ifnames, data=st.sampled_from(PROFILE_DATA), readable=st.booleans(), then=then)

@@ -52,3 +52,22 @@ def test_a_write_racing_a_reactivation_at_the_same_instant_is_the_known_race():
         assert any(n.raced for n in state.world.wpa.live_nets()), "the race happened"
     finally:
         state.teardown()
+
+
+def test_another_program_writing_between_our_read_and_our_restore_is_the_known_race():
+    """Found 2026-11-25 (a fault of the model, kept as a test of it): after a lost bus the next
+    start's journal replay read our "", and another program wrote bgscan before the replay's
+    Set arrived; the Set overwrote it.  No client of wpa_supplicant can prevent that (no
+    compare-and-set), so the model counts a write after someone else's change since our last
+    read as the race, not as a restore over someone else's value."""
+    state = Machine()
+    try:
+        state.advance(t=0.0)
+        state.traffic(ifname="wlan1", mbit=3.0, then=0.0)
+        state.advance(t=4.0)
+        state.race(what="other-set", member="Set", ifname="wlan1", bgscan=None, then=0.0)
+        state.lose_bus(then=0.5)
+        state.bgscan_is_safe()
+        assert any(n.raced for n in state.world.wpa.live_nets()), "the race happened"
+    finally:
+        state.teardown()

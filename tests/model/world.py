@@ -289,15 +289,19 @@ class World:
 
         def back() -> None:
             self.wpa.start()
-            for dev in self.nm.devices.values():
-                self.wpa.add_interface(dev.ifname)
-                self.nm.activate(dev.ifname, NM_BGSCAN)
+            if self.nm.alive:  # else NetworkManager does it when it is back (restart_nm)
+                self.nm.supplicant_back()
         self.loop.call_later(gap, back)
 
     def restart_nm(self, gap: float) -> None:
         self.events.append("nm-restart")
         self.nm.stop()
-        self.loop.call_later(gap, self.nm.start)
+
+        def back() -> None:
+            self.nm.start()
+            if self.wpa.alive and not self.wpa.ifaces:  # wpa_supplicant restarted meanwhile
+                self.nm.supplicant_back()
+        self.loop.call_later(gap, back)
 
     # ---- holds ----------------------------------------------------------------------------
 
@@ -377,10 +381,12 @@ class World:
         self.wpa.races.clear()
         self._journal_os.armed = False
         self.wpa.recover()
-        if not self.wpa.alive:
-            self.restart_supplicant(0.0)  # stopped and never back: bring it back now
         if not self.nm.alive:
             self.nm.start()
+        if not self.wpa.alive:
+            self.restart_supplicant(0.0)  # stopped and never back: bring it back now
+        elif not self.wpa.ifaces:
+            self.nm.supplicant_back()
         for n in list(self.clients):
             self.leave(n)
         for ifname in IFNAMES:
