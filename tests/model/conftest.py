@@ -32,6 +32,7 @@ class Stats:
     kinds: dict[str, int] = field(default_factory=dict)
     calls: dict[str, int] = field(default_factory=dict)  # wpa_supplicant calls by outcome
     crashes: int = 0
+    journal_crashes: int = 0  # of those, in the journal's write, between write and rename
     stops: int = 0
     lost_buses: int = 0
     first_failure_at: int | None = None  # the sequence number of the first failure
@@ -50,8 +51,8 @@ class Stats:
                f"{len(self.interleavings)}",
                f"wall time {wall:.1f} s ({rate}); virtual time simulated: "
                f"{self.virtual_seconds / 3600:.1f} h",
-               f"daemon SIGKILLs: {self.crashes}, clean stops: {self.stops}, lost buses: "
-               f"{self.lost_buses}",
+               f"daemon SIGKILLs: {self.crashes} ({self.journal_crashes} between the journal's "
+               f"write and rename), clean stops: {self.stops}, lost buses: {self.lost_buses}",
                "wpa_supplicant calls by outcome: " + ", ".join(
                    f"{k} {v}" for k, v in sorted(self.calls.items())),
                "steps by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(self.kinds.items()))]

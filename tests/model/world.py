@@ -101,7 +101,7 @@ class World:
         self.instance: Instance | None = None
         self.generation = 0
         self.clients: dict[int, Client] = {}
-        self.crashes = self.stops = self.lost_buses = 0
+        self.crashes = self.stops = self.lost_buses = self.journal_crashes = 0
         self.problems: list[str] = []
         self._journal_os = _JournalOs(self)
         self._time = use_virtual_time(self.loop)
@@ -231,6 +231,8 @@ class World:
         if inst is None or not inst.alive:
             return
         self.crashes += 1
+        if why == "journal write":
+            self.journal_crashes += 1
         self.events.append(f"crash:{why}")
         inst.alive = False
         inst.daemon.journal.path = os.path.join(self.dead_dir, "suspended.json")
