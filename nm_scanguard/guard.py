@@ -212,7 +212,9 @@ class Guard:
         async with self._busy:
             ok = True
             try:
-                if self.policy.want_engaged and not self.engaged:
+                if self.policy.want_engaged and not self.engaged and not self._stopping:
+                    # Once stopped, nothing restores what it would suspend (a kick spawned for
+                    # a hold can still be on its way when the interface stops being guarded).
                     await self._engage()
                 elif not self.policy.want_engaged and self.engaged:
                     await self._release(self.policy.reason)

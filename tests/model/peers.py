@@ -422,6 +422,8 @@ class NetworkManager(Service):
     def activate(self, ifname: str, bgscan: str | None, gap: float = 0.0) -> None:
         """NetworkManager's activation: remove the old network, after `gap` add a new one with
         NetworkManager's bgscan and select it (wpa_supplicant does both in turn)."""
+        if not self.alive:
+            return  # NetworkManager is down (restarting): it does nothing
         dev = self.devices[ifname]
         if dev.state == 100:
             self._state(dev, 30)
@@ -443,6 +445,8 @@ class NetworkManager(Service):
             second_half()
 
     def deactivate(self, ifname: str) -> None:
+        if not self.alive:
+            return  # NetworkManager is down (restarting): it does nothing
         dev = self.devices[ifname]
         if dev.state == 100:
             self._state(dev, 30)
@@ -452,6 +456,8 @@ class NetworkManager(Service):
     def recreate_interface(self, ifname: str) -> None:
         """The device leaves and comes back (rfkill, unmanaged and managed again): NetworkManager
         deactivates it, removes its wpa_supplicant interface, adds it anew and activates."""
+        if not self.alive:
+            return  # NetworkManager is down (restarting): it does nothing
         dev = self.devices[ifname]
         if dev.state == 100:
             self._state(dev, 20)
@@ -477,6 +483,8 @@ class NetworkManager(Service):
                 dev.active = "/"
 
     def update_profile(self, ifname: str, user_data: dict[str, str], readable: bool = True) -> None:
+        if not self.alive:
+            return  # NetworkManager is down (restarting): it does nothing
         profile = self.devices[ifname].profile
         profile.user_data = dict(user_data)
         profile.readable = readable

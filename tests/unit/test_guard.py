@@ -476,3 +476,17 @@ async def test_an_unexpected_error_in_a_task_for_an_interface_shows_in_its_statu
     assert len([r for r in caplog.records if r.exc_info]) == 1
     await guard.step()  # a sample that runs through clears it
     assert guard.status().error == ""
+
+
+async def test_a_stopped_guard_never_suspends(guard, parts):
+    """Found by the model rung (2026-11-25; its sequence had NetworkManager act while it
+    restarted, a fault of the model since fixed, but the defect is the guard's): a hold's kick()
+    for an interface was still on its way when the daemon stopped that interface's guard; the
+    kick then suspended bgscan on the stopped guard, which nothing restores while the daemon
+    runs (the journal keeps it for the next start)."""
+    await guard.attach()
+    await guard.stop()
+    guard.hold_changed(True)
+    assert await guard.kick()
+    assert not guard.engaged and parts["sup"].networks[NET0]["bgscan"] == NM_BGSCAN
+    assert parts["journal"].entries() == {}
