@@ -11,7 +11,6 @@ Environment:
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -62,12 +61,6 @@ class Stats:
 
 
 STATS = Stats()
-
-
-def pytest_configure(config: Any) -> None:
-    # The daemon's log at INFO costs more than the simulation; problems are in the invariant.
-    for name in ("scanguard", "nm_scanguard"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ IFNAMES = ("wlan0", "wlan1")
 PROFILES = ("Café ☕", "Café ☕ 5 GHz")
 SCANGUARD_UID = 997
 USER_UID = 1000
+QUIET_LOGGERS = ("scanguard", "nm_scanguard")
 RESTART_SEC = 0.1  # systemd's default RestartSec=, for Restart=on-failure
 # How long settling may take: a release, the journal's slowest retry, a few call timeouts.
 SETTLE = 30.0 + JOURNAL_RETRY_MAX + 4 * CALL_TIMEOUT
@@ -109,6 +111,10 @@ class World:
     # ---- set-up and tear-down ---------------------------------------------------------
 
     def __enter__(self) -> World:
+        # The daemon's log at INFO costs more than the simulation; problems are in the invariant.
+        self._levels = {name: logging.getLogger(name).level for name in QUIET_LOGGERS}
+        for name in QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(logging.CRITICAL)
         self._time.__enter__()
         journal_module.os = self._journal_os  # type: ignore[attr-defined]
         self.loop.set_exception_handler(self._loop_exception)
@@ -130,6 +136,8 @@ class World:
             if pending:
                 self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         finally:
+            for name, level in self._levels.items():
+                logging.getLogger(name).setLevel(level)
             journal_module.os = os  # type: ignore[attr-defined]
             self._time.__exit__(None, None, None)
             self.loop.close()
