@@ -70,7 +70,7 @@ def test_sandbox_seen_from_outside(vm_check: dict) -> None:
     _section(vm_check, "sandbox of the running daemon", [
         "own mnt namespace", "own user namespace", "own ipc namespace", "own uts namespace",
         "host network namespace", "its sockets are AF_UNIX / AF_NETLINK only",
-        "MemoryDenyWriteExecute: runs with dbus-fast's Cython modules",
+        "MemoryDenyWriteExecute: runs with its C extensions",
         "no writable+executable mapping"])
 
 
