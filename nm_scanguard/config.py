@@ -13,13 +13,13 @@ import configparser
 import dataclasses
 import hashlib
 import logging
-import os
 import re
-import stat
 import unicodedata
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
+
+from .files import Unreadable, kind, read_regular
 
 log = logging.getLogger(__name__)
 
@@ -212,15 +212,6 @@ def parse_value(key: str, text: str, where: str) -> Any:
                           f"expected {spec.form}") from None
 
 
-_FILE_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
 def _too_big(path: str, size: str) -> ConfigError:
     return ConfigError(f"{path}: is {size} bytes; at most {MAX_FILE_BYTES} "
                        "(a scanguard.conf is a few KiB at most: is this the right file?)")
@@ -229,46 +220,28 @@ def _too_big(path: str, size: str) -> ConfigError:
 def _read_config(path: str) -> str | None:
     """The file's text, or None when it does not exist.
 
-    Opened with O_NONBLOCK so that a FIFO cannot hang start-up or a reload, then checked with
-    fstat (not stat: no window to swap the file) to be a regular file of at most MAX_FILE_BYTES;
-    a symlink to /dev/zero is therefore refused instead of eating all memory."""
+    Read by files.read_regular: a FIFO cannot hang start-up or a reload, and a symlink to
+    /dev/zero is refused instead of eating all memory."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        data = read_regular(path, MAX_FILE_BYTES, follow_symlinks=True)
     except FileNotFoundError:
         return None
-    except PermissionError:
-        raise ConfigError(f"{path}: cannot read: permission denied; make it readable by the "
-                          "service's user (e.g. mode 0644, owner root)") from None
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror or e}; point --config at a "
-                          "readable regular file") from None
-    try:
-        info = os.fstat(fd)
-        for is_kind, kind in _FILE_KINDS:
-            if is_kind(info.st_mode):
-                raise ConfigError(f"{path}: cannot read: it is {kind}, not a regular file; "
-                                  "point --config at a regular file")
-        if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"{path}: cannot read: it is not a regular file; "
-                              "point --config at a regular file")
-        if info.st_size > MAX_FILE_BYTES:
-            raise _too_big(path, str(info.st_size))
-        chunks: list[bytes] = []
-        size = 0
-        while size <= MAX_FILE_BYTES:  # the file may grow after fstat: never read past the cap
-            chunk = os.read(fd, MAX_FILE_BYTES + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > MAX_FILE_BYTES:
-            raise _too_big(path, f"more than {MAX_FILE_BYTES}")
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror or e}; point --config at a "
-                          "readable regular file") from None
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
+    except Unreadable as e:
+        if e.why == "open" and isinstance(e.error, PermissionError):
+            raise ConfigError(f"{path}: cannot read: permission denied; make it readable by the "
+                              "service's user (e.g. mode 0644, owner root)") from None
+        if e.why == "kind":
+            what = kind(e.mode)
+            raise ConfigError(f"{path}: cannot read: it is "
+                              f"{what + ', not' if what else 'not'} a regular file; "
+                              "point --config at a regular file") from None
+        if e.why == "size":
+            raise _too_big(path, str(e.size)) from None
+        if e.why == "grew":
+            raise _too_big(path, f"more than {MAX_FILE_BYTES}") from None
+        error = e.error
+        raise ConfigError(f"{path}: cannot read: {(error.strerror if error else None) or error}; "
+                          "point --config at a readable regular file") from None
     if data.startswith(codecs.BOM_UTF8):  # some editors write one; it is not part of the text
         data = data[len(codecs.BOM_UTF8):]
     try:

@@ -10,7 +10,6 @@ import contextlib
 import logging
 import os
 import stat
-import tempfile
 import time
 from typing import Any, Callable, Coroutine
 
@@ -19,6 +18,7 @@ import systemd.daemon as sd_daemon
 from .bus import BusError, add_match, name_has_owner
 from .config import NAME_CHARS, ProfileWarnings, Settings, apply_profile, load_file, quoted
 from .dbuslib import Message, MessageBus, MessageType
+from .files import write_atomic
 from .guard import Guard, log_traceback_once, unexpected_line
 from .holds import Holds
 from .journal import Journal
@@ -108,16 +108,8 @@ class ScanDeferral:
         mode = stat.S_IMODE(os.stat(directory).st_mode)
         if not mode & stat.S_IXOTH:
             os.chmod(directory, mode | 0o011)
-        fd, tmp = tempfile.mkstemp(prefix=".defer-scans.", suffix=".tmp", dir=directory)
-        try:
-            os.fchmod(fd, 0o644)  # polkitd's helper runs as user polkitd
-            with os.fdopen(fd, "w", encoding="ascii") as f:
-                f.write(text)
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomic(self.path, text.encode("ascii"), mode=0o644,  # polkitd's helper reads it
+                     durable=False)
 
 
 class Daemon:

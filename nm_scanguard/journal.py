@@ -21,16 +21,14 @@ journal left by an older version is read.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
 import os
 import re
-import stat
-import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
+from .files import Unreadable, kind, read_regular, write_atomic
 from .ifname import valid_ifname
 
 log = logging.getLogger("scanguard")
@@ -119,43 +117,32 @@ class Journal:
         return dict(entries)
 
     def _read(self) -> dict[str, Any]:
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
-            fd = os.open(self.path, flags)
-        except FileNotFoundError:
-            raise
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise _BadFile("it is a symbolic link, which is never followed") from None
-            raise _BadFile(f"cannot open it ({e.strerror})") from None
-        chunks: list[bytes] = []
+            raw = read_regular(self.path, self.max_bytes, follow_symlinks=False)
+        except Unreadable as e:
+            raise _BadFile(self._unreadable(e)) from None
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise _BadFile(f"it is {_kind(st.st_mode)}, not a regular file")
-            if st.st_size > self.max_bytes:
-                raise _BadFile(f"it is {st.st_size} bytes, more than the {self.max_bytes} a "
-                               "journal can need")
-            size = 0
-            while size <= self.max_bytes:  # the file may grow after fstat: read no more
-                chunk = os.read(fd, self.max_bytes + 1 - size)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-            if size > self.max_bytes:
-                raise _BadFile(f"it grew past {self.max_bytes} bytes while being read")
-        except OSError as e:
-            raise _BadFile(f"cannot read it ({e.strerror})") from None
-        finally:
-            os.close(fd)
-        try:
-            data = json.loads(b"".join(chunks).decode("utf-8"))
+            data = json.loads(raw.decode("utf-8"))
         except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
             raise _BadFile(f"it is not valid JSON ({_show(str(e))})") from None
         if not isinstance(data, dict):
             raise _BadFile(f"it holds a JSON {_json_type(data)}, not an object")
         return data
+
+    def _unreadable(self, e: Unreadable) -> str:
+        strerror = e.error.strerror if e.error is not None else None
+        if e.why == "symlink":
+            return "it is a symbolic link, which is never followed"
+        if e.why == "open":
+            return f"cannot open it ({strerror})"
+        if e.why == "kind":
+            what = kind(e.mode)
+            return f"it is {what + ', not' if what else 'not'} a regular file"
+        if e.why == "size":
+            return f"it is {e.size} bytes, more than the {self.max_bytes} a journal can need"
+        if e.why == "grew":
+            return f"it grew past {self.max_bytes} bytes while being read"
+        return f"cannot read it ({strerror})"
 
     @staticmethod
     def _problem(key: str, raw: object) -> str | None:
@@ -263,22 +250,10 @@ class Journal:
     def _flush(self) -> None:
         if not self._dirty:
             return
-        directory = os.path.dirname(self.path)
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
         data = {net: {"ifname": e.ifname, "bgscan": e.bgscan} for net, e in self._entries.items()}
         text = json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n"
-        fd, tmp = tempfile.mkstemp(prefix=".suspended.", suffix=".tmp", dir=directory)
-        try:
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomic(self.path, text.encode("utf-8"), mode=0o600, durable=True)
         self._dirty = False
 
 
@@ -294,15 +269,6 @@ def _json_type(value: object) -> str:
     if isinstance(value, list):
         return "array"
     return "object" if isinstance(value, dict) else type(value).__name__
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 def _replace_aside(path: str, bad: str) -> None:

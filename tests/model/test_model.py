@@ -283,6 +283,6 @@ def test_bgscan_ends_as_networkmanager_set_it() -> None:
         phases=[Phase.explicit, Phase.reuse, Phase.generate, *([Phase.shrink] if SHRINK else [])],
         suppress_health_check=list(HealthCheck)))
     if SEQUENCES >= 500:
-        # The crash-between-write-and-rename trap sits in the journal module's `os`: if the
+        # The crash-between-write-and-rename trap sits in nm_scanguard.files' `os`: if the
         # atomic write moves, the trap must move with it, or that fault silently stops happening.
         assert STATS.journal_crashes > 0, "no sequence crashed in the journal's write"

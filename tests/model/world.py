@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Coroutine
 
+import nm_scanguard.files as files_module
 import nm_scanguard.journal as journal_module
 from nm_scanguard.api import Api
 from nm_scanguard.bus import CALL_TIMEOUT, close_bus
@@ -63,7 +64,7 @@ class Client:
 
 
 class _JournalOs:
-    """`os` as the journal module sees it, with a trap in `replace` (the rename)."""
+    """`os` as nm_scanguard.files sees it, with a trap in the rename of the journal's write."""
 
     def __init__(self, world: World) -> None:
         self._world = world
@@ -71,7 +72,7 @@ class _JournalOs:
         self._kept: set[str] = set()
 
     def replace(self, src: str, dst: str) -> None:
-        if self.armed:
+        if self.armed and os.path.basename(dst) == journal_module.FILE_NAME:
             self.armed = False
             self._kept.add(src)  # the written temporary file stays, as after a real crash
             self._world.crash("journal write")
@@ -116,7 +117,7 @@ class World:
         for name in QUIET_LOGGERS:
             logging.getLogger(name).setLevel(logging.CRITICAL)
         self._time.__enter__()
-        journal_module.os = self._journal_os  # type: ignore[attr-defined]
+        files_module.os = self._journal_os  # type: ignore[attr-defined]
         self.loop.set_exception_handler(self._loop_exception)
         for service in (self.wpa, self.nm, self.polkit):
             service.start()
@@ -138,7 +139,7 @@ class World:
         finally:
             for name, level in self._levels.items():
                 logging.getLogger(name).setLevel(level)
-            journal_module.os = os  # type: ignore[attr-defined]
+            files_module.os = os  # type: ignore[attr-defined]
             self._time.__exit__(None, None, None)
             self.loop.close()
 

@@ -303,7 +303,7 @@ def test_a_fifo_itself_does_not_block(tmp_path, caplog):
         os.close(os.open(tmp_path / "suspended.json", os.O_WRONLY | os.O_NONBLOCK))
         pytest.fail("load() blocked on a FIFO")
     assert result["v"] == {}
-    assert "a FIFO, not a regular file" in caplog.text
+    assert "a FIFO (named pipe), not a regular file" in caplog.text
 
 
 def test_symlink_to_a_valid_journal_is_not_followed(tmp_path, caplog):
