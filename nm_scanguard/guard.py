@@ -20,7 +20,7 @@ from .nm import WifiDevice
 from .policy import Policy
 from .rates import Counters, RateMeter, Rates
 from .status import DeviceStatus, duration
-from .supplicant import SupplicantError
+from .supplicant import ObjectGone, SupplicantError
 from .suspension import NothingToSuspend, Suspended, Suspender
 
 log = logging.getLogger("scanguard")
@@ -153,6 +153,19 @@ class Guard:
         if restore:
             async with self._busy:
                 await self._release("the guard stopped")
+                await self._restore_left_behind()
+
+    async def _restore_left_behind(self) -> None:
+        """A suspend whose task was cancelled with its Set on the way (the sampling loop above,
+        or a hold's kick when the daemon stops) has no Suspended to restore, but its "" may have
+        landed: the journal, written before the Set, names it.  Restore it now rather than at
+        the next start (found by the model rung: a `systemctl restart` right after a
+        re-activation left the new network's bgscan off until the next instance replayed).
+        wpa_supplicant handles one client's calls in order, so the read comes after that Set."""
+        entries = self._suspender.journal.entries()
+        others = [net for net, e in entries.items() if e.ifname != self.ifname]
+        if len(others) < len(entries):
+            await self._suspender.restore_journal(skip=others)
 
     def update(self, dev: WifiDevice, settings: Settings) -> None:
         if dev.connection_uuid != self.dev.connection_uuid:
@@ -200,6 +213,7 @@ class Guard:
         try:
             rssi = await self._supplicant.signal(await self._iface())
         except SupplicantError as e:
+            self._look_up_again_if_gone(e)
             self._fail(f"{self.ifname}: cannot read the signal, so a fading signal does not "
                        f"release bgscan for roaming: {e}", SIGNAL)
             return None
@@ -221,6 +235,7 @@ class Guard:
                     if self.policy.state == P.WEAK:
                         await self._scan_to_roam()
             except SupplicantError as e:
+                self._look_up_again_if_gone(e)
                 self._fail(f"{self.ifname}: {e}")
                 ok = False
             self._publish()
@@ -230,6 +245,13 @@ class Guard:
         self.policy.set_held(held)
 
     # ---- engage / release -----------------------------------------------------------------
+
+    def _look_up_again_if_gone(self, e: SupplicantError) -> None:
+        """NetworkManager may have removed wpa_supplicant's interface and added it again at a
+        new path, with no sample in between that missed the link (found by the model rung): an
+        object that is gone makes the next call ask GetInterface anew."""
+        if isinstance(e, ObjectGone):
+            self.iface_path = None
 
     async def _iface(self) -> str:
         if self.iface_path is None:
@@ -271,6 +293,7 @@ class Guard:
         try:
             await self._supplicant.scan(await self._iface())
         except SupplicantError as e:
+            self._look_up_again_if_gone(e)
             # A scan already running ("Scan request rejected") serves as well; in any case
             # bgscan, restored, scans within its short interval.  Nothing to retry.
             log.info("%s: asked wpa_supplicant for a scan to roam, it did not start one (%s); "

@@ -71,6 +71,10 @@ class Net:
     # re-created at that path, or another program wrote bgscan): wpa_supplicant's API has no
     # compare-and-set, so nothing can prevent that; the daemon logs the re-creation case.
     raced: bool = False
+    # Another program wrote bgscan after the daemon's last write: the daemon leaves that value
+    # alone (it restores only its own "") until it suspends this object anew.
+    overridden: bool = False
+    born: float = 0.0  # when wpa_supplicant created it (virtual time)
 
 
 @dataclass(eq=False)
@@ -112,6 +116,7 @@ class Supplicant(Service):
         self.races: list[Race] = []
         self.violations: list[str] = []
         self.every_net: list[Net] = []  # every object ever created, for the checks
+        self.last_fault_at = -math.inf  # when a drawn fault last hit a call (virtual time)
         self.last_read: dict[tuple[str, str], float] = {}  # (caller, path) -> order of a Get
         self._order = itertools.count()
         self.counts: dict[str, int] = {}
@@ -186,7 +191,8 @@ class Supplicant(Service):
         if iface is None:
             return
         number = max(iface.nets, default=-1) + 1
-        net = Net(f"{iface.path}/Networks/{number}", ifname, bgscan, bgscan, next(self._order))
+        net = Net(f"{iface.path}/Networks/{number}", ifname, bgscan, bgscan, next(self._order),
+                  born=self.loop.time())
         iface.nets[number] = net
         self.every_net.append(net)
         self._record("add")
@@ -228,6 +234,7 @@ class Supplicant(Service):
         net = iface.current
         net.bgscan = net.expected = value
         net.ours = False
+        net.overridden = True
         net.changed = next(self._order)
         self._record("other-set")
 
@@ -286,6 +293,8 @@ class Supplicant(Service):
                     return  # it restarted: the call dies with it (callers get NoReply)
         fault = self._take_fault(member)
         kind = fault.kind if fault else "ok"
+        if fault is not None:
+            self.last_fault_at = self.loop.time()
         self.counts[kind] = self.counts.get(kind, 0) + 1
         self._record(f"{member}:{kind}")
         if fault is None:
@@ -371,6 +380,7 @@ class Supplicant(Service):
             net.ours = False
         else:
             net.ours = False
+        net.overridden = False
         net.bgscan = text
         return Message.new_method_return(msg)
 

@@ -15,6 +15,9 @@ After every step (Hypothesis `@invariant`):
   has no compare-and-set: the object at that path was re-created, or another program wrote its
   bgscan, after our last read of it);
 - nothing the daemon did raised out of the event loop unhandled.
+A `busy_for_a_while` step also checks that the guard works, where that can be judged: both
+links busy for 10 s at a strong signal with the peers answering all along, every network that
+its settings say to guard carries our "", and no other one does.
 At the end of every sequence the faults end, holders leave, the link goes quiet, a daemon runs
 (after a SIGKILL or lost bus, the next one, which must restore from the journal), and after
 settling every network's bgscan is what NetworkManager set; then a clean stop restores at once.
@@ -237,6 +240,15 @@ class Machine(RuleBasedStateMachine):
         self._step("reload")
         self.world.reload(config)
         self._then(then)
+
+    @rule()
+    def busy_for_a_while(self) -> None:
+        """Liveness, where it can be judged: see World.busy_check."""
+        self._step("busy-check")
+        problems = self.world.run(self.world.busy_check())
+        if problems:
+            self._failed()
+        assert not problems, "\n".join(problems)
 
     # ---- the invariant ----------------------------------------------------------------
 

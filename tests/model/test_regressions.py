@@ -71,3 +71,36 @@ def test_another_program_writing_between_our_read_and_our_restore_is_the_known_r
         assert any(n.raced for n in state.world.wpa.live_nets()), "the race happened"
     finally:
         state.teardown()
+
+
+def test_a_restart_right_after_a_reactivation_restores_the_suspend_it_cancelled():
+    """Found 2026-11-25 by the busy check's engaged states: the guard suspended the network
+    NetworkManager had just re-created, and `systemctl restart` came while that Set was on its
+    way; stopping cancelled the suspend, so the guard had nothing to restore and the clean stop
+    left our "" until the next instance replayed the journal.  The stop now restores what the
+    journal names for the interface."""
+    state = Machine()
+    try:
+        state.busy_for_a_while()
+        state.activate(bgscan="simple:30:-70:86400", gap=0.0003, ifname="wlan0", then=0.001)
+        state.systemctl_restart(then=0.0)
+        state.bgscan_is_safe()
+    finally:
+        state.teardown()
+
+
+def test_an_interface_recreated_without_a_gap_is_guarded_again():
+    """Found 2026-11-25 by the busy check: NetworkManager removed and added wpa_supplicant's
+    interface (a new path) in one instant; the guard kept calling the old path and never
+    guarded again (tests/unit/test_guard.py has the two calls that now look the path up anew)."""
+    state = Machine()
+    try:
+        state.hold(client=0, interface="", reason=CAFE, then=0.0)
+        state.busy_for_a_while()
+        state.profile(data={"scanguard.signal_floor_dbm": "-40"}, ifname="wlan0", readable=True,
+                      then=0.0)
+        state.recreate_interface(ifname="wlan0", then=1.0)
+        state.recreate_interface(ifname="wlan0", then=0.0)
+        state.busy_for_a_while()
+    finally:
+        state.teardown()

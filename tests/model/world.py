@@ -23,7 +23,7 @@ import nm_scanguard.files as files_module
 import nm_scanguard.journal as journal_module
 from nm_scanguard.api import Api
 from nm_scanguard.bus import CALL_TIMEOUT, close_bus
-from nm_scanguard.config import ConfigError, load_file
+from nm_scanguard.config import ConfigError, ProfileWarnings, apply_profile, load_file
 from nm_scanguard.daemon import JOURNAL_RETRY_MAX, Daemon
 from nm_scanguard.dbuslib import Message, MessageType
 from nm_scanguard.names import BUS_NAME, IFACE, PATH
@@ -39,6 +39,9 @@ USER_UID = 1000
 QUIET_LOGGERS = ("scanguard", "nm_scanguard")
 RESTART_SEC = 0.1  # systemd's default RestartSec=, for Restart=on-failure
 # How long settling may take: a release, the journal's slowest retry, a few call timeouts.
+# A guard engages on a busy link after a baseline sample and engage_after (3 by default)
+# busy samples of 1 s; with the activation noticed and a margin, within:
+ENGAGE_WITHIN = 8.0
 SETTLE = 30.0 + JOURNAL_RETRY_MAX + 4 * CALL_TIMEOUT
 
 
@@ -55,6 +58,7 @@ class Instance:
     daemon: Daemon
     task: asyncio.Task[Any] | None = None
     alive: bool = True
+    started: float = 0.0  # virtual time
 
 
 @dataclass
@@ -170,7 +174,7 @@ class World:
             return
         daemon = Daemon(settings, self.config_path, self.state_dir)
         daemon.counters = self.link  # type: ignore[assignment]
-        inst = self.instance = Instance(label, conn, daemon)
+        inst = self.instance = Instance(label, conn, daemon, started=self.loop.time())
         inst.task = self.bus.run_as(label, self._serve(inst))
         inst.task.add_done_callback(self._served)
 
@@ -375,6 +379,64 @@ class World:
                 if not isinstance(entry, dict) or entry.get("ifname") != net.ifname:
                     out.append(f"bgscan of {net.path} ({net.ifname}, object {net.oid}) is our "
                                f"\"\" but the journal on disk does not name it: {journal}")
+        return out
+
+    def should_guard(self, ifname: str) -> bool | None:
+        """Whether scanguardd should suspend bgscan on `ifname` when its link is busy, from the
+        settings file and the profile as the daemon reads them (None: no daemon can run)."""
+        try:
+            settings = load_file(self.config_path)
+        except ConfigError:
+            return None
+        profile = self.nm.devices[ifname].profile
+        if not profile.readable:
+            return False  # a profile the daemon cannot read is not guarded
+        return apply_profile(settings, profile.user_data, profile.id,
+                             warned=ProfileWarnings()).enabled
+
+    async def busy_check(self) -> list[str]:
+        """Both links busy for 10 s at a strong signal: with the peers answering all along, every
+        network that should be guarded carries our "", and no other one does."""
+        for iface in self.wpa.ifaces.values():
+            iface.rssi = -20
+        for ifname in IFNAMES:
+            self.link.set_rate(ifname, 50.0)
+        def healthy() -> bool:
+            return self.peers_healthy() and self.nm.alive and self.instance is not None
+
+        ok = healthy()
+        await self.advance(10.0)
+        # A daemon started, or a network activated (after a gap drawn before), late in those
+        # 10 s has had no time to engage yet: wait until each has been busy for ENGAGE_WITHIN.
+        for _ in range(4):
+            if not (ok and healthy()):
+                return []
+            # A reply lost or late just before is waited for a whole call timeout first.
+            fresh = max([self.instance.started,  # type: ignore[union-attr]
+                         self.wpa.last_fault_at + CALL_TIMEOUT] + [
+                iface.current.born for iface in self.wpa.ifaces.values()
+                if iface.current is not None])
+            wait = fresh + ENGAGE_WITHIN - self.loop.time()
+            if wait <= 0:
+                break
+            await self.advance(wait)
+        else:
+            return []
+        out = []
+        for ifname in IFNAMES:
+            dev, iface = self.nm.devices[ifname], self.wpa.ifaces.get(ifname)
+            net = iface.current if iface is not None else None
+            if dev.state != 100 or net is None or net.expected is None or net.overridden:
+                continue  # (overridden: another program's value stands while the guard is on)
+            want = self.should_guard(ifname)
+            if want is None:
+                continue
+            if want and not (net.bgscan == "" and net.ours):
+                out.append(f"{ifname} busy for 10 s and guarded by its settings, but bgscan on "
+                           f"{net.path} (object {net.oid}) is {net.bgscan!r}, not suspended")
+            if not want and net.bgscan == "":
+                out.append(f"{ifname} busy for 10 s and not guarded by its settings, but bgscan "
+                           f"on {net.path} (object {net.oid}) is suspended")
         return out
 
     def end_state(self) -> list[str]:

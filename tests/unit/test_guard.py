@@ -490,3 +490,68 @@ async def test_a_stopped_guard_never_suspends(guard, parts):
     assert await guard.kick()
     assert not guard.engaged and parts["sup"].networks[NET0]["bgscan"] == NM_BGSCAN
     assert parts["journal"].entries() == {}
+
+
+async def test_an_interface_recreated_at_a_new_path_is_looked_up_again(guard, parts):
+    """Found by the model rung's busy check (2026-11-25): NetworkManager removed wpa_supplicant's
+    interface and added it again (a new object path) with no gap in which a sample failed to
+    read the counters; the guard kept asking the old path, which answers UnknownObject, and
+    reported that error on every sample, never guarding again.  A gone object now makes the
+    next sample ask GetInterface again."""
+    sup = parts["sup"]
+    new_iface = "/fi/w1/wpa_supplicant1/Interfaces/7"
+    new_net = new_iface + "/Networks/0"
+    gone = sup.current_network
+
+    async def current_network(iface_path):
+        if iface_path not in sup.interfaces.values():
+            fail("org.freedesktop.DBus.Error.UnknownObject",
+                 f"reading CurrentNetwork of {iface_path}")
+        return await gone(iface_path)
+
+    sup.current_network = current_network
+    sup.interfaces["wlan0"] = new_iface
+    sup.current[new_iface] = new_net
+    sup.networks = {new_net: {"bgscan": NM_BGSCAN}}
+    guard.hold_changed(True)
+    assert not await guard.kick()  # the old path: gone, shown
+    assert "the object is gone" in guard.status().error
+    assert await guard.kick()  # looked up again
+    assert guard.iface_path == new_iface
+    assert guard.engaged and sup.networks[new_net]["bgscan"] == ""
+    await guard.step()
+    await guard.step()  # a clean sample clears the error
+    assert guard.status().error == ""
+    await guard.stop()
+    assert sup.networks[new_net]["bgscan"] == NM_BGSCAN
+
+
+async def test_a_signal_read_on_a_recreated_interface_looks_it_up_again(guard, parts):
+    """Found by the model rung's busy check right after the test above: the signal is read
+    before anything else each sample, and a weak signal keeps the guard released, so the
+    SignalPoll on the old path was the only call that could notice: it failed on every sample
+    and the guard stayed released on a strong link."""
+    sup, counters = parts["sup"], parts["counters"]
+    new_iface = "/fi/w1/wpa_supplicant1/Interfaces/7"
+    new_net = new_iface + "/Networks/0"
+    polled = []
+
+    async def signal(iface_path):
+        polled.append(iface_path)
+        if iface_path not in sup.interfaces.values():
+            fail("org.freedesktop.DBus.Error.UnknownObject", f"SignalPoll on {iface_path}")
+        return sup.rssi
+
+    sup.signal = signal
+    await guard.step()
+    await run(guard, counters, 8, 2)
+    await _fade(guard, parts, -90)  # weak on the old interface: released
+    assert guard.state == P.WEAK and not guard.engaged
+    sup.interfaces["wlan0"] = new_iface
+    sup.current[new_iface] = new_net
+    sup.networks = {new_net: {"bgscan": NM_BGSCAN}}
+    for _ in range(3):  # each sample polls (the poll interval is wall-clock)
+        await _fade(guard, parts, -40)
+    assert IFACE0 in polled and polled[-1] == new_iface
+    assert guard.engaged and sup.networks[new_net]["bgscan"] == ""
+    assert guard.status().error == ""
