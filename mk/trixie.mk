@@ -18,7 +18,8 @@
 #                        themselves run with the root's /usr/bin/python3)
 #   TRIXIE_CACHE         where roots are kept, outside the checkout so that CI runs and later
 #                        runs reuse them (default /var/cache/nm-scanguard)
-#   TRIXIE_MIRROR        the Debian mirror (default http://deb.debian.org/debian)
+#   TRIXIE_MIRROR        the Debian mirror (default: the one this host's apt sources use, else
+#                        http://deb.debian.org/debian)
 #   TRIXIE_STEP_TIMEOUT  seconds after which a step is killed and fails (default 420)
 #   TRIXIE_TOTAL_TIMEOUT seconds after which the whole run stops, failing (default 1200)
 #   TRIXIE_ARGS          more arguments for `trixie.py test`, e.g. TRIXIE_ARGS='--only unit'

@@ -3,7 +3,6 @@
 Run with `make lab` (or `/usr/bin/python3 -m pytest -v -s tests/lab`); the lab boots once.
 """
 
-import json
 import time
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from . import measure
 from .lab import (AP_ADDR, CONNECTION, COUNTRY, PING_INTERVAL, SCAN_FREQS_MHZ, SSID, STA_IF,
                   STRONG_SIGNAL_DBM, WEAK_SIGNAL_DBM)
+from .demo import strict_json
 from .scenario import NM_DEFAULT_BGSCAN, arm_weak_link, measured_transfer, transfer_problems
 
 pytestmark = pytest.mark.lab
@@ -68,7 +68,7 @@ def test_baseline_upload_bgscan_scans_disturb_the_link(lab):
     assert lab.bgscan(network) == original
     summary, scans = m.summary, m.scans
     lab.say(m.report())
-    (lab.vm.rundir / "baseline-upload.json").write_text(json.dumps(summary, indent=2))
+    (lab.vm.rundir / "baseline-upload.json").write_text(strict_json(summary))  # NaN: null
     lab.results[m.label] = summary
 
     # bgscan scanned, and the scan is the bgscan module's (that it scans again every 30 s is
