@@ -76,6 +76,15 @@ MUTANTS = (
            "nm_scanguard/guard.py",
            "        self.suspended = None\n        self.iface_path = self.no_bgscan = None",
            "        self.iface_path = self.no_bgscan = None"),
+    Mutant("stale-interface-path", "keep calling an interface path that is gone",
+           "nm_scanguard/guard.py",
+           "        if isinstance(e, ObjectGone):\n            self.iface_path = None",
+           "        if False:\n            self.iface_path = None"),
+    Mutant("stop-forgets-cancelled-suspend", "a stop that cancels a suspend in flight restores only "
+           "what the guard knew it had suspended",
+           "nm_scanguard/guard.py",
+           "                await self._restore_left_behind()\n",
+           ""),
 )
 
 FIRST = re.compile(r"first failing sequence: number (\d+)")
@@ -133,15 +142,16 @@ def main() -> int:
         p.error(f"no such variant: {', '.join(sorted(unknown))} "
                 f"(variants: {', '.join(m.name for m in MUTANTS)})")
     missed = 0
-    print(f"{'variant':<26} {'caught after':>14} {'seconds':>8}  defect / first violation")
+    w = max(len(m.name) for m in chosen)
+    print(f"{'variant':<{w}} {'caught after':>14} {'seconds':>8}  defect / first violation")
     for m in chosen:
         caught, ran, took, why = run(m, args.sequences, sys.executable)
         if caught is None:
             missed += 1
-            print(f"{m.name:<26} {'NOT caught':>14} {took:8.1f}  {m.what} ({ran} sequences)",
+            print(f"{m.name:<{w}} {'NOT caught':>14} {took:8.1f}  {m.what} ({ran} sequences)",
                   flush=True)
         else:
-            print(f"{m.name:<26} {caught:>5} sequences {took:8.1f}  {m.what}: {why}", flush=True)
+            print(f"{m.name:<{w}} {caught:>5} sequences {took:8.1f}  {m.what}: {why}", flush=True)
     print(f"{len(chosen) - missed} of {len(chosen)} variants caught")
     return 1 if missed else 0
 
