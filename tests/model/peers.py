@@ -435,10 +435,7 @@ class NetworkManager(Service):
         if not self.alive:
             return  # NetworkManager is down (restarting): it does nothing
         dev = self.devices[ifname]
-        if dev.state == 100:
-            self._state(dev, 30)
-            dev.active = "/"
-            self.wpa.submit(lambda: self.wpa.remove_current(ifname))
+        self.deactivate(ifname)
 
         def second_half() -> None:
             def in_wpa() -> None:
@@ -457,21 +454,24 @@ class NetworkManager(Service):
     def deactivate(self, ifname: str) -> None:
         if not self.alive:
             return  # NetworkManager is down (restarting): it does nothing
-        dev = self.devices[ifname]
-        if dev.state == 100:
-            self._state(dev, 30)
-            dev.active = "/"
+        if self._down(self.devices[ifname], 30):
             self.wpa.submit(lambda: self.wpa.remove_current(ifname))
+
+    def _down(self, dev: Device, state: int) -> bool:
+        """An activated device goes to `state` (30 disconnected, 20 unavailable); False if it
+        was not activated."""
+        if dev.state != 100:
+            return False
+        self._state(dev, state)
+        dev.active = "/"
+        return True
 
     def recreate_interface(self, ifname: str) -> None:
         """The device leaves and comes back (rfkill, unmanaged and managed again): NetworkManager
         deactivates it, removes its wpa_supplicant interface, adds it anew and activates."""
         if not self.alive:
             return  # NetworkManager is down (restarting): it does nothing
-        dev = self.devices[ifname]
-        if dev.state == 100:
-            self._state(dev, 20)
-            dev.active = "/"
+        self._down(self.devices[ifname], 20)
 
         def in_wpa() -> None:
             self.wpa.remove_interface(ifname)
@@ -488,9 +488,7 @@ class NetworkManager(Service):
 
     def supplicant_gone(self) -> None:
         for dev in self.devices.values():
-            if dev.state == 100:
-                self._state(dev, 20)  # unavailable
-                dev.active = "/"
+            self._down(dev, 20)  # unavailable
 
     def update_profile(self, ifname: str, user_data: dict[str, str], readable: bool = True) -> None:
         if not self.alive:
