@@ -18,7 +18,7 @@ from .bus import BusError, add_match, call, get_all, unwrap
 from .config import (DEFAULT_CONFIG_PATH, KEYS, NAME_CHARS, USER_DATA_PREFIX, ConfigError, Settings,
                      apply_profile, clipped, load_file, parse_value, quoted)
 from .dbuslib import BusType, Message, MessageBus, MessageFlag, MessageType
-from .names import ACCESS_DENIED, BUS_NAME as NAME, ERROR_UNKNOWN_HOLD, IFACE, NOT_RUNNING, PATH
+from .names import ACCESS_DENIED, BUS_NAME as NAME, ERROR_UNKNOWN_HOLD, IFACE, UNREACHABLE, PATH
 from .profiles import ProfileError
 from .status import FIELDS, duration
 
@@ -41,7 +41,7 @@ async def connect() -> MessageBus:
 
 
 def explain(e: BusError) -> Failure:
-    if e.name in NOT_RUNNING:
+    if e.name in UNREACHABLE:
         return Failure("the scanguard service is not running and could not be started "
                        f"({e.name}); see `systemctl status scanguard`")
     if e.name == ACCESS_DENIED:

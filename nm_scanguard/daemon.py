@@ -52,7 +52,7 @@ MATCH_RULES = (
 )
 
 
-DEFER_FILE = "defer-scans"  # read by systemd/nm-scanguard-defer-scans for the polkit rule
+DEFER_FILE = "defer-scans"  # read by systemd/nm-scanguard-scan-deferral for the polkit rule
 
 
 def _start_time() -> str:

@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 
 PROBE = "é"  # two bytes in UTF-8: a correct marshaller writes length 2
 KNOWN = ("dbus_fast", "dbus_next")
-# Versions that write non-ASCII strings with a wrong length: below 2.0 for dbus-fast (FACTS.md).
+# Versions that write non-ASCII strings with a wrong length: below 2.0 for dbus-fast
+# (docs/supported-releases.md).
 BROKEN_BELOW: dict[str, tuple[int, ...]] = {"dbus_fast": (2,)}
 WRONG_LENGTH = ("writes non-ASCII strings with a wrong length (the bus would drop the connection "
                 "at the first 'é'); not using it")

@@ -107,7 +107,7 @@ class Guard:
         self._error: dict[str, str] = {}
         self._logged: dict[str, str] = {}
         self._tracebacks: set[str] = set()  # unexpected errors whose traceback was logged
-        self._busy = asyncio.Lock()
+        self._lock = asyncio.Lock()  # one change to wpa_supplicant at a time
         self._roam_scan_at: float | None = None  # monotonic time of our last scan request
         self._settings_problem()
 
@@ -151,7 +151,7 @@ class Guard:
             await asyncio.wait({self._task}, timeout=0.5)
         self._task = None
         if restore:
-            async with self._busy:
+            async with self._lock:
                 await self._release("the guard stopped")
                 await self._restore_left_behind()
 
@@ -223,7 +223,7 @@ class Guard:
     async def reconcile(self) -> bool:
         """Make wpa_supplicant match what the policy wants; safe to call at any time.
         False if wpa_supplicant refused (logged; the next sample tries again)."""
-        async with self._busy:
+        async with self._lock:
             ok = True
             try:
                 if self.policy.want_engaged and not self.engaged and not self._stopping:
@@ -305,7 +305,7 @@ class Guard:
     async def network_changed(self, net: str | None) -> None:
         """wpa_supplicant's CurrentNetwork changed (NM re-activated, or we lost the AP)."""
         if self.suspended is not None and net != self.suspended.network:
-            async with self._busy:
+            async with self._lock:
                 await self._release("wpa_supplicant switched to another network object")
         self.no_bgscan = None
         await self.reconcile()
@@ -318,7 +318,7 @@ class Guard:
         after we suspended the *new* object at that path (two re-activations in a row, found by
         the fault-injection suite): a removal that arrived before that suspension read bgscan
         leaves it alone, or the new object's "" would never be restored."""
-        async with self._busy:
+        async with self._lock:
             if self.suspended is None or self.suspended.network != net:
                 self._suspender.forget(net)  # a stale entry, if any, goes with the object
                 return

@@ -14,8 +14,8 @@ Whatever is in the file is handed back to wpa_supplicant, so it is distrusted on
   write succeeds and the daemon does not fail the same way on every start.
 
 Writes are atomic (temporary file, fsync, rename) and can be batched: restoring many entries at
-start costs one write, not one per entry.  The format is the one of the former state.py, so a
-journal left by an older version is read.
+start costs one write, not one per entry.  The format has not changed since the first release,
+so a journal left by an older version is read.
 """
 
 from __future__ import annotations

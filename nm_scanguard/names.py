@@ -25,7 +25,7 @@ UNKNOWN_METHOD = "org.freedesktop.DBus.Error.UnknownMethod"
 UNKNOWN_PROPERTY = "org.freedesktop.DBus.Error.UnknownProperty"
 READ_ONLY = "org.freedesktop.DBus.Error.PropertyReadOnly"
 # A peer that is not there, or did not answer: "is the service running?"
-NOT_RUNNING = (
+UNREACHABLE = (
     "org.freedesktop.DBus.Error.ServiceUnknown",
     "org.freedesktop.DBus.Error.NameHasNoOwner",
     "org.freedesktop.DBus.Error.NoReply",

@@ -18,8 +18,6 @@ WEAK = "released-weak-signal"
 DISABLED = "disabled"
 NO_BGSCAN = "no-bgscan"  # decided by the daemon: the network has no bgscan to suspend
 
-STATES = (IDLE, GUARDING, HELD, WEAK, DISABLED, NO_BGSCAN)
-
 
 class Policy:
     def __init__(self, settings: Settings) -> None:
