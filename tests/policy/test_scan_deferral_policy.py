@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from nm_scanguard.daemon import DEFER_FILE
+from nm_scanguard.deferral import DEFER_FILE
 from tests.api.harness import api_call, error_of, scanguardctl
 from tests.conftest import assert_eventually, stop_process
 from tests.peers import REPO, env_for

@@ -17,7 +17,8 @@ import pytest
 from nm_scanguard import policy as P
 from nm_scanguard.cli import GEOCLUE_HINT, device_line, scan_hint, status_json
 from nm_scanguard.config import KEYS, ConfigError, Settings, apply_profile, load_file
-from nm_scanguard.daemon import DEFER_FILE, Daemon, ScanDeferral
+from nm_scanguard.daemon import Daemon
+from nm_scanguard.deferral import DEFER_FILE, ScanDeferral
 from nm_scanguard.status import FIELDS, DeviceStatus
 from nm_scanguard.guard import Guard
 from nm_scanguard.journal import Journal

@@ -1,0 +1,77 @@
+"""The scan-deferral file: whether other programs' Wi-Fi scan requests are refused now.
+
+NetworkManager asks polkit whether a client may request a scan; the shipped rule
+(systemd/50-nm-scanguard.rules) runs systemd/nm-scanguard-scan-deferral, which reads the file
+this module writes.  See docs/scan-deferral.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import stat
+
+from .files import write_atomic
+
+log = logging.getLogger("scanguard")
+
+
+DEFER_FILE = "defer-scans"  # read by systemd/nm-scanguard-scan-deferral for the polkit rule
+
+
+def _start_time() -> str:
+    """This process's start time in clock ticks since boot (/proc/self/stat field 22): with
+    the pid, it names this process and no later one that reuses the pid."""
+    with open("/proc/self/stat", encoding="ascii", errors="replace") as f:
+        return f.read().rsplit(")", 1)[1].split()[19]
+
+
+class ScanDeferral:
+    """Publishes whether other programs' Wi-Fi scan requests should be refused now.
+
+    The shipped polkit rule cannot ask us over the bus (duktape rules cannot) and must answer
+    fast, so its helper reads one small world-readable file: "defer PID STARTTIME" while any
+    interface defers, absent otherwise.  The file lives in /run/scanguard, which survives a
+    restart; so that a crashed or killed daemon cannot leave "defer" behind, it names this
+    process and the helper checks that the process still runs (same pid, same start time).
+    Written atomically (rename), so the helper never reads half a line."""
+
+    def __init__(self, state_dir: str) -> None:
+        self.path = os.path.join(state_dir, DEFER_FILE)
+        self.active: bool | None = None  # None: unknown, write at the next set()
+        self._problem: str | None = None
+
+    def set(self, defer: bool) -> None:
+        if defer == self.active:
+            return
+        try:
+            if defer:
+                self._write(f"defer {os.getpid()} {_start_time()}\n")
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.path)
+        except OSError as e:
+            problem = f"{self.path}: cannot {'write' if defer else 'remove'} ({e.strerror or e})"
+            if problem != self._problem:
+                log.warning("%s; other programs' Wi-Fi scans are %s meanwhile; check that "
+                            "the directory exists and belongs to the service user", problem,
+                            "not deferred" if defer else "still refused while it names this process")
+                self._problem = problem
+            self.active = None  # try again on the next change
+            return
+        self._problem = None
+        if defer != bool(self.active):
+            log.debug("client Wi-Fi scan requests are %s", "deferred" if defer else "allowed again")
+        self.active = defer
+
+    def _write(self, text: str) -> None:
+        directory = os.path.dirname(self.path)
+        # The unit creates it 0711; run by hand the daemon (or its journal, 0700) makes it, and
+        # polkitd must still be able to reach this one file: search permission, no listing.
+        os.makedirs(directory, mode=0o711, exist_ok=True)
+        mode = stat.S_IMODE(os.stat(directory).st_mode)
+        if not mode & stat.S_IXOTH:
+            os.chmod(directory, mode | 0o011)
+        write_atomic(self.path, text.encode("ascii"), mode=0o644,  # polkitd's helper reads it
+                     durable=False)
