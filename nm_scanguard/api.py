@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .bus import BusError, add_match, call, name_has_owner
-from .config import ConfigError, clipped, quoted
+from .config import ConfigError
 from .dbuslib import Message, MessageBus, MessageType, Variant
 from .export import CallError, ExportedObject, Throttle, load_interface
 from .holds import HOLD_FIELDS, Hold, HoldError, check_text
@@ -26,7 +26,7 @@ from .ifname import valid_ifname
 from .names import (ACCESS_DENIED, ACTION_HOLD, ACTION_RELOAD, DBUS, ERROR_BAD_CONFIG, ERROR_FAILED,
                     ERROR_NOT_READY, ERROR_TOO_MANY_HOLDS, ERROR_UNKNOWN_HOLD, IFACE, INVALID_ARGS,
                     PATH, POLKIT, XML_INSTALLED, XML_NAME)
-from .status import MAX_TEXT, cut
+from .text import MAX_TEXT, clipped, cut, quoted
 
 if TYPE_CHECKING:
     from .daemon import Daemon

@@ -15,12 +15,13 @@ from typing import Any
 
 from . import __version__
 from .bus import BusError, add_match, call, get_all, unwrap
-from .config import (DEFAULT_CONFIG_PATH, KEYS, NAME_CHARS, USER_DATA_PREFIX, ConfigError, Settings,
-                     apply_profile, clipped, load_file, parse_value, quoted)
+from .config import (DEFAULT_CONFIG_PATH, KEYS, USER_DATA_PREFIX, ConfigError, Settings,
+                     apply_profile, load_file, parse_value)
 from .dbuslib import BusType, Message, MessageBus, MessageFlag, MessageType
 from .names import ACCESS_DENIED, BUS_NAME as NAME, ERROR_UNKNOWN_HOLD, IFACE, UNREACHABLE, PATH
 from .profiles import ProfileError
 from .status import FIELDS, duration
+from .text import NAME_CHARS, clipped, quoted
 
 
 HOLD_TIMEOUT = 130.0  # polkit may be asking for a password

@@ -14,12 +14,12 @@ import dataclasses
 import hashlib
 import logging
 import re
-import unicodedata
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from .files import Unreadable, kind, read_regular
+from .text import NAME_CHARS, clipped, quoted
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +32,6 @@ USER_DATA_PREFIX = "scanguard."
 MAX_FILE_BYTES = 65536
 # Every valid value is a short number or word; longer profile values are refused unread.
 MAX_PROFILE_VALUE = 256
-# Echoed text (values, keys, names) is cut to this many characters in errors and log lines.
-SHOWN_CHARS = 40
-NAME_CHARS = 64
 # At most this many bad keys of one profile are reported one by one; the rest in one line.
 MAX_PROBLEMS_PER_PROFILE = 16
 
@@ -45,51 +42,10 @@ _ASCII_SPACE = " \t\n\r\f\v"
 _INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)", re.ASCII)
 _MAX_NUMBER_CHARS = 32
-# ZWNJ/ZWJ are format characters that scripts and emoji need; every other control, format,
-# separator, surrogate, private-use or unassigned character, and every space but " " (a no-break
-# space is why "5 " is not a number), is shown as an escape.
-_KEEP_FORMAT = {"\u200c", "\u200d"}
-_ESCAPED_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
-_SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
 
 
 class ConfigError(Exception):
     """A configuration problem, worded for the person who has to fix it."""
-
-
-def _escape(char: str) -> str:
-    if char in _SHORT_ESCAPES:
-        return _SHORT_ESCAPES[char]
-    category = unicodedata.category(char)
-    if char == " " or char in _KEEP_FORMAT or (category not in _ESCAPED_CATEGORIES
-                                                and category != "Zs"):
-        return char
-    code = ord(char)
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    if code < 0x10000:
-        return f"\\u{code:04x}"
-    return f"\\U{code:08x}"
-
-
-def clipped(text: str, limit: int = SHOWN_CHARS) -> str:
-    """`text` made safe to echo: control characters escaped (a newline cannot split a log line or
-    forge a second one) and cut to about `limit` characters, so a 100 KB value costs one short line.
-    Non-ASCII text such as "Café ☕" or "5µ" is kept as it is."""
-    out: list[str] = []
-    used = 0
-    for char in text:
-        piece = _escape(char)
-        if used + len(piece) > limit:
-            return "".join(out) + f"… ({len(text)} characters)"
-        out.append(piece)
-        used += len(piece)
-    return "".join(out)
-
-
-def quoted(text: str, limit: int = SHOWN_CHARS) -> str:
-    """`clipped(text)` in single quotes, the form every message uses for a user's value."""
-    return f"'{clipped(text, limit)}'"
 
 
 @dataclass(frozen=True)

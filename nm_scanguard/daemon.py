@@ -14,7 +14,7 @@ from typing import Any, Callable, Coroutine
 import systemd.daemon as sd_daemon
 
 from .bus import BusError, add_match, name_has_owner
-from .config import NAME_CHARS, ProfileWarnings, Settings, apply_profile, load_file, quoted
+from .config import ProfileWarnings, Settings, apply_profile, load_file
 from .dbuslib import Message, MessageBus, MessageType
 from .deferral import ScanDeferral
 from .guard import Guard, log_traceback_once, unexpected_line
@@ -26,6 +26,7 @@ from .status import DeviceStatus
 from .supplicant import IFACE as WPAS_IFACE, NAME as WPAS_NAME, PATH as WPAS_PATH, Supplicant, \
     SupplicantError
 from .suspension import Suspender
+from .text import NAME_CHARS, quoted
 
 log = logging.getLogger("scanguard")
 

@@ -15,13 +15,14 @@ import traceback
 from typing import Protocol
 
 from . import policy as P
-from .config import Settings, clipped
+from .config import Settings
 from .nm import WifiDevice
 from .policy import Policy
 from .rates import Counters, RateMeter, Rates
 from .status import DeviceStatus, duration
 from .supplicant import ObjectGone, SupplicantError
 from .suspension import NothingToSuspend, Suspended, Suspender
+from .text import clipped
 
 log = logging.getLogger("scanguard")
 

@@ -30,6 +30,7 @@ from typing import Any, Iterable, Iterator
 
 from .files import Unreadable, kind, read_regular, write_atomic
 from .ifname import valid_ifname
+from .text import cut
 
 log = logging.getLogger("scanguard")
 
@@ -62,8 +63,7 @@ def valid_bgscan(value: object) -> bool:
 
 def _show(value: object) -> str:
     """A bad value for the log: repr (so control characters stay visible), cut to SHOW chars."""
-    text = repr(value)
-    return text if len(text) <= SHOW else text[:SHOW - 1] + "…"
+    return cut(repr(value), SHOW)
 
 
 @dataclass(frozen=True, slots=True)

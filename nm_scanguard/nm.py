@@ -16,8 +16,8 @@ import pwd
 from dataclasses import dataclass, field
 
 from .bus import BusError, call, get_all, unwrap
-from .config import NAME_CHARS, quoted
 from .dbuslib import MessageBus
+from .text import NAME_CHARS, quoted
 
 NAME = "org.freedesktop.NetworkManager"
 PATH = "/org/freedesktop/NetworkManager"

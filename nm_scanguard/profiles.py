@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import NAME_CHARS, USER_DATA_PREFIX, quoted
+from .config import USER_DATA_PREFIX
+from .text import NAME_CHARS, quoted
 
 GLib: Any = None
 NM: Any = None

@@ -13,14 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .dbuslib import Variant
-
-MAX_TEXT = 256
-
-
-def cut(text: str, limit: int = MAX_TEXT) -> str:
-    """`text` at most `limit` characters long, marked with "…" where it was cut."""
-    return text if len(text) <= limit else text[:limit - 1] + "…"
-
+from .text import cut
 
 def _typed(signature: str, default: Any = dataclasses.MISSING) -> Any:
     if isinstance(default, (dict, list)):

@@ -1,0 +1,63 @@
+"""A user's text in our messages, logs and status: one place for how it is cut and escaped.
+
+Names and values come from people and from other programs (a profile called "Café ☕", a value
+with a newline in it, 100 KB pasted by mistake): every message shows them the same way, and none
+can split a log line or forge a second one.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+# Echoed text (values, keys, names) is cut to this many characters in errors and log lines.
+SHOWN_CHARS = 40
+NAME_CHARS = 64
+# A status text (the D-Bus Devices entry's reason and error) is cut to this many characters.
+MAX_TEXT = 256
+
+# ZWNJ/ZWJ are format characters that scripts and emoji need; every other control, format,
+# separator, surrogate, private-use or unassigned character, and every space but " " (a no-break
+# space is why "5 " is not a number), is shown as an escape.
+_KEEP_FORMAT = {"\u200c", "\u200d"}
+_ESCAPED_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+_SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
+
+
+def _escape(char: str) -> str:
+    if char in _SHORT_ESCAPES:
+        return _SHORT_ESCAPES[char]
+    category = unicodedata.category(char)
+    if char == " " or char in _KEEP_FORMAT or (category not in _ESCAPED_CATEGORIES
+                                                and category != "Zs"):
+        return char
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def clipped(text: str, limit: int = SHOWN_CHARS) -> str:
+    """`text` made safe to echo: control characters escaped (a newline cannot split a log line or
+    forge a second one) and cut to about `limit` characters, so a 100 KB value costs one short line.
+    Non-ASCII text such as "Café ☕" or "5µ" is kept as it is."""
+    out: list[str] = []
+    used = 0
+    for char in text:
+        piece = _escape(char)
+        if used + len(piece) > limit:
+            return "".join(out) + f"… ({len(text)} characters)"
+        out.append(piece)
+        used += len(piece)
+    return "".join(out)
+
+
+def quoted(text: str, limit: int = SHOWN_CHARS) -> str:
+    """`clipped(text)` in single quotes, the form every message uses for a user's value."""
+    return f"'{clipped(text, limit)}'"
+
+
+def cut(text: str, limit: int = MAX_TEXT) -> str:
+    """`text` at most `limit` characters long, marked with "…" where it was cut."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"

@@ -1,0 +1,29 @@
+"""nm_scanguard.text: how every message shows a user's text (the callers' tests check their
+wording; these check the one rule)."""
+
+from __future__ import annotations
+
+import pytest
+
+from nm_scanguard.text import MAX_TEXT, clipped, cut, quoted
+
+
+@pytest.mark.parametrize("name", ["Home", "Café ☕", "ناصر‌ی"])  # the last keeps its ZWNJ
+def test_a_name_in_any_script_is_shown_as_it_is(name):
+    assert clipped(name) == name and quoted(name) == f"'{name}'"
+
+
+def test_nothing_can_split_a_log_line_or_hide():
+    assert clipped("Café ☕\nforged line\r\x00\u202e") == "Café ☕\\nforged line\\r\\x00\\u202e"
+    assert clipped("a\u00a0b") == "a\\xa0b"  # a no-break space is not what it looks like
+
+
+def test_a_long_value_costs_one_short_line_and_says_how_long_it_was():
+    shown = quoted("Café ☕ " * 1000, limit=40)
+    assert shown.endswith("… (7000 characters)'") and len(shown) < 70
+
+
+def test_cut_keeps_short_text_and_marks_where_it_cut():
+    assert cut("Café ☕") == "Café ☕"
+    long = "é" * (MAX_TEXT + 10)
+    assert cut(long) == "é" * (MAX_TEXT - 1) + "…" and len(cut(long)) == MAX_TEXT
