@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from typing import Any, Callable, Coroutine
 
 import systemd.daemon as sd_daemon
@@ -16,6 +15,7 @@ import systemd.daemon as sd_daemon
 from .bus import BusError, add_match, name_has_owner
 from .config import ProfileWarnings, Settings, apply_profile, load_file
 from .dbuslib import Message, MessageBus, MessageType
+from .export import Throttle
 from .deferral import ScanDeferral
 from .guard import Guard, log_traceback_once, unexpected_line
 from .holds import Holds
@@ -76,7 +76,8 @@ class Daemon:
         self._unexpected: str | None = None  # the last of them logged
         self._sync_lock = asyncio.Lock()
         self._sync_pending = False
-        self._status_sent = ("", 0.0)
+        self._status_sent = ""
+        self._status = Throttle(STATUS_EVERY, self._send_status_line)
 
     # The peers exist once connect() ran; before that, using them is a programming error.
 
@@ -162,6 +163,7 @@ class Daemon:
                 log.error("%s: could not restore bgscan on stop: %s; it stays in %s and the next "
                           "start restores it", ifname, e, self.journal.path)
         self.guards.clear()
+        self._status.cancel()
         self.counters.close()
         self._notify("STOPPING=1\nSTATUS=stopped, bgscan restored")
 
@@ -365,13 +367,17 @@ class Daemon:
         return "; ".join(g.status_line() for _, g in sorted(self.guards.items()))
 
     def _send_status(self, force: bool) -> None:
-        text, sent_at = self._status_sent
-        now = time.monotonic()
-        if not force and now - sent_at < STATUS_EVERY:
-            return  # throttled: do not even format the line (this runs on every sample)
+        """A state change is sent at once; figures at most every STATUS_EVERY seconds (the line
+        is not even formatted in between: this runs on every sample)."""
+        if force:
+            self._status.flush()
+        else:
+            self._status.poke()
+
+    def _send_status_line(self) -> None:
         line = self.status_line()
-        if line != text:
-            self._status_sent = (line, now)
+        if line != self._status_sent:
+            self._status_sent = line
             self._notify("STATUS=" + line)
 
     @staticmethod

@@ -326,3 +326,33 @@ def test_json_carries_the_counts():
     (dev,) = status_json({"Devices": [entry(scans_guarding=2, scan_requests_deferred=3)]})["devices"]
     assert (dev["scans_guarding"], dev["scan_requests_deferred"], dev["deferring_scans"]) == (2, 3, True)
     assert dev["connection_id"] == CAFE
+
+
+async def test_the_status_line_sends_a_change_at_once_and_figures_at_most_every_few_seconds(
+        tmp_path, monkeypatch):
+    """sd_notify STATUS=: the one Throttle (export.py) the D-Bus signals use too.  A state change
+    goes out at once; changed figures wait for the interval and are then sent, the last one."""
+    import asyncio
+
+    import nm_scanguard.daemon as daemon_module
+
+    monkeypatch.setattr(daemon_module, "STATUS_EVERY", 0.2)
+    sent: list[str] = []
+    monkeypatch.setattr(Daemon, "_notify", staticmethod(sent.append))
+    d = Daemon(Settings(), None, str(tmp_path))
+    lines = iter(["wlan0: idle", "wlan0: Café ☕ 1", "wlan0: Café ☕ 2", "wlan0: guarding"])
+    current = {"line": next(lines)}
+    monkeypatch.setattr(d, "status_line", lambda: current["line"])
+    d._send_status(force=True)
+    assert sent == ["STATUS=wlan0: idle"]
+    current["line"] = next(lines)
+    d._send_status(force=False)
+    current["line"] = next(lines)
+    d._send_status(force=False)
+    assert sent == ["STATUS=wlan0: idle"]  # figures wait
+    await asyncio.sleep(0.3)
+    assert sent[-1] == "STATUS=wlan0: Café ☕ 2" and len(sent) == 2  # then the last one goes
+    current["line"] = next(lines)
+    d._send_status(force=True)
+    assert sent[-1] == "STATUS=wlan0: guarding"
+    d._status.cancel()
