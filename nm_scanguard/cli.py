@@ -20,7 +20,7 @@ from .config import (DEFAULT_CONFIG_PATH, KEYS, USER_DATA_PREFIX, ConfigError, S
 from .dbuslib import BusType, Message, MessageBus, MessageFlag, MessageType
 from .names import ACCESS_DENIED, BUS_NAME as NAME, ERROR_UNKNOWN_HOLD, IFACE, UNREACHABLE, PATH
 from .profiles import ProfileError
-from .status import FIELDS, duration
+from .status import FIELDS, duration, who_scanned
 from .text import NAME_CHARS, clipped, quoted
 
 
@@ -109,8 +109,7 @@ def scan_hint(d: dict[str, Any]) -> str | None:
                 "nmcli may scan through NetworkManager while guarding, and GeoClue directly")
     if not d.get("scan_requests_deferred"):
         return GEOCLUE_HINT
-    return ("scans that still ran while guarding came from root (e.g. sudo nmcli device wifi "
-            "rescan) or from programs that call wpa_supplicant directly, such as GeoClue")
+    return f"scans that still ran while guarding came from {who_scanned(True)}"
 
 
 def hold_line(h: dict[str, Any]) -> str:
@@ -356,9 +355,7 @@ async def cmd_monitor(args: argparse.Namespace) -> int:
                 print(f"{_stamp()} {name}: {_requests(refused)} for a scan refused (deferred "
                       "while guarding: desktop shell, widget or nmcli)", flush=True)
             if extra > 0:
-                who = ("root, or a program calling wpa_supplicant directly (GeoClue?)"
-                       if d.get("deferring_scans") or before.get("deferring_scans")
-                       else "someone else (desktop shell, nmcli, GeoClue)")
+                who = who_scanned(bool(d.get("deferring_scans") or before.get("deferring_scans")))
                 print(f"{_stamp()} {name}: {extra} scan(s) while guarding, requested by {who}",
                       flush=True)
             last[name] = d

@@ -19,7 +19,7 @@ from .config import Settings
 from .nm import WifiDevice
 from .policy import Policy
 from .rates import Counters, RateMeter, Rates
-from .status import DeviceStatus, duration
+from .status import DeviceStatus, duration, who_scanned
 from .supplicant import ObjectGone, SupplicantError
 from .suspension import NothingToSuspend, Suspended, Suspender
 from .text import clipped
@@ -342,13 +342,12 @@ class Guard:
         if self.engaged:
             self.scans_guarding += 1
             if self.deferring:
-                log.info("%s: a scan ran while guarding, though client scan requests are refused: "
-                         "root asked NetworkManager, or a program called wpa_supplicant directly "
-                         "(GeoClue, for location services)", self.ifname)
+                log.info("%s: a scan ran while guarding, though client scan requests are "
+                         "refused; it was asked for by %s", self.ifname, who_scanned(True))
             else:
-                log.info("%s: a scan ran while guarding (requested by someone else: desktop "
-                         "shell, nmcli, GeoClue?); bgscan cannot stop those; defer_client_scans "
-                         "= yes refuses NetworkManager's clients", self.ifname)
+                log.info("%s: a scan ran while guarding, asked for by %s; bgscan cannot stop "
+                         "those; defer_client_scans = yes refuses NetworkManager's clients",
+                         self.ifname, who_scanned(False))
         else:
             self.scans_idle += 1
         self._listener.guard_changed(self)

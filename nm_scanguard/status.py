@@ -15,6 +15,16 @@ from typing import Any
 from .dbuslib import Variant
 from .text import cut
 
+def who_scanned(deferring: bool) -> str:
+    """Who asked for a scan that ran while bgscan was suspended, as far as we can tell: the
+    one wording of the daemon's log, `scanguardctl monitor` and the status hint."""
+    if deferring:
+        return ("root (e.g. sudo nmcli device wifi rescan), or a program that calls "
+                "wpa_supplicant directly, such as GeoClue (location services)")
+    return ("someone else: a desktop shell, widget or nmcli through NetworkManager, or GeoClue "
+            "directly")
+
+
 def _typed(signature: str, default: Any = dataclasses.MISSING) -> Any:
     if isinstance(default, (dict, list)):
         return field(default_factory=type(default), metadata={"dbus": signature})

@@ -356,3 +356,11 @@ async def test_the_status_line_sends_a_change_at_once_and_figures_at_most_every_
     d._send_status(force=True)
     assert sent[-1] == "STATUS=wlan0: guarding"
     d._status.cancel()
+
+
+def test_who_scanned_is_worded_once_for_the_log_the_hint_and_monitor():
+    from nm_scanguard.status import who_scanned
+    deferring, not_deferring = who_scanned(True), who_scanned(False)
+    assert "root" in deferring and "GeoClue" in deferring
+    assert "nmcli" in not_deferring and "GeoClue" in not_deferring
+    assert deferring in scan_hint(entry(scans_guarding=2, scan_requests_deferred=3))
