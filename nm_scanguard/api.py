@@ -14,22 +14,42 @@ import logging
 import os
 import pwd
 import time
-from typing import TYPE_CHECKING, Any
+import asyncio
+from typing import Any, Callable, Coroutine, Protocol
 
 from . import __version__
 from .bus import BusError, add_match, call, name_has_owner
 from .config import ConfigError
 from .dbuslib import Message, MessageBus, MessageType, Variant
 from .export import CallError, ExportedObject, Throttle, load_interface
-from .holds import HOLD_FIELDS, Hold, HoldError, check_text
+from .holds import HOLD_FIELDS, Hold, HoldError, Holds, check_text
 from .ifname import valid_ifname
 from .names import (ACCESS_DENIED, ACTION_HOLD, ACTION_RELOAD, DBUS, ERROR_BAD_CONFIG, ERROR_FAILED,
                     ERROR_NOT_READY, ERROR_TOO_MANY_HOLDS, ERROR_UNKNOWN_HOLD, IFACE, INVALID_ARGS,
                     PATH, POLKIT, XML_INSTALLED, XML_NAME)
+from .status import DeviceStatus
 from .text import MAX_TEXT, clipped, cut, quoted
 
-if TYPE_CHECKING:
-    from .daemon import Daemon
+
+
+class Guarding(Protocol):
+    """What the API needs of the daemon behind it, and no more (Daemon provides it)."""
+
+    holds: Holds
+    on_state_changed: list[Callable[[str, str, str], None]]  # (interface, state, reason)
+    on_changed: list[Callable[[], None]]  # any figure changed
+
+    def status(self) -> list[DeviceStatus]: ...
+
+    async def reload(self) -> None: ...
+
+    def schedule_sync(self) -> None: ...
+
+    def scan_request_deferred(self, who: str) -> int: ...
+
+    async def wifi_interfaces(self) -> list[str]: ...
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[None]: ...
 
 log = logging.getLogger("scanguard.api")
 
@@ -59,7 +79,7 @@ def hold_as_dbus(hold: Hold) -> dict[str, Variant]:
 
 
 class Api:
-    def __init__(self, daemon: Daemon, bus: MessageBus) -> None:
+    def __init__(self, daemon: Guarding, bus: MessageBus) -> None:
         self.daemon = daemon
         self.holds = daemon.holds
         self.bus = bus
