@@ -277,10 +277,10 @@ class Daemon:
             net = msg.body[0]
             # At once, before any reply queued behind this signal resumes a suspend in flight:
             # that suspend must learn that the object it read bgscan from is gone.
-            number = self.suspender.network_removed(net)
+            generation = self.suspender.network_removed(net)
             guard = self._guard_for(msg.path)
             if guard is not None:  # it waits for a suspend in flight, then sorts it out
-                self.spawn(guard.network_removed(net, number), guard)
+                self.spawn(guard.network_removed(net, generation), guard)
             else:  # a stale entry goes with the object
                 self.suspender.forget(net)
         elif msg.member == "PropertiesChanged" and msg.path.startswith(WPAS_PATH + "/"):

@@ -311,11 +311,11 @@ class Guard:
         self.no_bgscan = None
         await self.reconcile()
 
-    async def network_removed(self, net: str, number: int) -> None:
-        """NetworkRemoved number `number` for `net` (Suspender.network_removed): the object, and
-        our "" with it, is gone.  wpa_supplicant reuses network ids, so NM's remove-then-add on
-        re-activation often brings back the *same* path with a fresh bgscan: only this signal
-        tells the two objects apart.  It is handled after a suspend in flight, so it may come
+    async def network_removed(self, net: str, generation: int) -> None:
+        """NetworkRemoved for `net`, which took the path to `generation`
+        (Suspender.network_removed): the object, and our "" with it, is gone.  wpa_supplicant
+        reuses network ids, so NM's remove-then-add on re-activation often brings back the
+        *same* path with a fresh bgscan: only this signal tells the two objects apart.  It is handled after a suspend in flight, so it may come
         after we suspended the *new* object at that path (two re-activations in a row, found by
         the fault-injection suite): a removal that arrived before that suspension read bgscan
         leaves it alone, or the new object's "" would never be restored."""
@@ -323,9 +323,10 @@ class Guard:
             if self.suspended is None or self.suspended.network != net:
                 self._suspender.forget(net)  # a stale entry, if any, goes with the object
                 return
-            if number <= self.suspended.removals:
-                log.debug("%s: removal %d of %s came before bgscan was suspended on the object "
-                          "now there; keeping that suspension", self.ifname, number, net)
+            if generation <= self.suspended.generation:
+                log.debug("%s: the removal that made generation %d of %s came before bgscan "
+                          "was suspended on the object now there; keeping that suspension",
+                          self.ifname, generation, net)
                 return
             self._suspender.forget(self.suspended.network)
             self.suspended = None

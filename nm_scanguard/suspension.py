@@ -58,14 +58,15 @@ class NothingToSuspend(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Suspended:
-    """We set `network`'s bgscan to ""; `saved` is what restore() puts back.  `removals` is how
-    many NetworkRemoved signals for that path had arrived when we read its bgscan: a removal
-    numbered above it took our object away; one at or below it came before, however late it
-    is handled (wpa_supplicant reuses paths, NetworkManager removes and adds on re-activation)."""
+    """We set `network`'s bgscan to ""; `saved` is what restore() puts back.  `generation` is
+    the path's generation when we read its bgscan (Suspender.generation): a removal that took
+    the path to a higher one took our object away; one at or below it came before, however late
+    it is handled (wpa_supplicant reuses paths, NetworkManager removes and adds on
+    re-activation)."""
 
     network: str
     saved: str
-    removals: int = 0
+    generation: int = 0
 
 
 def is_uncertain(err: SupplicantError) -> bool:
@@ -82,16 +83,21 @@ class Suspender:
     def __init__(self, supplicant: SupplicantLike, journal: Journal) -> None:
         self.supplicant = supplicant
         self.journal = journal
-        # NetworkRemoved signals seen, per network path.  wpa_supplicant reuses ids, so NM's
-        # remove-then-add (re-activation) brings back the same path with a fresh bgscan: a
-        # count that moved between our read and our Set means the Set hit the new object.
-        self._removals: dict[str, int] = {}
+        # The generation of each network path: how many NetworkRemoved signals it has had.
+        # wpa_supplicant reuses ids, so NM's remove-then-add (re-activation) brings back the
+        # same path with a fresh bgscan: a generation that moved between our read and our Set
+        # means the Set hit the new object.
+        self._generations: dict[str, int] = {}
 
     def network_removed(self, network: str) -> int:
         """Call at once when NetworkRemoved arrives (before other queued replies are handled).
-        Returns the removal's number for this path (compare with Suspended.removals)."""
-        self._removals[network] = self._removals.get(network, 0) + 1
-        return self._removals[network]
+        Returns the path's new generation (compare with Suspended.generation)."""
+        self._generations[network] = self.generation(network) + 1
+        return self._generations[network]
+
+    def generation(self, network: str) -> int:
+        """How many objects at this path wpa_supplicant has removed so far."""
+        return self._generations.get(network, 0)
 
     async def suspend(self, iface_path: str, ifname: str) -> Suspended:
         """Turn off bgscan of the interface's current network, journal first.
@@ -105,7 +111,7 @@ class Suspender:
         net = await sup.current_network(iface_path)
         if net is None:
             raise NothingToSuspend(NO_NETWORK)
-        epoch = self._removals.get(net, 0)
+        generation = self.generation(net)
         if not valid_network_path(net):
             raise SupplicantError(
                 f"wpa_supplicant reported {net!r} as the current network of {iface_path}, which "
@@ -114,7 +120,7 @@ class Suspender:
         if value is None:
             raise NothingToSuspend(NO_BGSCAN_KEY)
         if value == "":
-            return self._adopt(net, ifname, epoch)
+            return self._adopt(net, ifname, generation)
         if not valid_bgscan(value):
             raise NothingToSuspend(
                 f"bgscan {value[:80]!r} is not a setting the journal can keep (module[:params], "
@@ -129,13 +135,13 @@ class Suspender:
                 raise
             log.warning("%s: wpa_supplicant did not confirm turning off bgscan on %s (%s); "
                         "assuming it did, so that it gets restored", ifname, net, e)
-        now = self._removals.get(net, 0)
-        if now != epoch and await self._put_back(net, ifname, value):
+        after = self.generation(net)
+        if after != generation and await self._put_back(net, ifname, value):
             raise SupplicantError(f"network {net} was re-created while bgscan was being "
                                   "suspended; trying again on the next sample")
-        # Our "" is on the object there after `now` removals (the new one, if putting back
-        # failed): those removals must not make the guard forget it.
-        return Suspended(network=net, saved=value, removals=now)
+        # Our "" is on the object of generation `after` (the new one, if putting back failed):
+        # the removals before it must not make the guard forget it.
+        return Suspended(network=net, saved=value, generation=after)
 
     async def _put_back(self, net: str, ifname: str, value: str) -> bool:
         """NetworkManager removed the network and added a new one at the same path between our
@@ -158,7 +164,7 @@ class Suspender:
         self._forget(net, ifname)
         return True
 
-    def _adopt(self, net: str, ifname: str, epoch: int) -> Suspended:
+    def _adopt(self, net: str, ifname: str, generation: int) -> Suspended:
         """bgscan is "" already.  Only we ever set "" (NetworkManager writes a module or no key),
         so if the journal holds this network, it is ours: an earlier suspend whose reply came
         late or was cancelled, or a restore that failed.  Take it over so that it is restored."""
@@ -169,7 +175,7 @@ class Suspender:
             self._record(net, ifname, entry.bgscan)
         log.info("%s: bgscan on %s is still off from an earlier suspension (was \"%s\"); "
                  "taking it over", ifname, net, entry.bgscan)
-        return Suspended(network=net, saved=entry.bgscan, removals=epoch)
+        return Suspended(network=net, saved=entry.bgscan, generation=generation)
 
     def _record(self, net: str, ifname: str, value: str) -> None:
         try:
@@ -195,7 +201,7 @@ class Suspender:
         forgotten.  If wpa_supplicant fails or does not answer, the entry stays and the error
         is raised: the caller tries again, and on stop the next start does."""
         sup = self.supplicant
-        epoch = self._removals.get(s.network, 0)
+        generation = self.generation(s.network)
         try:
             current = await sup.get_bgscan(s.network)
         except ObjectGone as e:
@@ -203,7 +209,7 @@ class Suspender:
             log.debug("%s: network %s is gone, nothing to restore", ifname, s.network)
             self._forget(s.network, ifname)
             return
-        if current == "" and self._removals.get(s.network, 0) != epoch:
+        if current == "" and self.generation(s.network) != generation:
             # Removed after our read (and maybe added again): our "" went with the old object.
             log.debug("%s: network %s was re-created while restoring; nothing of ours on it",
                       ifname, s.network)
@@ -215,7 +221,7 @@ class Suspender:
                 log.debug("%s: network %s went away while restoring", ifname, s.network)
                 self._forget(s.network, ifname)
                 return
-            if self._removals.get(s.network, 0) != epoch:
+            if self.generation(s.network) != generation:
                 # wpa_supplicant's API has no compare-and-set: NetworkManager removed the
                 # network and added a new one at the same path between our read and our Set,
                 # so the Set landed on the new object and its own value is lost.

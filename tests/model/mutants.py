@@ -66,7 +66,7 @@ MUTANTS = (
            "                    await self._replay()\n                    return"),
     Mutant("removal-number-ignored", "a late NetworkRemoved drops the suspension of the new object",
            "nm_scanguard/guard.py",
-           "            if number <= self.suspended.removals:",
+           "            if generation <= self.suspended.generation:",
            "            if False:"),
     Mutant("gone-without-confirming", "an 'unknown object' answer drops the entry unconfirmed",
            "nm_scanguard/suspension.py",

@@ -261,7 +261,7 @@ async def test_a_removal_handled_late_keeps_the_suspension_of_the_newer_object(g
     second = suspender.network_removed(NET0)
     sup.networks[NET0] = {"bgscan": NM_BGSCAN}
     await guard.network_removed(NET0, first)
-    assert sup.networks[NET0]["bgscan"] == "" and guard.suspended.removals == second
+    assert sup.networks[NET0]["bgscan"] == "" and guard.suspended.generation == second
     await guard.network_removed(NET0, second)
     assert guard.engaged and parts["journal"].get(NET0).bgscan == NM_BGSCAN
     guard.hold_changed(False)
