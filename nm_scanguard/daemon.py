@@ -124,9 +124,8 @@ class Daemon:
         self._retry = self.spawn(self._replay_journal())
 
     async def _replay(self) -> int:
-        owned = {g.suspended.network for g in self.guards.values() if g.suspended is not None}
         running = await name_has_owner(self.bus, WPAS_NAME)
-        return await self.suspender.restore_journal(running=running, skip=owned)
+        return await self.suspender.restore_journal(running=running)
 
     async def _replay_journal(self) -> None:
         """Replay the journal; entries that could not be restored (wpa_supplicant refused or did
@@ -277,12 +276,10 @@ class Daemon:
             net = msg.body[0]
             # At once, before any reply queued behind this signal resumes a suspend in flight:
             # that suspend must learn that the object it read bgscan from is gone.
-            generation = self.suspender.network_removed(net)
+            gone = self.suspender.network_removed(net)
             guard = self._guard_for(msg.path)
-            if guard is not None:  # it waits for a suspend in flight, then sorts it out
-                self.spawn(guard.network_removed(net, generation), guard)
-            else:  # a stale entry goes with the object
-                self.suspender.forget(net)
+            if gone is not None and guard is not None:
+                self.spawn(guard.network_gone(gone), guard)
         elif msg.member == "PropertiesChanged" and msg.path.startswith(WPAS_PATH + "/"):
             if msg.body and msg.body[0] == WPAS_IFACE and "CurrentNetwork" in msg.body[1]:
                 guard = self._guard_for(msg.path)

@@ -86,7 +86,6 @@ class Guard:
         self.meter = RateMeter()
         self.rates: Rates | None = None
         self.iface_path: str | None = None  # wpa_supplicant's object for this interface
-        self.suspended: Suspended | None = None  # the network whose bgscan we suspended
         self.no_bgscan: str | None = None  # why there is nothing to suspend, if so
         self.scans_guarding = 0
         self.scans_idle = 0
@@ -117,6 +116,11 @@ class Guard:
     @property
     def settings(self) -> Settings:
         return self.policy.settings
+
+    @property
+    def suspended(self) -> Suspended | None:
+        """Our "" on this interface's network, as the Suspender (its one owner) has it."""
+        return self._suspender.suspended_on(self.ifname)
 
     @property
     def engaged(self) -> bool:
@@ -154,19 +158,7 @@ class Guard:
         if restore:
             async with self._lock:
                 await self._release("the guard stopped")
-                await self._restore_left_behind()
-
-    async def _restore_left_behind(self) -> None:
-        """A suspend whose task was cancelled with its Set on the way (the sampling loop above,
-        or a hold's kick when the daemon stops) has no Suspended to restore, but its "" may have
-        landed: the journal, written before the Set, names it.  Restore it now rather than at
-        the next start (found by the model rung: a `systemctl restart` right after a
-        re-activation left the new network's bgscan off until the next instance replayed).
-        wpa_supplicant handles one client's calls in order, so the read comes after that Set."""
-        entries = self._suspender.journal.entries()
-        others = [net for net, e in entries.items() if e.ifname != self.ifname]
-        if len(others) < len(entries):
-            await self._suspender.restore_journal(skip=others)
+                await self._suspender.restore_left_behind(self.ifname)
 
     def update(self, dev: WifiDevice, settings: Settings) -> None:
         if dev.connection_uuid != self.dev.connection_uuid:
@@ -261,7 +253,7 @@ class Guard:
 
     async def _engage(self) -> None:
         try:
-            self.suspended = await self._suspender.suspend(await self._iface(), self.ifname)
+            suspended = await self._suspender.suspend(await self._iface(), self.ifname)
         except NothingToSuspend as e:
             if self.no_bgscan != e.reason:
                 log.info("%s: nothing to suspend: %s", self.ifname, e.reason)
@@ -269,14 +261,14 @@ class Guard:
             return
         self.no_bgscan = None
         log.info("%s: bgscan suspended on %s (was \"%s\"): %s", self.ifname,
-                 self.suspended.network, self.suspended.saved, self.policy.reason)
+                 suspended.network, suspended.saved, self.policy.reason)
 
     async def _release(self, why: str) -> None:
-        if self.suspended is None:
+        suspended = self.suspended
+        if suspended is None:
             return
-        await self._suspender.restore(self.suspended, self.ifname)
-        log.info("%s: bgscan restored to \"%s\": %s", self.ifname, self.suspended.saved, why)
-        self.suspended = None
+        await self._suspender.restore(suspended, self.ifname)
+        log.info("%s: bgscan restored to \"%s\": %s", self.ifname, suspended.saved, why)
 
     async def _scan_to_roam(self) -> None:
         """After a release for a weak signal, ask for the scan bgscan would have made.  While
@@ -311,32 +303,17 @@ class Guard:
         self.no_bgscan = None
         await self.reconcile()
 
-    async def network_removed(self, net: str, generation: int) -> None:
-        """NetworkRemoved for `net`, which took the path to `generation`
-        (Suspender.network_removed): the object, and our "" with it, is gone.  wpa_supplicant
-        reuses network ids, so NM's remove-then-add on re-activation often brings back the
-        *same* path with a fresh bgscan: only this signal tells the two objects apart.  It is handled after a suspend in flight, so it may come
-        after we suspended the *new* object at that path (two re-activations in a row, found by
-        the fault-injection suite): a removal that arrived before that suspension read bgscan
-        leaves it alone, or the new object's "" would never be restored."""
-        async with self._lock:
-            if self.suspended is None or self.suspended.network != net:
-                self._suspender.forget(net)  # a stale entry, if any, goes with the object
-                return
-            if generation <= self.suspended.generation:
-                log.debug("%s: the removal that made generation %d of %s came before bgscan "
-                          "was suspended on the object now there; keeping that suspension",
-                          self.ifname, generation, net)
-                return
-            self._suspender.forget(self.suspended.network)
-            self.suspended = None
-            log.info("%s: network %s was removed (NetworkManager re-activating?)", self.ifname, net)
+    async def network_gone(self, gone: Suspended) -> None:
+        """NetworkRemoved took the object our "" was on (Suspender.network_removed ended that
+        suspension): NetworkManager re-activating, most often, with a new object at the same
+        path and a fresh bgscan.  Engage there if the link is still busy."""
+        log.info("%s: network %s was removed (NetworkManager re-activating?)", self.ifname,
+                 gone.network)
         await self.reconcile()
 
     def supplicant_restarted(self) -> None:
         """A new wpa_supplicant has fresh networks from NM: nothing of ours is left to restore
-        (the daemon clears the journal)."""
-        self.suspended = None
+        (the Suspender forgets every suspension)."""
         self.iface_path = self.no_bgscan = None
 
     def count_scan(self) -> None:

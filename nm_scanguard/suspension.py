@@ -67,6 +67,7 @@ class Suspended:
     network: str
     saved: str
     generation: int = 0
+    ifname: str = ""
 
 
 def is_uncertain(err: SupplicantError) -> bool:
@@ -80,20 +81,42 @@ def is_not_running(err: SupplicantError) -> bool:
 
 
 class Suspender:
+    """The one owner of what is suspended: the live suspensions (one per network path), the
+    journal (the only writer), the generation of each network path, and what NetworkRemoved
+    and a wpa_supplicant restart do to them.  A Guard asks it (`suspended_on`)."""
+
     def __init__(self, supplicant: SupplicantLike, journal: Journal) -> None:
         self.supplicant = supplicant
         self.journal = journal
+        self._live: dict[str, Suspended] = {}  # network path -> our "" there
+        self._pending: set[str] = set()  # networks a suspend is under way on
         # The generation of each network path: how many NetworkRemoved signals it has had.
         # wpa_supplicant reuses ids, so NM's remove-then-add (re-activation) brings back the
         # same path with a fresh bgscan: a generation that moved between our read and our Set
         # means the Set hit the new object.
         self._generations: dict[str, int] = {}
 
-    def network_removed(self, network: str) -> int:
-        """Call at once when NetworkRemoved arrives (before other queued replies are handled).
-        Returns the path's new generation (compare with Suspended.generation)."""
+    def network_removed(self, network: str) -> Suspended | None:
+        """Call at once when NetworkRemoved arrives (before other queued replies are handled):
+        the path moves to a new generation, and our "" on the object, if any, is gone with it.
+        Returns the suspension that ended so (its guard re-engages on a new object), if any.
+        A suspend under way on the path sorts the removal out itself when it ends (it compares
+        generations), so its journal entry stays until then."""
         self._generations[network] = self.generation(network) + 1
-        return self._generations[network]
+        gone = self._live.pop(network, None)
+        if gone is not None or network not in self._pending:
+            self._forget(network, gone.ifname if gone else "")
+        return gone
+
+    def suspended_on(self, ifname: str) -> Suspended | None:
+        """The live suspension on `ifname`'s network, if any."""
+        for live in self._live.values():
+            if live.ifname == ifname:
+                return live
+        return None
+
+    def live(self) -> list[Suspended]:
+        return list(self._live.values())
 
     def generation(self, network: str) -> int:
         """How many objects at this path wpa_supplicant has removed so far."""
@@ -107,15 +130,32 @@ class Suspender:
         came too late counts as done: the entry stays and the returned Suspended restores it."""
         if not valid_ifname(ifname):
             raise ValueError(f"not a valid interface name: {ifname!r}")
-        sup = self.supplicant
-        net = await sup.current_network(iface_path)
+        net = await self.supplicant.current_network(iface_path)
         if net is None:
             raise NothingToSuspend(NO_NETWORK)
-        generation = self.generation(net)
         if not valid_network_path(net):
             raise SupplicantError(
                 f"wpa_supplicant reported {net!r} as the current network of {iface_path}, which "
                 "is not a network object path; not suspending bgscan there")
+        if net in self._live or net in self._pending:
+            raise SupplicantError(f"bgscan on {net} is already suspended or being suspended "
+                                  "for another interface; not suspending it twice")
+        self._pending.add(net)
+        try:
+            s = await self._suspend(net, ifname)
+        finally:
+            self._pending.discard(net)
+        if self.generation(net) != s.generation:
+            # Removed while a put-back was on its way: our "" went with that object.
+            self._forget(net, ifname)
+            raise SupplicantError(f"network {net} was re-created while bgscan was being "
+                                  "suspended; trying again on the next sample")
+        self._live[net] = s
+        return s
+
+    async def _suspend(self, net: str, ifname: str) -> Suspended:
+        sup = self.supplicant
+        generation = self.generation(net)
         value = await sup.get_bgscan(net)
         if value is None:
             raise NothingToSuspend(NO_BGSCAN_KEY)
@@ -141,7 +181,7 @@ class Suspender:
                                   "suspended; trying again on the next sample")
         # Our "" is on the object of generation `after` (the new one, if putting back failed):
         # the removals before it must not make the guard forget it.
-        return Suspended(network=net, saved=value, generation=after)
+        return Suspended(network=net, saved=value, generation=after, ifname=ifname)
 
     async def _put_back(self, net: str, ifname: str, value: str) -> bool:
         """NetworkManager removed the network and added a new one at the same path between our
@@ -175,7 +215,7 @@ class Suspender:
             self._record(net, ifname, entry.bgscan)
         log.info("%s: bgscan on %s is still off from an earlier suspension (was \"%s\"); "
                  "taking it over", ifname, net, entry.bgscan)
-        return Suspended(network=net, saved=entry.bgscan, generation=generation)
+        return Suspended(network=net, saved=entry.bgscan, generation=generation, ifname=ifname)
 
     def _record(self, net: str, ifname: str, value: str) -> None:
         try:
@@ -187,6 +227,7 @@ class Suspender:
             ) from None
 
     def _forget(self, net: str, ifname: str) -> None:
+        self._live.pop(net, None)
         try:
             self.journal.forget(net)
         except OSError as e:
@@ -257,12 +298,9 @@ class Suspender:
                                   "which is still the interface's current network; trying "
                                   "again later", err.bus_error)
 
-    def forget(self, network: str) -> None:
-        """The network object is gone (NetworkRemoved): our "" went with it."""
-        self._forget(network, "")
-
     def forget_all(self) -> None:
         """wpa_supplicant restarted: its networks, and every "" we set, are gone."""
+        self._live.clear()
         nets = list(self.journal.entries())
         if not nets:
             return
@@ -284,8 +322,11 @@ class Suspender:
         numbered its objects anew) and dropped.  With `running=False`, or when the bus says no
         wpa_supplicant is there, every entry is dropped: its networks are gone with it.  Other
         failures keep the entry for a later try; the number of those is returned.  Entries of
-        networks in `skip` (suspended by a running guard) are left alone."""
-        entries = {net: e for net, e in self.journal.load().items() if net not in skip}
+        networks in `skip`, and those of live suspensions and of suspends under way (a running
+        guard's), are left alone."""
+        mine = self._live.keys() | self._pending
+        entries = {net: e for net, e in self.journal.load().items()
+                   if net not in skip and net not in mine}
         lookup = known if known is not None else self._interface
         paths: dict[str, str | None] = {}
         failed: dict[str, SupplicantError] = {}  # ifname -> why its interface is unknown
@@ -354,6 +395,19 @@ class Suspender:
             log.info("crash journal replayed: %d restored, %d dropped, %d kept for a later try",
                      restored, dropped, kept)
         return kept
+
+    async def restore_left_behind(self, ifname: str) -> None:
+        """A suspend whose task was cancelled with its Set on the way (a guard's sampling loop
+        or a hold's kick, when the guard stops) has no live suspension, but its "" may have
+        landed: the journal, written before the Set, names it.  Restore what the journal names
+        for `ifname` now rather than at the next start (found by the model rung: a `systemctl
+        restart` right after a re-activation left the new network's bgscan off until the next
+        instance replayed).  wpa_supplicant answers one client's calls in order, so the read
+        comes after that Set."""
+        entries = self.journal.entries()
+        others = [net for net, e in entries.items() if e.ifname != ifname]
+        if len(others) < len(entries):
+            await self.restore_journal(skip=others)
 
     async def _interface(self, ifname: str) -> str | None:
         """wpa_supplicant's object for `ifname`; None only when it says it does not manage it

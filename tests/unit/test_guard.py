@@ -239,30 +239,37 @@ async def test_a_late_reply_still_gets_restored(guard, parts):
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and parts["journal"].entries() == {}
 
 
+async def removed(guard: Guard, suspender: Suspender, net: str) -> None:
+    """NetworkRemoved as the daemon handles it."""
+    gone = suspender.network_removed(net)
+    if gone is not None:
+        await guard.network_gone(gone)
+
+
 async def test_a_removed_network_is_forgotten_and_the_new_one_guarded(guard, parts):
     sup = parts["sup"]
     guard.hold_changed(True)
     await guard.kick()
     # NM re-activates: removes the network and adds a fresh one at the same path, NM's bgscan
     sup.networks[NET0] = {"bgscan": NM_BGSCAN}
-    await guard.network_removed(NET0, parts["suspender"].network_removed(NET0))
+    await removed(guard, parts["suspender"], NET0)
     assert guard.engaged and sup.networks[NET0]["bgscan"] == ""
     assert parts["journal"].get(NET0).bgscan == NM_BGSCAN
 
 
-async def test_a_removal_handled_late_keeps_the_suspension_of_the_newer_object(guard, parts):
-    """Two re-activations in a row: both NetworkRemoved signals arrive before the guard handles
-    the first.  Handling the first suspends the object now at the path; the second came before
-    that suspension, so it must not make the guard forget it (it did: bgscan stayed off)."""
+async def test_two_removals_in_a_row_leave_the_suspension_of_the_newest_object(guard, parts):
+    """Two re-activations in a row: both NetworkRemoved signals arrive before the guard acts
+    on the first.  The first ends our suspension; the second finds none (and no suspend under
+    way); the guard then suspends the object now at the path, and that suspension must stand
+    and be restored (it once did not: bgscan stayed off)."""
     sup, suspender = parts["sup"], parts["suspender"]
     guard.hold_changed(True)
     await guard.kick()
     first = suspender.network_removed(NET0)
-    second = suspender.network_removed(NET0)
+    assert first is not None and suspender.network_removed(NET0) is None
     sup.networks[NET0] = {"bgscan": NM_BGSCAN}
-    await guard.network_removed(NET0, first)
-    assert sup.networks[NET0]["bgscan"] == "" and guard.suspended.generation == second
-    await guard.network_removed(NET0, second)
+    await guard.network_gone(first)
+    assert sup.networks[NET0]["bgscan"] == "" and guard.suspended.generation == 2
     assert guard.engaged and parts["journal"].get(NET0).bgscan == NM_BGSCAN
     guard.hold_changed(False)
     await guard.kick()
@@ -274,7 +281,7 @@ async def test_a_removal_after_the_suspension_still_forgets_it(guard, parts):
     guard.hold_changed(True)
     await guard.kick()
     sup.networks.pop(NET0)  # removed for good (the profile was deleted)
-    await guard.network_removed(NET0, suspender.network_removed(NET0))
+    await removed(guard, suspender, NET0)
     assert guard.suspended is None and parts["journal"].entries() == {}
 
 

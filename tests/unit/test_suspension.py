@@ -118,7 +118,8 @@ async def test_suspend_journals_first_then_sets_empty(sup, journal, suspender, i
     seen = []
     sup.on_set = lambda net, value: seen.append(on_disk(journal))
     s = await suspender.suspend(IFACE0, ifname)
-    assert s == Suspended(network=NET0, saved=NM_BGSCAN)
+    assert s == Suspended(network=NET0, saved=NM_BGSCAN, ifname=ifname)
+    assert suspender.suspended_on(ifname) == s and suspender.live() == [s]
     assert sup.networks[NET0]["bgscan"] == ""
     assert [c[0] for c in sup.calls] == ["current", "get", "set"]
     assert seen == [{NET0: JournalEntry(ifname, NM_BGSCAN)}]  # on disk before the Set went out
@@ -175,7 +176,7 @@ async def test_late_reply_keeps_the_entry_and_release_restores(sup, journal, sus
     """The finding: wpa_supplicant applied "" but answered after the timeout."""
     sup.set_errors, sup.late = [error], True
     s = await suspender.suspend(IFACE0, "wlan0")
-    assert s == Suspended(NET0, NM_BGSCAN)
+    assert s == Suspended(NET0, NM_BGSCAN, ifname="wlan0")
     assert sup.networks[NET0]["bgscan"] == ""
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
     await suspender.restore(s, "wlan0")
@@ -217,7 +218,7 @@ async def test_after_a_lost_suspension_the_next_one_takes_it_over(sup, journal, 
     journal.record(NET0, "wlan0", NM_BGSCAN)
     sup.networks[NET0]["bgscan"] = ""
     s = await suspender.suspend(IFACE0, "wlan0")
-    assert s == Suspended(NET0, NM_BGSCAN)
+    assert s == Suspended(NET0, NM_BGSCAN, ifname="wlan0")
     assert sup.sets() == []
     await suspender.restore(s, "wlan0")
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
@@ -316,10 +317,38 @@ async def test_forget_all_after_a_wpa_supplicant_restart(sup, journal, suspender
     assert on_disk(journal) == {}
 
 
-async def test_forget_after_network_removed(sup, journal, suspender):
+async def test_a_removed_network_ends_its_suspension_and_entry(sup, journal, suspender):
     s = await suspended(suspender)
-    suspender.forget(s.network)
-    assert on_disk(journal) == {}
+    assert suspender.network_removed(s.network) == s
+    assert on_disk(journal) == {} and suspender.suspended_on("wlan0") is None
+    assert suspender.generation(s.network) == s.generation + 1
+
+
+async def test_a_removal_drops_a_stale_entry_but_not_that_of_a_suspend_under_way(
+        sup, journal, suspender):
+    """No live suspension: an entry for the path is stale (our "" went with the object) unless a
+    suspend is under way there, which sorts the removal out itself when its Set returns."""
+    stale = IFACE0 + "/Networks/1"
+    journal.record(stale, "wlan0", NM_BGSCAN)
+    assert suspender.network_removed(stale) is None and journal.get(stale) is None
+    seen = []
+
+    def removed_mid_set(net, value):
+        if value == "":
+            assert suspender.network_removed(net) is None
+            seen.append(journal.get(net))
+    sup.on_set = removed_mid_set
+    with pytest.raises(SupplicantError, match="re-created"):
+        await suspender.suspend(IFACE0, "wlan0")
+    assert seen == [JournalEntry("wlan0", NM_BGSCAN)]  # kept while the Set was on its way
+    assert journal.entries() == {} and suspender.live() == []
+
+
+async def test_one_network_is_never_suspended_twice(sup, journal, suspender):
+    await suspender.suspend(IFACE0, "wlan0")
+    with pytest.raises(SupplicantError, match="not suspending it twice"):
+        await suspender.suspend(IFACE0, "wlan1")
+    assert len(sup.sets()) == 1
 
 
 # ---- the real Supplicant class: which replies are uncertain ----------------------------------
