@@ -117,6 +117,9 @@ class Supplicant(Service):
         self.violations: list[str] = []
         self.every_net: list[Net] = []  # every object ever created, for the checks
         self.last_fault_at = -math.inf  # when a drawn fault last hit a call (virtual time)
+        # Called after each call is handled: the world checks the journal at every change of
+        # wpa_supplicant's state, not only between steps (a "" can be unjournaled for a moment).
+        self.after_call: Callable[[], None] | None = None
         self.last_read: dict[tuple[str, str], float] = {}  # (caller, path) -> order of a Get
         self._order = itertools.count()
         self.counts: dict[str, int] = {}
@@ -283,6 +286,13 @@ class Supplicant(Service):
         return None
 
     def _process(self, msg: Message) -> None:
+        try:
+            self._process_one(msg)
+        finally:
+            if self.after_call is not None:
+                self.after_call()
+
+    def _process_one(self, msg: Message) -> None:
         member = self._member(msg)
         for race in list(self.races):
             if race.member is None or race.member == member:

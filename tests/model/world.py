@@ -111,6 +111,7 @@ class World:
         self.crashes = self.stops = self.lost_buses = self.journal_crashes = 0
         self.problems: list[str] = []
         self._journal_os = _JournalOs(self)
+        self.wpa.after_call = self._after_wpa_call
         self._time = use_virtual_time(self.loop)
 
     # ---- set-up and tear-down ---------------------------------------------------------
@@ -370,7 +371,11 @@ class World:
 
     def violations(self) -> list[str]:
         """What must hold after every step."""
-        out = list(self.problems) + list(self.wpa.violations)
+        return list(self.problems) + list(self.wpa.violations) + self.unjournaled()
+
+    def unjournaled(self) -> list[str]:
+        """Every object that carries our "" is named by the journal on disk."""
+        out = []
         ours = [n for n in self.wpa.live_nets() if n.bgscan == "" and n.ours]
         if ours:
             journal = self.journal_on_disk()
@@ -380,6 +385,14 @@ class World:
                     out.append(f"bgscan of {net.path} ({net.ifname}, object {net.oid}) is our "
                                f"\"\" but the journal on disk does not name it: {journal}")
         return out
+
+    def _after_wpa_call(self) -> None:
+        """The journal check after each call wpa_supplicant handles: a moment without the entry
+        is a moment in which a crash would leave that bgscan off for good."""
+        for problem in self.unjournaled():
+            problem = f"after a wpa_supplicant call: {problem}"
+            if problem not in self.problems:
+                self.problems.append(problem)
 
     def should_guard(self, ifname: str) -> bool | None:
         """Whether scanguardd should suspend bgscan on `ifname` when its link is busy, from the
