@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable, Collection, Protocol
 
 from .ifname import valid_ifname
-from .journal import Journal, valid_bgscan, valid_network_path
+from .journal import Journal, JournalEntry, valid_bgscan, valid_network_path
 from .supplicant import INTERFACE_UNKNOWN, NOT_RUNNING, ObjectGone, SupplicantError, UncertainOutcome
 
 log = logging.getLogger("scanguard")
@@ -78,6 +78,14 @@ def is_uncertain(err: SupplicantError) -> bool:
 def is_not_running(err: SupplicantError) -> bool:
     """True if `err` says no wpa_supplicant owns its bus name."""
     return err.bus_error in NOT_RUNNING
+
+
+# What replaying one entry did (TAKEN: a running guard has the network now).
+RESTORED, DROPPED, KEPT, TAKEN = "restored", "dropped", "kept", "taken"
+
+
+class _NoSupplicant(Exception):
+    """No wpa_supplicant owns its name: the networks the journal names are gone with it."""
 
 
 class Suspender:
@@ -328,73 +336,79 @@ class Suspender:
         entries = {net: e for net, e in self.journal.load().items()
                    if net not in skip and net not in mine}
         lookup = known if known is not None else self._interface
-        paths: dict[str, str | None] = {}
-        failed: dict[str, SupplicantError] = {}  # ifname -> why its interface is unknown
-        restored = dropped = kept = 0
+        paths: dict[str, str | None | SupplicantError] = {}  # ifname -> its object, or why not
+        counts = {RESTORED: 0, DROPPED: 0, KEPT: 0, TAKEN: 0}
         try:
             with self.journal.batch():
-                if entries and not running:
-                    log.info("wpa_supplicant is not running: the %d network(s) a previous "
-                             "instance changed are gone with it; nothing to restore", len(entries))
+                try:
+                    if entries and not running:
+                        raise _NoSupplicant("wpa_supplicant is not running")
+                    for net, entry in entries.items():
+                        counts[await self._replay_one(net, entry, lookup, paths)] += 1
+                except _NoSupplicant as e:
+                    log.info("%s: the %d network(s) a previous instance changed are gone with "
+                             "it; nothing to restore", e, len(entries))
                     self.journal.forget_many(entries)
                     return 0
-                for net, entry in entries.items():
-                    ifname = entry.ifname
-                    if ifname not in paths and ifname not in failed:
-                        try:
-                            paths[ifname] = await lookup(ifname)
-                        except SupplicantError as e:
-                            if is_not_running(e):
-                                log.info("wpa_supplicant is not running (%s): the networks a "
-                                         "previous instance changed are gone with it; nothing "
-                                         "to restore", e)
-                                self.journal.forget_many(entries)
-                                return 0
-                            failed[ifname] = e
-                    if ifname in failed:
-                        log.error("%s: cannot restore bgscan \"%s\" on %s left suspended by a "
-                                  "previous instance: %s; it stays in %s for the next start",
-                                  ifname, entry.bgscan, net, failed[ifname], self.journal.path)
-                        kept += 1
-                        continue
-                    iface_path = paths[ifname]
-                    if iface_path is None:
-                        log.info("%s: wpa_supplicant does not manage this interface any more; "
-                                 "network %s left by a previous instance is gone with it",
-                                 ifname, net)
-                        self.journal.forget(net)
-                        dropped += 1
-                        continue
-                    if interface_of(net) != iface_path:
-                        log.warning("%s: journal entry %s does not lie under the interface's "
-                                    "object %s (stale after a wpa_supplicant restart, or forged); "
-                                    "dropping it", ifname, net, iface_path)
-                        self.journal.forget(net)
-                        dropped += 1
-                        continue
-                    try:
-                        await self.restore(Suspended(net, entry.bgscan), ifname)
-                    except SupplicantError as e:
-                        if is_not_running(e):
-                            log.info("wpa_supplicant left while restoring (%s): the networks a "
-                                     "previous instance changed are gone with it", e)
-                            self.journal.forget_many(entries)
-                            return 0
-                        log.error("%s: cannot restore bgscan \"%s\" on %s left suspended by a "
-                                  "previous instance: %s; it stays in %s for the next start",
-                                  ifname, entry.bgscan, net, e, self.journal.path)
-                        kept += 1
-                        continue
-                    restored += 1
-                    log.info("%s: restored bgscan \"%s\" that a previous instance left "
-                             "suspended on %s", ifname, entry.bgscan, net)
         except OSError as e:  # the one write at the end of the batch
             log.warning("cannot update %s (%s); the next start will check its entries again",
                         self.journal.path, e)
         if entries:
             log.info("crash journal replayed: %d restored, %d dropped, %d kept for a later try",
-                     restored, dropped, kept)
-        return kept
+                     counts[RESTORED], counts[DROPPED], counts[KEPT])
+        return counts[KEPT]
+
+    async def _replay_one(self, net: str, entry: JournalEntry,
+                          lookup: Callable[[str], Awaitable[str | None]],
+                          paths: dict[str, str | None | SupplicantError]) -> str:
+        """Restore one entry of the journal: RESTORED, DROPPED (gone, stale or forged), KEPT
+        (for a later try) or TAKEN (a guard has it now).  Raises _NoSupplicant when no
+        wpa_supplicant owns its name."""
+        ifname = entry.ifname
+        if ifname not in paths:
+            try:
+                paths[ifname] = await lookup(ifname)
+            except SupplicantError as e:
+                if is_not_running(e):
+                    raise _NoSupplicant(f"wpa_supplicant is not running ({e})") from None
+                paths[ifname] = e
+        iface_path = paths[ifname]
+        if isinstance(iface_path, SupplicantError):
+            self._kept(net, entry, iface_path)
+            return KEPT
+        if iface_path is None:
+            log.info("%s: wpa_supplicant does not manage this interface any more; network %s "
+                     "left by a previous instance is gone with it", ifname, net)
+            self.journal.forget(net)
+            return DROPPED
+        if interface_of(net) != iface_path:
+            log.warning("%s: journal entry %s does not lie under the interface's object %s "
+                        "(stale after a wpa_supplicant restart, or forged); dropping it",
+                        ifname, net, iface_path)
+            self.journal.forget(net)
+            return DROPPED
+        if net in self._live or net in self._pending or self.journal.get(net) != entry:
+            # A guard took the network over while this replay waited (its own entry replaced
+            # ours): restoring the value read before would undo its suspension.
+            return TAKEN
+        self._pending.add(net)  # a guard's suspend waits for the next sample meanwhile
+        try:
+            await self.restore(Suspended(net, entry.bgscan), ifname)
+        except SupplicantError as e:
+            if is_not_running(e):
+                raise _NoSupplicant(f"wpa_supplicant left while restoring ({e})") from None
+            self._kept(net, entry, e)
+            return KEPT
+        finally:
+            self._pending.discard(net)
+        log.info("%s: restored bgscan \"%s\" that a previous instance left suspended on %s",
+                 ifname, entry.bgscan, net)
+        return RESTORED
+
+    def _kept(self, net: str, entry: JournalEntry, why: SupplicantError) -> None:
+        log.error("%s: cannot restore bgscan \"%s\" on %s left suspended by a previous "
+                  "instance: %s; it stays in %s for the next start", entry.ifname, entry.bgscan,
+                  net, why, self.journal.path)
 
     async def restore_left_behind(self, ifname: str) -> None:
         """A suspend whose task was cancelled with its Set on the way (a guard's sampling loop

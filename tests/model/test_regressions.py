@@ -104,3 +104,20 @@ def test_an_interface_recreated_without_a_gap_is_guarded_again():
         state.busy_for_a_while()
     finally:
         state.teardown()
+
+
+def test_a_replay_that_waited_does_not_undo_a_guard_that_took_the_network_over():
+    """Found 2026-11-25 (tests/unit/test_suspension.py has the Suspender's side): after a lost
+    bus and another program's write, the next instance's replay waited on a lost reply while the
+    guard suspended the network anew; the replay then restored the value it had read before."""
+    state = Machine()
+    try:
+        state.busy_for_a_while()
+        state.lose_bus(then=0.0)
+        state.other_program_sets_bgscan(ifname="wlan1", then=0.0, value="simple:60:-80:3600")
+        state.fault(count=1, error="org.freedesktop.DBus.Error.Failed", kind="lost", member="Get",
+                    t=0.001, then=0.0)
+        state.busy_for_a_while()
+        state.bgscan_is_safe()
+    finally:
+        state.teardown()

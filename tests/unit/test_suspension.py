@@ -561,3 +561,22 @@ async def test_network_recreated_between_read_and_set_of_a_restore_is_logged(
     await suspender.restore(s, "wlan0")
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and journal.entries() == {}
     assert "re-created network" in caplog.text and "while bgscan was being restored" in caplog.text
+
+
+async def test_a_replay_leaves_a_network_a_guard_took_over_while_it_waited(sup, journal, suspender):
+    """Found by the model rung (2026-11-25): a replay read the journal, then waited (another
+    entry's read timed out); meanwhile the guard suspended the same network, recording the value
+    it then read (another program had changed it).  The replay went on with the entry it had
+    read before and wrote that older value over the guard's "", and forgot the guard's entry."""
+    journal.record(NET0, "wlan0", NM_BGSCAN)
+    sup.networks[NET0]["bgscan"] = OTHER  # another program's value, over the old instance's ""
+
+    async def known(ifname):
+        taken.append(await suspender.suspend(IFACE0, "wlan0"))  # the guard, meanwhile
+        return IFACE0
+    taken: list = []
+    assert await suspender.restore_journal(known) == 0
+    assert sup.networks[NET0]["bgscan"] == "" and suspender.live() == taken
+    assert journal.get(NET0) == JournalEntry("wlan0", OTHER)
+    await suspender.restore(taken[0], "wlan0")
+    assert sup.networks[NET0]["bgscan"] == OTHER and journal.entries() == {}
