@@ -296,14 +296,6 @@ class Holds:
         """Clients holding at least one hold: whose leaving the bus must be watched."""
         return {h.caller for h in self._holds.values()}
 
-    def count_for(self, caller: str) -> int:
-        """Holds taken by `caller` (pending reservations not included)."""
-        return sum(1 for h in self._holds.values() if h.caller == caller)
-
-    def pending_count(self) -> int:
-        """Reservations not yet committed or cancelled (Hold calls waiting for polkit)."""
-        return len(self._pending)
-
     def __len__(self) -> int:
         return len(self._holds)
 

@@ -123,9 +123,6 @@ class Suspender:
                 return live
         return None
 
-    def live(self) -> list[Suspended]:
-        return list(self._live.values())
-
     def generation(self, network: str) -> int:
         """How many objects at this path wpa_supplicant has removed so far."""
         return self._generations.get(network, 0)

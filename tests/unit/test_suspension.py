@@ -119,7 +119,7 @@ async def test_suspend_journals_first_then_sets_empty(sup, journal, suspender, i
     sup.on_set = lambda net, value: seen.append(on_disk(journal))
     s = await suspender.suspend(IFACE0, ifname)
     assert s == Suspended(network=NET0, saved=NM_BGSCAN, ifname=ifname)
-    assert suspender.suspended_on(ifname) == s and suspender.live() == [s]
+    assert suspender.suspended_on(ifname) == s and list(suspender._live.values()) == [s]
     assert sup.networks[NET0]["bgscan"] == ""
     assert [c[0] for c in sup.calls] == ["current", "get", "set"]
     assert seen == [{NET0: JournalEntry(ifname, NM_BGSCAN)}]  # on disk before the Set went out
@@ -341,7 +341,7 @@ async def test_a_removal_drops_a_stale_entry_but_not_that_of_a_suspend_under_way
     with pytest.raises(SupplicantError, match="re-created"):
         await suspender.suspend(IFACE0, "wlan0")
     assert seen == [JournalEntry("wlan0", NM_BGSCAN)]  # kept while the Set was on its way
-    assert journal.entries() == {} and suspender.live() == []
+    assert journal.entries() == {} and list(suspender._live.values()) == []
 
 
 async def test_one_network_is_never_suspended_twice(sup, journal, suspender):
@@ -576,7 +576,7 @@ async def test_a_replay_leaves_a_network_a_guard_took_over_while_it_waited(sup, 
         return IFACE0
     taken: list = []
     assert await suspender.restore_journal(known) == 0
-    assert sup.networks[NET0]["bgscan"] == "" and suspender.live() == taken
+    assert sup.networks[NET0]["bgscan"] == "" and list(suspender._live.values()) == taken
     assert journal.get(NET0) == JournalEntry("wlan0", OTHER)
     await suspender.restore(taken[0], "wlan0")
     assert sup.networks[NET0]["bgscan"] == OTHER and journal.entries() == {}
