@@ -9,6 +9,7 @@ can grow without bound.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,10 +68,8 @@ FIELDS: dict[str, str] = {f.name: f.metadata["dbus"] for f in dataclasses.fields
 
 
 def _variant(signature: str, value: Any) -> Variant:
-    if signature == "a{sv}":
-        return Variant("a{sv}", {str(k): _setting(v) for k, v in value.items()})
-    if signature == "a{ss}":
-        return Variant("a{ss}", {str(k): cut(str(v)) for k, v in value.items()})
+    if signature in ("a{sv}", "a{ss}"):
+        return _dict_variant(signature, tuple(value.items()))
     if signature == "b":
         return Variant("b", bool(value))
     if signature in ("i", "u"):
@@ -78,6 +77,15 @@ def _variant(signature: str, value: Any) -> Variant:
     if signature == "d":
         return Variant("d", float(value))
     return Variant("s", cut(str(value)))
+
+
+@functools.lru_cache(maxsize=32)
+def _dict_variant(signature: str, items: tuple[tuple[Any, Any], ...]) -> Variant:
+    """A device's settings and their sources, which change only on a reload or a profile
+    change: built once, not on every Devices update (each sample while the link is busy)."""
+    if signature == "a{sv}":
+        return Variant("a{sv}", {str(k): _setting(v) for k, v in items})
+    return Variant("a{ss}", {str(k): cut(str(v)) for k, v in items})
 
 
 def _setting(value: Any) -> Variant:
