@@ -174,7 +174,8 @@ class Machine(RuleBasedStateMachine):
         self.world.wpa.faults.append(Fault(kind, member, error, t, count))
         self._then(then)
 
-    @rule(what=st.sampled_from(["activate", "deactivate", "other-set", "wpa-restart"]),
+    @rule(what=st.sampled_from(["activate", "deactivate", "other-set", "wpa-restart",
+                                "daemon-restart"]),
           member=st.sampled_from(MEMBERS), ifname=ifnames, bgscan=st.sampled_from(NM_BGSCANS),
           then=then)
     def race(self, what: str, member: str | None, ifname: str, bgscan: str | None,
@@ -185,7 +186,8 @@ class Machine(RuleBasedStateMachine):
         work = {"activate": lambda: w.nm.activate(ifname, bgscan),
                 "deactivate": lambda: w.nm.deactivate(ifname),
                 "other-set": lambda: w.wpa.other_program_sets(ifname, "simple:60:-80:3600"),
-                "wpa-restart": lambda: w.restart_supplicant(0.5)}[what]
+                "wpa-restart": lambda: w.restart_supplicant(0.5),
+                "daemon-restart": w.restart_daemon_now}[what]
         w.wpa.races.append(Race(member, work, what))
         self._then(then)
 
@@ -231,8 +233,7 @@ class Machine(RuleBasedStateMachine):
     @rule(then=then)
     def systemctl_restart(self, then: float) -> None:
         self._step("restart")
-        self.world.run(self.world.stop_daemon())
-        self.world.start_daemon()
+        self.world.run(self.world.restart_daemon())
         self._then(then)
 
     @rule(config=st.sampled_from(CONFIGS), then=then)

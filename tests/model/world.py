@@ -12,6 +12,7 @@ step; `settle_and_check()` is the one at the end of a sequence.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import os
@@ -111,6 +112,7 @@ class World:
         self.crashes = self.stops = self.lost_buses = self.journal_crashes = 0
         self.problems: list[str] = []
         self._journal_os = _JournalOs(self)
+        self._restarting = asyncio.Lock()
         self.wpa.after_call = self._after_wpa_call
         self._time = use_virtual_time(self.loop)
 
@@ -199,6 +201,19 @@ class World:
             self.problems.append(f"{inst.label} could not own its name: {problem}")
             return
         await inst.daemon.start()
+
+    async def restart_daemon(self) -> None:
+        """`systemctl restart`: stop, then start.  systemd runs one job per unit at a time, so a
+        restart asked for while another runs waits for it."""
+        async with self._restarting:
+            await self.stop_daemon()
+            self.start_daemon()
+
+    def restart_daemon_now(self) -> None:
+        """`systemctl restart` that begins while wpa_supplicant handles one of the daemon's calls
+        (a race step): the stop starts before that call's reply is on its way."""
+        self.loop.call_soon(lambda: self.loop.create_task(self.restart_daemon()),
+                            context=contextvars.Context())
 
     async def stop_daemon(self) -> None:
         """SIGTERM: service.serve()'s `finally`: daemon.stop(), then close the bus."""
