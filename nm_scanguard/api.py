@@ -32,6 +32,10 @@ from .text import MAX_TEXT, clipped, cut, quoted
 
 
 
+def _devices(status: list[DeviceStatus]) -> Variant:
+    return Variant("aa{sv}", [d.as_dbus() for d in status])
+
+
 class Guarding(Protocol):
     """What the API needs of the daemon behind it, and no more (Daemon provides it)."""
 
@@ -104,7 +108,7 @@ class Api:
     def property_values(self) -> dict[str, Variant]:
         return {
             "Version": Variant("s", __version__),
-            "Devices": Variant("aa{sv}", [d.as_dbus() for d in self.daemon.status()]),
+            "Devices": _devices(self.daemon.status()),
             "ActiveHolds": Variant("aa{sv}", [hold_as_dbus(h) for h in self.holds.all()]),
         }
 
@@ -118,7 +122,7 @@ class Api:
         status = self.daemon.status()
         if status != self._devices_sent:
             self._devices_sent = status
-            self.object.emit_properties(["Devices"])
+            self.object.emit_properties(["Devices"], {"Devices": _devices(status)})
 
     # ---- who is calling -------------------------------------------------------------------
 

@@ -144,8 +144,11 @@ class ExportedObject:
         node = introspection.Node(self.path, interfaces=[self.iface, *standard_interfaces()])
         return str(node.tostring())
 
-    def emit_properties(self, names: list[str]) -> None:
-        values = self._values()
+    def emit_properties(self, names: list[str], values: dict[str, Variant] | None = None) -> None:
+        """PropertiesChanged for `names`; `values` when the caller has them already (else every
+        property is computed and the named ones sent)."""
+        if values is None:
+            values = self._values()
         self.bus.send(Message.new_signal(self.path, "org.freedesktop.DBus.Properties",
                                          "PropertiesChanged", "sa{sv}as",
                                          [self.iface.name, {n: values[n] for n in names}, []]))
