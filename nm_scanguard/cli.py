@@ -20,7 +20,7 @@ from .config import (DEFAULT_CONFIG_PATH, KEYS, USER_DATA_PREFIX, ConfigError, S
 from .dbuslib import BusType, Message, MessageBus, MessageFlag, MessageType
 from .names import ACCESS_DENIED, BUS_NAME as NAME, ERROR_UNKNOWN_HOLD, IFACE, UNREACHABLE, PATH
 from .profiles import ProfileError
-from .status import FIELDS, duration, who_scanned
+from .status import FIELDS, device_line, duration, requests, who_scanned
 from .text import NAME_CHARS, clipped, quoted
 
 
@@ -61,35 +61,6 @@ async def properties(bus: MessageBus) -> dict[str, Any]:
 
 def _ago(since: float) -> str:
     return duration(time.time() - since)
-
-
-def device_line(d: dict[str, Any]) -> str:
-    name = d.get("interface", "?")
-    conn = d.get("connection_id")
-    head = f"{name} ('{conn}')" if conn else name
-    state = d.get("state", "?")
-    parts = [f"rx {d.get('rx_bps', 0) / 1e6:.1f} Mbit/s", f"tx {d.get('tx_bps', 0) / 1e6:.1f} Mbit/s"]
-    if "signal_dbm" in d:
-        parts.append(f"{d['signal_dbm']} dBm")
-    if d.get("suspended_bgscan"):
-        parts.append("bgscan suspended")
-    n = d.get("scans_guarding", 0)
-    if state in ("guarding", "held") or n:
-        parts.append(f"{n} scan{'s' if n != 1 else ''} while guarding")
-    deferred = d.get("scan_requests_deferred", 0)
-    if d.get("deferring_scans"):
-        parts.append(f"client scans deferred ({_requests(deferred)} refused so far)")
-    elif deferred:
-        parts.append(f"{_requests(deferred)} for scans refused while guarding")
-    text = f"{head}: {state} for {_ago(d.get('since', time.time()))} ({d.get('reason', '')}); " \
-           + ", ".join(parts)
-    if d.get("error"):
-        text += f"; problem: {d['error']}"
-    return text
-
-
-def _requests(n: int) -> str:
-    return f"{n} request{'s' if n != 1 else ''}"
 
 
 GEOCLUE_HINT = ("scans ran while bgscan was suspended and no program asked NetworkManager for one: "
@@ -352,7 +323,7 @@ async def cmd_monitor(args: argparse.Namespace) -> int:
             refused = (d.get("scan_requests_deferred", 0)
                        - before.get("scan_requests_deferred", d.get("scan_requests_deferred", 0)))
             if refused > 0:
-                print(f"{_stamp()} {name}: {_requests(refused)} for a scan refused (deferred "
+                print(f"{_stamp()} {name}: {requests(refused)} for a scan refused (deferred "
                       "while guarding: desktop shell, widget or nmcli)", flush=True)
             if extra > 0:
                 who = who_scanned(bool(d.get("deferring_scans") or before.get("deferring_scans")))

@@ -19,7 +19,7 @@ from .config import Settings
 from .nm import WifiDevice
 from .policy import Policy
 from .rates import Counters, RateMeter, Rates
-from .status import DeviceStatus, duration, who_scanned
+from .status import DeviceStatus, device_line, who_scanned
 from .supplicant import ObjectGone, SupplicantError
 from .suspension import NothingToSuspend, Suspended, Suspender
 from .text import clipped
@@ -415,20 +415,7 @@ class Guard:
         )
 
     def status_line(self) -> str:
-        if self.state in (P.GUARDING, P.HELD):
-            mbit = self.rates.mbit if self.rates else 0.0
-            text = f"{self.ifname}: {self.state} {mbit:.0f} Mbit/s for {duration(time.time() - self.since)}"
-            text += ", bgscan suspended" if self.engaged else ", bgscan NOT suspended"
-            n = self.scans_guarding
-            text += f", {n} scan{'s' if n != 1 else ''}" + (" it could not stop" if n else "")
-            if self.deferring:
-                d = self._deferred_now
-                text += f", client scans deferred ({d} request{'s' if d != 1 else ''} refused)"
-            return text
-        if self.state == P.WEAK:
-            sig = f"{self.policy.signal:.0f} dBm" if self.policy.signal is not None else "weak"
-            return f"{self.ifname}: signal {sig}, bgscan left on so it can roam"
-        if self.state == P.NO_BGSCAN:
-            return f"{self.ifname}: busy, {self.no_bgscan}"
-        return f"{self.ifname}: {self.state}"
+        """For sd_notify STATUS= (systemctl status): the CLI's line without the connection's
+        name (one formatter, status.device_line)."""
+        return device_line(self.status().as_plain(), connection=False)
 

@@ -72,7 +72,8 @@ class Policy:
         s = self.settings
         if rssi < s.signal_floor_dbm and not self.weak:
             self.weak = True
-            self._reason = f"signal {rssi:.0f} dBm below the floor of {s.signal_floor_dbm:.0f} dBm"
+            self._reason = (f"signal {rssi:.0f} dBm below the floor of {s.signal_floor_dbm:.0f} dBm: "
+                            "bgscan left on so it can roam")
         elif self.weak and rssi >= s.signal_floor_dbm + s.signal_hysteresis_db:
             self.weak = False
             self._reason = (

@@ -10,11 +10,44 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from .dbuslib import Variant
 from .text import cut
+
+def device_line(d: Mapping[str, Any], *, connection: bool = True) -> str:
+    """One interface's status in one line, from its Devices entry (the keys of DeviceStatus):
+    the one wording of `scanguardctl status` and `monitor` and of the daemon's STATUS= line in
+    `systemctl status` (which leaves the connection's name out: `connection=False`)."""
+    name = d.get("interface", "?")
+    conn = d.get("connection_id") if connection else None
+    head = f"{name} ('{conn}')" if conn else name
+    state = d.get("state", "?")
+    parts = [f"rx {d.get('rx_bps', 0) / 1e6:.1f} Mbit/s", f"tx {d.get('tx_bps', 0) / 1e6:.1f} Mbit/s"]
+    if d.get("signal_dbm") is not None:
+        parts.append(f"{d['signal_dbm']} dBm")
+    if d.get("suspended_bgscan"):
+        parts.append("bgscan suspended")
+    n = d.get("scans_guarding", 0)
+    if state in ("guarding", "held") or n:
+        parts.append(f"{n} scan{'s' if n != 1 else ''} while guarding")
+    deferred = d.get("scan_requests_deferred", 0)
+    if d.get("deferring_scans"):
+        parts.append(f"client scans deferred ({requests(deferred)} refused so far)")
+    elif deferred:
+        parts.append(f"{requests(deferred)} for scans refused while guarding")
+    since = duration(time.time() - d.get("since", time.time()))
+    text = f"{head}: {state} for {since} ({d.get('reason', '')}); " + ", ".join(parts)
+    if d.get("error"):
+        text += f"; problem: {d['error']}"
+    return text
+
+
+def requests(n: int) -> str:
+    return f"{n} request{'s' if n != 1 else ''}"
+
 
 def who_scanned(deferring: bool) -> str:
     """Who asked for a scan that ran while bgscan was suspended, as far as we can tell: the
@@ -53,6 +86,11 @@ class DeviceStatus:
     error: str = _typed("s", "")
     settings: dict[str, Any] = _typed("a{sv}", {})
     settings_sources: dict[str, str] = _typed("a{ss}", {})
+
+    def as_plain(self) -> dict[str, Any]:
+        """The Devices entry as `scanguardctl` gets it, without the D-Bus types."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if getattr(self, f.name) is not None}
 
     def as_dbus(self) -> dict[str, Variant]:
         out: dict[str, Variant] = {}

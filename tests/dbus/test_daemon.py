@@ -281,7 +281,7 @@ async def test_scans_are_counted_while_guarding_and_idle(bus, link, peers, daemo
     await eventually(lambda: suspended(bus, peers.net), what="engaged")
     await peers.wpa_mock("EmitScanDone", "o", [peers.iface])
     await eventually(lambda: guard.scans_guarding == 1, what="guarded scan counted")
-    assert "1 scan it could not stop" in d.status_line()
+    assert "1 scan while guarding" in d.status_line()
 
 
 # ---- settings from the profile --------------------------------------------------------------------

@@ -302,7 +302,7 @@ async def test_scans_are_counted_by_whether_bgscan_was_suspended(guard, parts):
     guard.count_scan()
     guard.count_scan()
     assert (guard.scans_idle, guard.scans_guarding) == (1, 2)
-    assert "2 scans it could not stop" in guard.status_line()
+    assert "2 scans while guarding" in guard.status_line()
 
 
 async def test_a_vanished_interface_is_reported_once(guard, parts, caplog):

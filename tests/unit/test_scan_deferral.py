@@ -255,7 +255,7 @@ async def test_deferred_requests_are_counted_logged_once_and_summed_up(guard, pa
                        "scanguardctl status"]
     status = guard.status()
     assert (status.deferring_scans, status.scan_requests_deferred) == (True, 3)
-    assert "client scans deferred (3 requests refused)" in guard.status_line()
+    assert "client scans deferred (3 requests refused so far)" in guard.status_line()
     guard.hold_changed(False)
     await guard.kick()
     assert any("3 Wi-Fi scan request(s) of other programs were refused" in r.getMessage()
