@@ -416,6 +416,6 @@ class Guard:
 
     def status_line(self) -> str:
         """For sd_notify STATUS= (systemctl status): the CLI's line without the connection's
-        name (one formatter, status.device_line)."""
-        return device_line(self.status().as_plain(), connection=False)
+        name and the state's age (one formatter, status.device_line)."""
+        return device_line(self.status().as_plain(), connection=False, age=False)
 

@@ -17,10 +17,12 @@ from typing import Any, Mapping
 from .dbuslib import Variant
 from .text import cut
 
-def device_line(d: Mapping[str, Any], *, connection: bool = True) -> str:
+def device_line(d: Mapping[str, Any], *, connection: bool = True, age: bool = True) -> str:
     """One interface's status in one line, from its Devices entry (the keys of DeviceStatus):
     the one wording of `scanguardctl status` and `monitor` and of the daemon's STATUS= line in
-    `systemctl status` (which leaves the connection's name out: `connection=False`)."""
+    `systemctl status`, which leaves out the connection's name and how long the state has
+    lasted (`connection=False, age=False`: an idle line that does not change is not re-sent, and
+    systemd shows when the unit's status changed)."""
     name = d.get("interface", "?")
     conn = d.get("connection_id") if connection else None
     head = f"{name} ('{conn}')" if conn else name
@@ -38,8 +40,8 @@ def device_line(d: Mapping[str, Any], *, connection: bool = True) -> str:
         parts.append(f"client scans deferred ({requests(deferred)} refused so far)")
     elif deferred:
         parts.append(f"{requests(deferred)} for scans refused while guarding")
-    since = duration(time.time() - d.get("since", time.time()))
-    text = f"{head}: {state} for {since} ({d.get('reason', '')}); " + ", ".join(parts)
+    since = f" for {duration(time.time() - d.get('since', time.time()))}" if age else ""
+    text = f"{head}: {state}{since} ({d.get('reason', '')}); " + ", ".join(parts)
     if d.get("error"):
         text += f"; problem: {d['error']}"
     return text

@@ -364,3 +364,13 @@ def test_who_scanned_is_worded_once_for_the_log_the_hint_and_monitor():
     assert "root" in deferring and "GeoClue" in deferring
     assert "nmcli" in not_deferring and "GeoClue" in not_deferring
     assert deferring in scan_hint(entry(scans_guarding=2, scan_requests_deferred=3))
+
+
+def test_status_and_systemd_share_one_formatter_and_an_idle_line_stays_the_same():
+    from nm_scanguard.status import device_line
+    d = entry(state="idle", deferring_scans=False, since=time.time() - 75)
+    full = device_line(d)
+    brief = device_line(d, connection=False, age=False)
+    assert full.startswith("wlan0 ('Café ☕'): idle for 1m15s (")
+    assert brief.startswith("wlan0: idle (") and full.split("; ", 1)[1] == brief.split("; ", 1)[1]
+    assert brief == device_line(dict(d, since=time.time()), connection=False, age=False)
