@@ -21,7 +21,7 @@ from .policy import Policy
 from .rates import Counters, RateMeter, Rates
 from .status import DeviceStatus, device_line, who_scanned
 from .supplicant import ObjectGone, SupplicantError
-from .suspension import NothingToSuspend, Suspended, Suspender
+from .suspension import NothingToSuspend, Suspended, Suspender, interface_of
 from .text import clipped
 
 log = logging.getLogger("scanguard")
@@ -219,6 +219,7 @@ class Guard:
         async with self._lock:
             ok = True
             try:
+                await self._release_if_interface_replaced()
                 if self.policy.want_engaged and not self.engaged and not self._stopping:
                     # Once stopped, nothing restores what it would suspend (a kick spawned for
                     # a hold can still be on its way when the interface stops being guarded).
@@ -233,6 +234,15 @@ class Guard:
                 ok = False
             self._publish()
             return ok
+
+    async def _release_if_interface_replaced(self) -> None:
+        """Our suspension lies under the interface object wpa_supplicant had when we suspended;
+        once that object was found gone (`iface_path` reset), a new one means the suspension
+        went with the old (found by the model rung: the guard counted itself engaged, and the
+        new object's network kept its bgscan, while the link stayed busy)."""
+        if self.suspended is not None and self.iface_path is None \
+                and interface_of(self.suspended.network) != await self._iface():
+            await self._release("wpa_supplicant re-created the interface")
 
     def hold_changed(self, held: bool) -> None:
         self.policy.set_held(held)

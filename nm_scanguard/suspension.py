@@ -13,6 +13,7 @@ The one rule everything here serves: never leave a user's bgscan off.  So
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Collection, Protocol
@@ -98,6 +99,9 @@ class Suspender:
         self.journal = journal
         self._live: dict[str, Suspended] = {}  # network path -> our "" there
         self._pending: set[str] = set()  # networks a suspend is under way on
+        # Networks whose suspend was cancelled once its entry was written: its Set may still
+        # land, on whatever object the path has by then, so a removal does not end the entry.
+        self._unsettled: set[str] = set()
         # The generation of each network path: how many NetworkRemoved signals it has had.
         # wpa_supplicant reuses ids, so NM's remove-then-add (re-activation) brings back the
         # same path with a fresh bgscan: a generation that moved between our read and our Set
@@ -112,7 +116,7 @@ class Suspender:
         generations), so its journal entry stays until then."""
         self._generations[network] = self.generation(network) + 1
         gone = self._live.pop(network, None)
-        if gone is not None or network not in self._pending:
+        if gone is not None or network not in self._pending | self._unsettled:
             self._forget(network, gone.ifname if gone else "")
         return gone
 
@@ -148,6 +152,13 @@ class Suspender:
         self._pending.add(net)
         try:
             s = await self._suspend(net, ifname)
+        except asyncio.CancelledError:
+            if self.journal.get(net) is not None:
+                # Found by the model rung: a `systemctl restart` while our Set was on its way,
+                # and NetworkManager re-activating; NetworkRemoved, handled after the cancel,
+                # dropped the entry, and the Set then left "" on the new object for good.
+                self._unsettled.add(net)
+            raise
         finally:
             self._pending.discard(net)
         if self.generation(net) != s.generation:
@@ -233,6 +244,7 @@ class Suspender:
 
     def _forget(self, net: str, ifname: str) -> None:
         self._live.pop(net, None)
+        self._unsettled.discard(net)
         try:
             self.journal.forget(net)
         except OSError as e:
@@ -251,7 +263,7 @@ class Suspender:
         try:
             current = await sup.get_bgscan(s.network)
         except ObjectGone as e:
-            await self._confirm_gone(s.network, e)
+            await self._confirm_gone(s.network, e, ifname)
             log.debug("%s: network %s is gone, nothing to restore", ifname, s.network)
             self._forget(s.network, ifname)
             return
@@ -263,7 +275,7 @@ class Suspender:
             try:
                 await sup.set_bgscan(s.network, s.saved)
             except ObjectGone as e:
-                await self._confirm_gone(s.network, e)
+                await self._confirm_gone(s.network, e, ifname)
                 log.debug("%s: network %s went away while restoring", ifname, s.network)
                 self._forget(s.network, ifname)
                 return
@@ -284,16 +296,23 @@ class Suspender:
                      s.network, current)
         self._forget(s.network, ifname)
 
-    async def _confirm_gone(self, net: str, err: ObjectGone) -> None:
+    async def _confirm_gone(self, net: str, err: ObjectGone, ifname: str) -> None:
         """An "unknown object/method" error is taken for a removed network only if the
-        interface no longer has it as its current network; otherwise raise SupplicantError, so
-        that the entry stays and the restore is tried again.  (The error names are all a
-        removed object gets, but a transient failure can carry them too: the fault-injection
-        suite had a journal replay forget a network that was still there, its bgscan left off.)
-        A re-created network at the same path also counts as there: the retry then finds
-        NetworkManager's value on it and leaves it."""
+        interface no longer has it as its current network, or the interface object itself is
+        gone (wpa_supplicant names another object for `ifname`, or none); otherwise raise
+        SupplicantError, so that the entry stays and the restore is tried again.  (The error
+        names are all a removed object gets, but a transient failure can carry them too: the
+        fault-injection suite had a journal replay forget a network that was still there, its
+        bgscan left off.)  A re-created network at the same path also counts as there: the
+        retry then finds NetworkManager's value on it and leaves it."""
         try:
             current = await self.supplicant.current_network(interface_of(net))
+        except ObjectGone as e:
+            if await self._interface_replaced(net, ifname):
+                return  # found by the model rung: else such an entry was retried for ever
+            raise SupplicantError(f"wpa_supplicant answered {err.bus_error or err} for {net} and "
+                                  f"could not say whether the network still exists ({e}); "
+                                  "trying again later", e.bus_error) from None
         except SupplicantError as e:
             raise SupplicantError(f"wpa_supplicant answered {err.bus_error or err} for {net} and "
                                   f"could not say whether the network still exists ({e}); "
@@ -303,9 +322,18 @@ class Suspender:
                                   "which is still the interface's current network; trying "
                                   "again later", err.bus_error)
 
+    async def _interface_replaced(self, net: str, ifname: str) -> bool:
+        """True if wpa_supplicant's object for `ifname` is no longer the one `net` lies under
+        (NetworkManager removed the interface and added it again), or it has none."""
+        try:
+            return await self._interface(ifname) != interface_of(net)
+        except SupplicantError:
+            return False
+
     def forget_all(self) -> None:
         """wpa_supplicant restarted: its networks, and every "" we set, are gone."""
         self._live.clear()
+        self._unsettled.clear()
         nets = list(self.journal.entries())
         if not nets:
             return

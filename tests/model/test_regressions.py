@@ -121,3 +121,39 @@ def test_a_replay_that_waited_does_not_undo_a_guard_that_took_the_network_over()
         state.bgscan_is_safe()
     finally:
         state.teardown()
+
+
+def test_a_suspension_under_a_re_created_interface_object_is_let_go():
+    """Found 2026-11-25 in `make test`: a suspend whose Set and put-back replies were both lost
+    kept a suspension on a network of an interface object that NetworkManager had meanwhile
+    removed and added again; the guard counted itself engaged, the new object's network kept
+    its bgscan, and releasing could never confirm the old network gone."""
+    state = Machine()
+    try:
+        state.busy_for_a_while()
+        state.deactivate(ifname="wlan0", then=0.0)
+        state.race(bgscan="simple:30:-70:86400", ifname="wlan0", member=None, then=0.0,
+                   what="activate")
+        state.fault(count=2, error="org.freedesktop.DBus.Error.Failed", kind="lost", member="Set",
+                    t=0.001, then=0.0)
+        state.busy_for_a_while()
+        state.recreate_interface(ifname="wlan0", then=0.01)
+        state.busy_for_a_while()
+    finally:
+        state.teardown()
+
+
+def test_a_restart_racing_the_suspend_set_leaves_the_journal_naming_our_value():
+    """Found 2026-11-25 in `make fault-model`: `systemctl restart` began while wpa_supplicant
+    handled the suspend's `Set` on a network that had just been activated."""
+    state = Machine()
+    try:
+        state.leave(client=0, then=0.0)
+        state.race(bgscan="simple:30:-70:86400", ifname="wlan0", member="Set", then=0.0,
+                   what="activate")
+        state.race(bgscan="simple:30:-70:86400", ifname="wlan0", member="Set", then=0.0,
+                   what="daemon-restart")
+        state.busy_for_a_while()
+        state.bgscan_is_safe()
+    finally:
+        state.teardown()

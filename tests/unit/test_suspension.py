@@ -1,6 +1,7 @@
 """Suspend and restore with the journal in step: never leave a user's bgscan off, never write
 where it is not still our "", and never trust the journal with another interface's network."""
 
+import asyncio
 import json
 import logging
 import os
@@ -598,3 +599,69 @@ async def test_a_second_removal_during_a_refused_put_back_ends_the_suspension(
     with pytest.raises(SupplicantError, match="re-created"):
         await suspender.suspend(IFACE0, "wlan0")
     assert suspender.suspended_on("wlan0") is None and journal.entries() == {}
+
+
+async def test_a_network_under_a_replaced_interface_object_is_gone(sup, journal, suspender):
+    """Found by the model rung (2026-11-25): the interface object was removed and added again
+    (a new path) while our "" was on one of its networks; reading the old network and the old
+    interface both answer UnknownObject.  That wpa_supplicant now names another object for the
+    interface confirms the network is gone; without it the entry was kept and retried for ever."""
+    s = await suspended(suspender)
+    original = sup.current_network
+
+    async def current_network(iface_path):
+        if iface_path not in sup.interfaces.values():
+            fail("org.freedesktop.DBus.Error.UnknownObject", f"reading CurrentNetwork of {iface_path}")
+        return await original(iface_path)
+    sup.current_network = current_network
+    sup.interfaces["wlan0"] = "/fi/w1/wpa_supplicant1/Interfaces/7"
+    sup.networks.pop(NET0)
+    await suspender.restore(s, "wlan0")
+    assert journal.entries() == {} and suspender.suspended_on("wlan0") is None
+
+
+async def test_an_unknown_object_on_the_same_interface_object_is_not_taken_for_gone(
+        sup, journal, suspender):
+    s = await suspended(suspender)
+    original = sup.current_network
+
+    async def current_network(iface_path):
+        fail("org.freedesktop.DBus.Error.UnknownObject", f"reading CurrentNetwork of {iface_path}")
+        return await original(iface_path)
+    sup.current_network = current_network
+    sup.get_errors = ["org.freedesktop.DBus.Error.UnknownObject"]
+    with pytest.raises(SupplicantError, match="could not say"):
+        await suspender.restore(s, "wlan0")
+    assert journal.get(NET0) is not None  # kept: the interface object is still the one it was
+
+
+@pytest.mark.parametrize("ifname", ["wlan0", "wlé0"])
+async def test_a_removal_after_a_cancelled_suspend_keeps_the_entry_for_the_restore(
+        sup, journal, ifname):
+    """Found by the model rung (2026-11-25): the guard stopped (`systemctl restart`) while the
+    suspend's Set was on its way; NetworkManager had re-activated, so NetworkRemoved came after
+    the cancel and the Set landed on the new object at the same path.  The removal must not drop
+    the entry: restoring what is left behind then finds our "" and puts the value back."""
+    sup.interfaces = {ifname: IFACE0}
+    suspender = Suspender(sup, journal)
+    landed = asyncio.Event()
+    release = asyncio.Event()
+
+    async def set_then_hang(net_path, value):
+        sup.networks[net_path] = {"bgscan": value}  # applied on the re-created object
+        landed.set()
+        await release.wait()
+    sup.set_bgscan = set_then_hang
+    task = asyncio.create_task(suspender.suspend(IFACE0, ifname))
+    await asyncio.wait([task, asyncio.create_task(landed.wait())],
+                       return_when=asyncio.FIRST_COMPLETED)
+    assert landed.is_set(), task.result()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert suspender.network_removed(NET0) is None
+    assert on_disk(journal) == {NET0: JournalEntry(ifname, NM_BGSCAN)}
+    del sup.set_bgscan  # the fake's own Set again
+    await suspender.restore_left_behind(ifname)
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and journal.entries() == {}
+    assert suspender.network_removed(NET0) is None  # nothing left that a removal keeps
