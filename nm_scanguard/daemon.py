@@ -1,6 +1,7 @@
 """The Daemon: follows NetworkManager and wpa_supplicant on the bus and keeps one Guard per
 activated Wi-Fi interface.  It owns the hold table (the bus API only authenticates for it),
-the crash journal (through the Suspender) and the status line systemd shows.
+the crash journal (through the Suspender) and the status line systemd shows.  Its background
+tasks run under the process's supervisor (service.Supervisor), which owns the life cycle.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import Any, Callable, Coroutine
+from typing import Any, Callable, Coroutine, Protocol
 
 import systemd.daemon as sd_daemon
 
@@ -17,14 +18,13 @@ from .config import ProfileWarnings, Settings, apply_profile, load_file
 from .dbuslib import Message, MessageBus, MessageType
 from .export import Throttle
 from .deferral import ScanDeferral
-from .guard import Guard, log_traceback_once, unexpected_line
+from .guard import Guard
 from .holds import Holds
 from .journal import Journal
 from .netlink import LinkCounters
 from .nm import NAME as NM_NAME, NetworkManager, WifiDevice
 from .status import DeviceStatus
-from .supplicant import IFACE as WPAS_IFACE, NAME as WPAS_NAME, PATH as WPAS_PATH, Supplicant, \
-    SupplicantError
+from .supplicant import IFACE as WPAS_IFACE, NAME as WPAS_NAME, PATH as WPAS_PATH, Supplicant
 from .suspension import Suspender
 from .text import NAME_CHARS, quoted
 
@@ -51,8 +51,20 @@ MATCH_RULES = (
 )
 
 
+class Tasks(Protocol):
+    """What the daemon needs of the task supervisor (service.Supervisor, which the life cycle
+    owns): run a coroutine beside the rest with its failure logged, never raised, and shown
+    through `report` (error, what it was doing) when it works for an interface; cancel them all."""
+
+    def spawn(self, coro: Coroutine[Any, Any, Any],
+              report: Callable[[BaseException, str], None] | None = None) -> asyncio.Task[None]: ...
+
+    async def cancel_all(self) -> None: ...
+
+
 class Daemon:
-    def __init__(self, settings: Settings, config_path: str | None, state_dir: str) -> None:
+    def __init__(self, settings: Settings, config_path: str | None, state_dir: str, *,
+                 tasks: Tasks) -> None:
         self.settings = settings
         self.config_path = config_path
         self.counters = LinkCounters()
@@ -69,11 +81,9 @@ class Daemon:
         self._supplicant: Supplicant | None = None
         self._suspender: Suspender | None = None
         self._profile_warnings = ProfileWarnings()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.tasks = tasks
         self._retry: asyncio.Task[None] | None = None
         self._settings_retry: asyncio.Task[None] | None = None
-        self._tracebacks: set[str] = set()  # unexpected errors (no guard's) already logged
-        self._unexpected: str | None = None  # the last of them logged
         self._sync_lock = asyncio.Lock()
         self._sync_pending = False
         self._status_sent = ""
@@ -146,10 +156,7 @@ class Daemon:
     async def stop(self) -> None:
         """Restore every bgscan we suspended.  Called on SIGTERM/SIGINT and on any fatal error."""
         self.deferral.set(False)
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.tasks.cancel_all()
         restore = self._bus is not None and self._bus.connected
         if not restore and self.journal.entries():
             log.error("the system bus is gone, so bgscan cannot be restored now; %d suspended "
@@ -296,31 +303,7 @@ class Daemon:
     def spawn(self, coro: Coroutine[Any, Any, Any], guard: Guard | None = None) -> asyncio.Task[None]:
         """Run `coro` beside everything else; its failure is logged (and shown in the status
         of `guard`, the interface it works for, if any), never raised."""
-        task = asyncio.create_task(self._guarded(coro, guard))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    async def _guarded(self, coro: Coroutine[Any, Any, Any], guard: Guard | None) -> None:
-        try:
-            await coro
-        except asyncio.CancelledError:
-            raise
-        except SupplicantError as e:
-            log.warning("%s", e)
-        except Exception as e:
-            if guard is not None:
-                guard.unexpected(e, f"in {getattr(coro, '__name__', 'a task')}")
-                return
-            # No interface to show it on: the traceback once per distinct error, then a line
-            # each time it changes (a failure that repeats must not fill the journal).
-            message = unexpected_line(e, f"in {getattr(coro, '__name__', 'a task')}")
-            if not log_traceback_once(message, e, self._tracebacks) and message != self._unexpected:
-                log.warning("%s", message)
-            self._unexpected = message
-        else:
-            if guard is None:
-                self._unexpected = None
+        return self.tasks.spawn(coro, guard.unexpected if guard is not None else None)
 
     # ---- what the guards report (GuardListener) --------------------------------------------
 

@@ -14,17 +14,18 @@ import logging
 import os
 import signal
 import sys
-from typing import Callable
+from typing import Any, Callable, Coroutine
 
 from . import __version__
 from .api import Api
 from .bus import BusError, call, close_bus, name_has_owner
 from .config import DEFAULT_CONFIG_PATH, ConfigError, Settings, load_file
 from .daemon import Daemon
+from .guard import log_traceback_once, unexpected_line
 from .dbuslib import LIBRARY, SKIPPED, BusType, Message, MessageBus, MessageType
 from .journal import DEFAULT_STATE_DIR, Journal
 from .names import BUS_NAME, DBUS
-from .supplicant import NAME as WPAS_NAME, Supplicant
+from .supplicant import NAME as WPAS_NAME, Supplicant, SupplicantError
 from .suspension import Suspender
 
 log = logging.getLogger("scanguard")
@@ -32,6 +33,55 @@ log = logging.getLogger("scanguard")
 # RequestName flags and replies (D-Bus specification).
 DO_NOT_QUEUE = 0x4
 PRIMARY_OWNER, ALREADY_OWNER = 1, 4
+
+
+class Supervisor:
+    """The daemon's background tasks (a sync, a hold's kick, a signal's handling, the journal's
+    retry loop, a reload): each runs beside the rest, its failure is logged and never raised,
+    and `cancel_all` ends them all when the process stops."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._tracebacks: set[str] = set()  # unexpected errors (no interface's) already logged
+        self._unexpected: str | None = None  # the last of them logged
+
+    def spawn(self, coro: Coroutine[Any, Any, Any],
+              report: Callable[[BaseException, str], None] | None = None) -> asyncio.Task[None]:
+        """Run `coro`; an unexpected failure goes to `report` (a guard's, which shows it in
+        that interface's status) or, without one, to the log."""
+        task = asyncio.create_task(self._supervised(coro, report))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def cancel_all(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _supervised(self, coro: Coroutine[Any, Any, Any],
+                          report: Callable[[BaseException, str], None] | None) -> None:
+        what = f"in {getattr(coro, '__name__', 'a task')}"
+        try:
+            await coro
+        except asyncio.CancelledError:
+            raise
+        except SupplicantError as e:
+            log.warning("%s", e)
+        except Exception as e:
+            if report is not None:
+                report(e, what)
+                return
+            # No interface to show it on: the traceback once per distinct error, then a line
+            # each time it changes (a failure that repeats must not fill the journal).
+            message = unexpected_line(e, what)
+            if not log_traceback_once(message, e, self._tracebacks) and message != self._unexpected:
+                log.warning("%s", message)
+            self._unexpected = message
+        else:
+            if report is None:
+                self._unexpected = None
 
 
 class _JournalFormatter(logging.Formatter):
@@ -165,7 +215,7 @@ async def serve(config_path: str | None, state_dir: str, settings: Settings) -> 
     except Exception as e:
         log.error("cannot connect to the system bus (%s); is dbus running?", e)
         return 1
-    daemon = Daemon(settings, config_path, state_dir)
+    daemon = Daemon(settings, config_path, state_dir, tasks=Supervisor())
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     lost: list[str] = []  # why we must exit non-zero; the first reason wins

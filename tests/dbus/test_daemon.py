@@ -16,6 +16,7 @@ import pytest
 
 from nm_scanguard.config import Settings
 from nm_scanguard.daemon import Daemon
+from nm_scanguard.service import Supervisor
 from nm_scanguard.dbuslib import BusType, MessageBus
 from nm_scanguard.supplicant import Supplicant
 
@@ -42,7 +43,7 @@ async def daemon(system_bus, tmp_path):
     started = []
 
     async def start(settings=FAST):
-        d = Daemon(settings, None, str(tmp_path / "state"))
+        d = Daemon(settings, None, str(tmp_path / "state"), tasks=Supervisor())
         await d.connect(await MessageBus(bus_type=BusType.SYSTEM).connect())
         await d.start()
         started.append(d)

@@ -26,6 +26,7 @@ from nm_scanguard.api import Api
 from nm_scanguard.bus import CALL_TIMEOUT, close_bus
 from nm_scanguard.config import ConfigError, ProfileWarnings, apply_profile, load_file
 from nm_scanguard.daemon import JOURNAL_RETRY_MAX, Daemon
+from nm_scanguard.service import Supervisor
 from nm_scanguard.dbuslib import Message, MessageType
 from nm_scanguard.names import BUS_NAME, IFACE, PATH
 from nm_scanguard.service import own_name, restore_left_over
@@ -175,7 +176,7 @@ class World:
             self.events.append("bad-config-start")
             self.bus.run_as(label, self._restore_only(conn))
             return
-        daemon = Daemon(settings, self.config_path, self.state_dir)
+        daemon = Daemon(settings, self.config_path, self.state_dir, tasks=Supervisor())
         daemon.counters = self.link  # type: ignore[assignment]
         inst = self.instance = Instance(label, conn, daemon, started=self.loop.time())
         inst.task = self.bus.run_as(label, self._serve(inst))

@@ -15,6 +15,7 @@ from nm_scanguard import nm as NM, supplicant as S
 from nm_scanguard.bus import BusError
 from nm_scanguard.config import Settings
 from nm_scanguard.daemon import Daemon
+from nm_scanguard.service import Supervisor
 from nm_scanguard.guard import MAX_TRACEBACKS
 from nm_scanguard.nm import NetworkManager, WifiDevice
 from nm_scanguard.supplicant import Supplicant, SupplicantError, UncertainOutcome
@@ -104,7 +105,7 @@ async def test_an_active_connection_that_went_away_is_not_guarded_with_no_settin
 def test_an_unreadable_profile_is_not_guarded(tmp_path):
     """The decision: its settings may say enabled = no, and a person who turned the guard off
     for a network must not find it on there; bgscan stays as NetworkManager set it."""
-    daemon = Daemon(Settings(threshold_mbit=5.0), None, str(tmp_path))
+    daemon = Daemon(Settings(threshold_mbit=5.0), None, str(tmp_path), tasks=Supervisor())
     readable = WifiDevice(DEV, "wlan0", NM.STATE_ACTIVATED, PROFILE, CAFE, UUID,
                           {"scanguard.threshold_mbit": "2"})
     assert daemon.settings_for(readable).enabled
@@ -167,7 +168,7 @@ def _tracebacks(caplog) -> list[logging.LogRecord]:
 
 
 async def test_a_task_failing_the_same_way_logs_its_traceback_once(tmp_path, caplog):
-    daemon = Daemon(Settings(), None, str(tmp_path))
+    daemon = Daemon(Settings(), None, str(tmp_path), tasks=Supervisor())
     calls = {"n": 0}
 
     async def broken_sync(text: str) -> None:
@@ -176,34 +177,43 @@ async def test_a_task_failing_the_same_way_logs_its_traceback_once(tmp_path, cap
 
     caplog.set_level(logging.INFO, "scanguard")
     for _ in range(3):
-        await daemon._guarded(broken_sync("a"), None)
+        await daemon.spawn(broken_sync("a"))
     assert calls["n"] == 3 and len(_tracebacks(caplog)) == 1
     assert "unexpected error in broken_sync: KeyError: 'a'" in caplog.text
-    await daemon._guarded(broken_sync("b"), None)  # another error: its own traceback
-    await daemon._guarded(broken_sync("a"), None)  # back to the first: one line, no traceback
+    await daemon.spawn(broken_sync("b"))  # another error: its own traceback
+    await daemon.spawn(broken_sync("a"))  # back to the first: one line, no traceback
     assert len(_tracebacks(caplog)) == 2
     lines = [r.getMessage() for r in caplog.records if "KeyError: 'a'" in r.getMessage()]
     assert len(lines) == 2
 
 
 async def test_distinct_tracebacks_are_bounded(tmp_path, caplog):
-    daemon = Daemon(Settings(), None, str(tmp_path))
+    daemon = Daemon(Settings(), None, str(tmp_path), tasks=Supervisor())
 
     async def broken(n: int) -> None:
         raise ValueError(n)
 
     caplog.set_level(logging.INFO, "scanguard")
     for n in range(MAX_TRACEBACKS + 5):
-        await daemon._guarded(broken(n), None)
+        await daemon.spawn(broken(n))
     assert len(_tracebacks(caplog)) == MAX_TRACEBACKS
     assert "ValueError: 20" in caplog.text  # still told, in one line
 
 
 async def test_cancellation_is_not_an_error(tmp_path, caplog):
-    daemon = Daemon(Settings(), None, str(tmp_path))
-    task = asyncio.create_task(daemon._guarded(asyncio.sleep(10), None))
+    daemon = Daemon(Settings(), None, str(tmp_path), tasks=Supervisor())
+    task = daemon.spawn(asyncio.sleep(10))
     await asyncio.sleep(0)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert not caplog.records
+
+
+async def test_the_supervisor_cancels_every_task_it_runs_on_stop(caplog):
+    tasks = Supervisor()
+    running = [tasks.spawn(asyncio.sleep(3600)) for _ in range(3)]
+    await asyncio.sleep(0)
+    await tasks.cancel_all()
+    assert all(t.cancelled() for t in running) and not caplog.records
+    await tasks.cancel_all()  # nothing left: a second stop is harmless

@@ -470,15 +470,16 @@ async def test_an_unexpected_error_logs_its_traceback_once_and_clears_on_a_clean
 async def test_an_unexpected_error_in_a_task_for_an_interface_shows_in_its_status(
         guard, parts, tmp_path, caplog):
     from nm_scanguard.daemon import Daemon
+    from nm_scanguard.service import Supervisor
 
-    daemon = Daemon(SETTINGS, None, str(tmp_path / "state"))
+    daemon = Daemon(SETTINGS, None, str(tmp_path / "state"), tasks=Supervisor())
 
     async def broken_kick() -> bool:
         raise RuntimeError("boom")
 
     caplog.set_level("INFO", "scanguard")
-    await daemon._guarded(broken_kick(), guard)
-    await daemon._guarded(broken_kick(), guard)
+    await daemon.spawn(broken_kick(), guard)
+    await daemon.spawn(broken_kick(), guard)
     assert "unexpected error in broken_kick: RuntimeError: boom" in guard.status().error
     assert len([r for r in caplog.records if r.exc_info]) == 1
     await guard.step()  # a sample that runs through clears it

@@ -18,6 +18,7 @@ from nm_scanguard import policy as P
 from nm_scanguard.cli import GEOCLUE_HINT, device_line, scan_hint, status_json
 from nm_scanguard.config import KEYS, ConfigError, Settings, apply_profile, load_file
 from nm_scanguard.daemon import Daemon
+from nm_scanguard.service import Supervisor
 from nm_scanguard.deferral import DEFER_FILE, ScanDeferral
 from nm_scanguard.status import FIELDS, DeviceStatus
 from nm_scanguard.guard import Guard
@@ -267,7 +268,7 @@ async def test_deferred_requests_are_counted_logged_once_and_summed_up(guard, pa
 # ---- the Daemon: one file for all interfaces -----------------------------------------------
 
 async def test_the_daemon_publishes_whether_any_guard_defers(guard, parts, tmp_path):
-    daemon = Daemon(Settings(), None, str(tmp_path / "state"))
+    daemon = Daemon(Settings(), None, str(tmp_path / "state"), tasks=Supervisor())
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / DEFER_FILE).write_text("defer 1 1\n")  # a crashed instance's
     guard._listener = daemon
@@ -339,7 +340,7 @@ async def test_the_status_line_sends_a_change_at_once_and_figures_at_most_every_
     monkeypatch.setattr(daemon_module, "STATUS_EVERY", 0.2)
     sent: list[str] = []
     monkeypatch.setattr(Daemon, "_notify", staticmethod(sent.append))
-    d = Daemon(Settings(), None, str(tmp_path))
+    d = Daemon(Settings(), None, str(tmp_path), tasks=Supervisor())
     lines = iter(["wlan0: idle", "wlan0: Café ☕ 1", "wlan0: Café ☕ 2", "wlan0: guarding"])
     current = {"line": next(lines)}
     monkeypatch.setattr(d, "status_line", lambda: current["line"])
