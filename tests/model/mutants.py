@@ -3,8 +3,10 @@
 `make fault-mutants` (or `python3 -m tests.model.mutants [--sequences N] [NAME ...]`) copies
 nm_scanguard/ and tests/model/ into a temporary directory, makes one named edit to the copy --
 never to the tree -- and runs the model rung there until its first failing sequence.  It prints
-one line per variant: caught after N sequences (and seconds), or NOT caught.  A variant that is
-not caught is a gap in the rung to close.
+one line per variant: caught after N sequences (and seconds), or NOT caught, and whether the
+plain tests that `make test` also runs (the daemon-logic unit tests and the model rung's
+regression tests: PLAIN) fail on it.  A variant the sampling does not catch is a gap in the
+rung to close; until it is, the plain tests must hold it.
 
 Each edit names the text it replaces; if that text is no longer in the code (the code moved on),
 the variant says so and the run fails: update the edit, do not drop it.
@@ -24,6 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+# Unit tests of the daemon's logic that run from a copy (the others read the tree's docs).
+PLAIN = ("tests/unit/test_suspension.py", "tests/unit/test_guard.py",
+         "tests/unit/test_failures_show.py", "tests/unit/test_journal.py",
+         "tests/unit/test_holds.py", "tests/unit/test_policy.py",
+         "tests/model/test_regressions.py")
 
 
 @dataclass(frozen=True)
@@ -66,7 +73,7 @@ MUTANTS = (
            "                    await self._replay()\n                    return"),
     Mutant("removal-forgets-pending", "a NetworkRemoved forgets the entry of a suspend under way",
            "nm_scanguard/suspension.py",
-           "        if gone is not None or network not in self._pending:",
+           "        if gone is not None or network not in self._pending | self._unsettled:",
            "        if True:"),
     Mutant("generation-unchecked", "a removal while a put-back was on its way is not noticed",
            "nm_scanguard/suspension.py",
@@ -89,6 +96,16 @@ MUTANTS = (
            "nm_scanguard/guard.py",
            "                await self._suspender.restore_left_behind(self.ifname)\n",
            ""),
+    Mutant("replaced-interface-kept", "a suspension under an interface object NetworkManager "
+           "re-created is never let go",
+           "nm_scanguard/guard.py",
+           "                await self._release_if_interface_replaced()\n",
+           ""),
+    Mutant("cancelled-suspend-unsettled", "a removal after a cancelled suspend drops the entry "
+           "its Set may still need",
+           "nm_scanguard/suspension.py",
+           "                self._unsettled.add(net)\n",
+           "                pass\n"),
 )
 
 FIRST = re.compile(r"first failing sequence: number (\d+)")
@@ -105,15 +122,37 @@ def apply(root: Path, m: Mutant) -> None:
     path.write_text(text.replace(m.old, m.new), encoding="utf-8")
 
 
-def run(m: Mutant, sequences: int, python: str) -> tuple[int | None, int, float, str]:
+def _copy(root: Path) -> None:
+    shutil.copytree(REPO / "nm_scanguard", root / "nm_scanguard",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "tests").mkdir()
+    shutil.copy(REPO / "tests" / "__init__.py", root / "tests" / "__init__.py")
+    shutil.copy(REPO / "setup.cfg", root / "setup.cfg")  # pytest's settings (asyncio)
+    for rung in ("model", "unit"):
+        shutil.copytree(REPO / "tests" / rung, root / "tests" / rung,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+
+
+def _plain(root: Path, env: dict[str, str], python: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([python, "-m", "pytest", "-p", "no:cacheprovider", "-x", "-q", *PLAIN],
+                          cwd=root, env=env, capture_output=True, text=True)
+
+
+def baseline(python: str) -> None:
+    """The plain tests pass on an unbroken copy, every one of them run (else a failure on a
+    variant would say nothing)."""
+    with tempfile.TemporaryDirectory(prefix="scanguard-mutant-baseline-") as tmp:
+        _copy(Path(tmp))
+        out = _plain(Path(tmp), dict(os.environ, PYTHONDONTWRITEBYTECODE="1"), python)
+    if out.returncode != 0 or "skipped" in out.stdout or " passed" not in out.stdout:
+        raise SystemExit("the plain tests do not pass, all run, on an unbroken copy:\n"
+                         f"{(out.stdout + out.stderr)[-3000:]}")
+
+
+def run(m: Mutant, sequences: int, python: str) -> tuple[int | None, int, float, str, bool]:
     with tempfile.TemporaryDirectory(prefix=f"scanguard-mutant-{m.name}-") as tmp:
         root = Path(tmp)
-        shutil.copytree(REPO / "nm_scanguard", root / "nm_scanguard",
-                        ignore=shutil.ignore_patterns("__pycache__"))
-        (root / "tests").mkdir()
-        shutil.copy(REPO / "tests" / "__init__.py", root / "tests" / "__init__.py")
-        shutil.copytree(REPO / "tests" / "model", root / "tests" / "model",
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        _copy(root)
         apply(root, m)
         env = dict(os.environ, SCANGUARD_MODEL_SEQUENCES=str(sequences),
                    SCANGUARD_MODEL_SHRINK="0", PYTHONDONTWRITEBYTECODE="1")
@@ -122,6 +161,7 @@ def run(m: Mutant, sequences: int, python: str) -> tuple[int | None, int, float,
                               "tests/model/test_model.py"], cwd=root, env=env,
                              capture_output=True, text=True)
         took = time.monotonic() - start
+        plain = _plain(root, env, python)
     text = out.stdout + out.stderr
     first = FIRST.search(text)
     ran = RAN.search(text)
@@ -131,7 +171,7 @@ def run(m: Mutant, sequences: int, python: str) -> tuple[int | None, int, float,
         lines = [ln for ln in text.splitlines() if ln.startswith("E ")]
         why = lines[0][2:].strip()[:160] if lines else text.strip().splitlines()[-1][:160]
     return (int(first.group(1)) if first and failed else None,
-            int(ran.group(1)) if ran else 0, took, why)
+            int(ran.group(1)) if ran else 0, took, why, plain.returncode != 0)
 
 
 def main() -> int:
@@ -145,18 +185,24 @@ def main() -> int:
     if unknown:
         p.error(f"no such variant: {', '.join(sorted(unknown))} "
                 f"(variants: {', '.join(m.name for m in MUTANTS)})")
-    missed = 0
+    baseline(sys.executable)
+    missed = unheld = 0
     w = max(len(m.name) for m in chosen)
-    print(f"{'variant':<{w}} {'caught after':>14} {'seconds':>8}  defect / first violation")
+    print(f"{'variant':<{w}} {'caught after':>14} {'seconds':>8} {'plain':>5}  "
+          "defect / first violation")
     for m in chosen:
-        caught, ran, took, why = run(m, args.sequences, sys.executable)
+        caught, ran, took, why, held = run(m, args.sequences, sys.executable)
+        plain = "fail" if held else "PASS"
         if caught is None:
             missed += 1
-            print(f"{m.name:<{w}} {'NOT caught':>14} {took:8.1f}  {m.what} ({ran} sequences)",
-                  flush=True)
+            unheld += not held
+            print(f"{m.name:<{w}} {'NOT caught':>14} {took:8.1f} {plain:>5}  {m.what} "
+                  f"({ran} sequences)", flush=True)
         else:
-            print(f"{m.name:<{w}} {caught:>5} sequences {took:8.1f}  {m.what}: {why}", flush=True)
-    print(f"{len(chosen) - missed} of {len(chosen)} variants caught")
+            print(f"{m.name:<{w}} {caught:>5} sequences {took:8.1f} {plain:>5}  {m.what}: {why}",
+                  flush=True)
+    print(f"{len(chosen) - missed} of {len(chosen)} variants caught by the sampled sequences; "
+          f"of the {missed} missed, {missed - unheld} fail the plain tests ({', '.join(PLAIN)})")
     return 1 if missed else 0
 
 
