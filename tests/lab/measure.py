@@ -480,8 +480,22 @@ def format_summary(s: dict) -> str:
         return text
 
     def ms(d: dict) -> str:
+        if not d["n"]:
+            return "no ping answered in these seconds (n=0)"
         return (f"p50 {d['p50_ms']:.1f} / p99 {d['p99_ms']:.1f} / max {d['max_ms']:.1f} ms"
                 f" (n={d['n']})")
+
+    def scans_line(p: dict) -> str:
+        """Receiver per second during scans against outside; a run without a scan says so
+        (its during-scan figures are null, or NaN before they are written as JSON)."""
+        during, ratio = p["scans"]["during_median_mbps"], p["scans"]["ratio"]
+        outside = p["scans"]["outside_median_mbps"]
+        worst = f"worst second / median {p['worst_over_median']:.0%}"
+        if during is None or ratio is None or math.isnan(during) or math.isnan(ratio):
+            return (f"  receiver per second: no scan in this run; {outside:.1f} Mbit/s median; "
+                    f"{worst}")
+        return (f"  receiver per second during scans / outside: {during:.1f} / {outside:.1f} "
+                f"Mbit/s (median; ratio {ratio:.0%}); {worst}")
 
     return "\n".join([
         f"{s['direction']} for {s['seconds']} s: {s['scans']} scans ({s['scans_aborted']} aborted,"
@@ -490,15 +504,12 @@ def format_summary(s: dict) -> str:
         f"  per-second throughput, sender:   {mb(tp['sender_mbps'])}",
         f"  per-second throughput, receiver: {mb(tp['receiver_mbps'])}",
         f"  mean: sent {tp['mean_sent_mbps']:.1f}, received {tp['mean_received_mbps']:.1f} Mbit/s",
-        f"  ping RTT, all:            {ms(rtt['all'])}, loss {rtt['loss']:.1%}",
+        f"  ping RTT, all:            {ms(rtt['all'])}, "
+        + (f"loss {rtt['loss']:.1%}" if rtt["sent"] else "no ping sent"),
         f"  ping RTT, during scans:   {ms(rtt['during_scans'])}",
         f"  ping RTT, outside scans:  {ms(rtt['outside_scans'])}",
     ] + ([
-        f"  receiver per second during scans / outside: "
-        f"{s['per_second']['scans']['during_median_mbps']:.1f} / "
-        f"{s['per_second']['scans']['outside_median_mbps']:.1f} Mbit/s (median; ratio "
-        f"{s['per_second']['scans']['ratio']:.0%}); worst second / median "
-        f"{s['per_second']['worst_over_median']:.0%}",
+        scans_line(s["per_second"]),
         f"  link losses: {s['link_losses']}" + (" (" + "; ".join(s["link_loss_events"][:4]) + ")"
                                                 if s["link_losses"] else ""),
     ] if "per_second" in s else []) + ([

@@ -91,7 +91,12 @@ def test_summary_reports_link_losses_and_worst_second_over_median():
     assert s["link_loss_events"] == ["t0 + 1.5 s CQM event: beacon loss",
                                      "t0 + 2.0 s CTRL-EVENT-DISCONNECTED"]
     assert s["per_second"]["worst_over_median"] == 0.5  # the 0.1 s fragment is left out
-    assert "link losses: 2" in format_summary(s)
+    text = format_summary(s)
+    assert "link losses: 2" in text
+    # No scan and no ping in this run: said in words, never "nan" (a newcomer reads these lines).
+    assert "nan" not in text.lower()
+    assert "receiver per second: no scan in this run; " in text
+    assert "ping RTT, during scans:   no ping answered in these seconds (n=0)" in text
 
 
 def _air_line(t, busy, **other):
