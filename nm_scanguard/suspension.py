@@ -189,6 +189,11 @@ class Suspender:
             if not is_uncertain(e):
                 self._forget(net, ifname)
                 raise
+            if await self._not_applied(net):
+                self._forget(net, ifname)
+                raise SupplicantError(f"wpa_supplicant did not turn off bgscan on {net} ({e}; "
+                                      "reading it back shows no \"\" there); trying again on "
+                                      "the next sample", e.bus_error) from None
             log.warning("%s: wpa_supplicant did not confirm turning off bgscan on %s (%s); "
                         "assuming it did, so that it gets restored", ifname, net, e)
         after = self.generation(net)
@@ -198,6 +203,21 @@ class Suspender:
         # Our "" is on the object of generation `after` (the new one, if putting back failed):
         # the removals before it must not make the guard forget it.
         return Suspended(network=net, saved=value, generation=after, ifname=ifname)
+
+    async def _not_applied(self, net: str) -> bool:
+        """After a Set of "" with no answer: True only if reading bgscan back shows no "" at
+        the path.  wpa_supplicant handles one client's calls in order, so that read comes
+        after the Set: the object there now does not carry our "" (the Set was not applied, or
+        went to an object NetworkManager removed meanwhile), and never will.  A read that fails
+        too counts as applied.  (Found by the model rung: a NoReply for a Set that never landed
+        left the guard counting itself engaged, bgscan on, for as long as the link stayed
+        busy; and a put-back after a re-activation must not follow a Set that hit the old
+        object, or it overwrites the new object's own value.)"""
+        try:
+            value = await self.supplicant.get_bgscan(net)
+        except SupplicantError:
+            return False
+        return value != ""
 
     async def _put_back(self, net: str, ifname: str, value: str) -> bool:
         """NetworkManager removed the network and added a new one at the same path between our

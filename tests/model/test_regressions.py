@@ -157,3 +157,43 @@ def test_a_restart_racing_the_suspend_set_leaves_the_journal_naming_our_value():
         state.bgscan_is_safe()
     finally:
         state.teardown()
+
+
+def test_a_set_answered_no_reply_that_did_not_land_is_tried_again():
+    """Found 2026-11-25 by the busy check: the suspend's Set got NoReply and was never carried
+    out; the guard took it for applied and counted itself engaged, bgscan on, for as long as
+    the link stayed busy (tests/unit/test_suspension.py has the read-back)."""
+    state = Machine()
+    try:
+        state.restart_nm(gap=0.001, then=40.0)
+        state.restart_nm(gap=1.0, then=0.0)
+        state.sigkill(then=0.0)
+        state.reload(config="[scanguard]\nthreshold_pps = 0\nrelease_below_mbit = 0.4\n",
+                     then=5e-324)
+        state.fault(count=2, error="org.freedesktop.DBus.Error.NoReply", kind="error",
+                    member="Set", t=3.0, then=3.0)
+        state.systemctl_restart(then=0.0)
+        state.other_program_sets_bgscan(ifname="wlan0", then=0.0, value="simple:60:-80:3600")
+        state.busy_for_a_while()
+        state.release(client=2, then=6.588738675228872, which=2)
+        state.busy_for_a_while()
+    finally:
+        state.teardown()
+
+
+def test_no_put_back_over_a_new_object_when_the_lost_set_hit_the_old_one():
+    """Found 2026-11-25 while adding the read-back after an unanswered Set: NetworkManager
+    re-activated just before that read, so the Set had hit the old object; putting the old
+    value back overwrote the new object's own bgscan.  A read-back without "" now means
+    nothing of ours is at the path."""
+    state = Machine()
+    try:
+        state.advance(t=0.0)
+        state.fault(count=1, error="org.freedesktop.DBus.Error.Failed", kind="lost", member="Set",
+                    t=0.001, then=0.0)
+        state.busy_for_a_while()
+        state.race(bgscan="simple:30:-65:300", ifname="wlan0", member=None, then=0.0,
+                   what="activate")
+        state.busy_for_a_while()
+    finally:
+        state.teardown()

@@ -186,10 +186,35 @@ async def test_late_reply_keeps_the_entry_and_release_restores(sup, journal, sus
 
 
 @pytest.mark.parametrize("error", [TIMEOUT, NO_REPLY])
-async def test_timeout_that_did_not_apply_is_harmless(sup, journal, suspender, error):
+async def test_a_timeout_that_did_not_apply_is_read_back_and_tried_again(sup, journal, suspender,
+                                                                         error):
+    """Found by the model rung (2026-11-25): taking it for applied left the guard counting
+    itself engaged with bgscan on, for as long as the link stayed busy.  wpa_supplicant answers
+    one client in order, so the read after the Set shows it was not applied."""
     sup.set_errors = [error]  # never applied
+    with pytest.raises(SupplicantError, match="reading it back shows no"):
+        await suspender.suspend(IFACE0, "wlan0")
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
+    assert suspender.suspended_on("wlan0") is None
+    s = await suspender.suspend(IFACE0, "wlan0")  # the next sample
+    assert s.saved == NM_BGSCAN and sup.networks[NET0]["bgscan"] == ""
+
+
+@pytest.mark.parametrize("error", [TIMEOUT, NO_REPLY])
+async def test_a_timeout_that_cannot_be_read_back_counts_as_applied(sup, journal, suspender,
+                                                                    error):
+    sup.set_errors = [error]  # never applied, but the read after it fails too
+    original = sup.get_bgscan
+    reads = []
+
+    async def get_bgscan(net_path):
+        reads.append(net_path)
+        if len(reads) == 2:
+            fail(error, f"reading the properties of {net_path}")
+        return await original(net_path)
+    sup.get_bgscan = get_bgscan
     s = await suspender.suspend(IFACE0, "wlan0")
-    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN
+    assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}  # kept: cannot tell
     await suspender.restore(s, "wlan0")
     assert sup.sets() == [("set", NET0, "")]  # restore saw the value intact: wrote nothing
     assert on_disk(journal) == {}
