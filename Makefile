@@ -79,7 +79,7 @@ test: deps-test deps-lab deps-deb
 	$(call step,5/10 fault injection (Hypothesis) with each D-Bus library; the model rung,\
 	  $(call with_lib,dbus_fast,$(PYTEST) -v -s tests/fault) && \
 	  $(call with_lib,dbus_next,$(PYTEST) -v -s tests/fault) && \
-	  $(PYTEST) -q -s tests/model)
+	  $(PYTHON) -m tests.model.parallel)
 	$(call step,6/10 contract tests against the real wpa_supplicant (dbus-fast; dbus-next),\
 	  $(call with_lib,dbus_fast,$(PYTEST) -v tests/contract) && \
 	  $(call with_lib,dbus_next,$(PYTEST) -q tests/contract))
@@ -103,13 +103,14 @@ dbus: deps-test
 fault: deps-test
 	$(PYTEST) -v -s tests/fault
 # The model rung alone (tests/model: the daemon's code against simulated peers, in-process,
-# 2000 sequences); fault-long runs SEQUENCES of them; fault-mutants checks that it catches
-# deliberately broken variants of the daemon (edits to a temporary copy, never to the tree).
+# 2000 sequences, split over one worker process per core: tests/model/parallel.py); fault-long
+# runs SEQUENCES of them; fault-mutants checks that it catches deliberately broken variants of
+# the daemon (edits to a temporary copy, never to the tree; one process each).
 SEQUENCES ?= 100000
 fault-model: deps-test
-	$(PYTEST) -q -s tests/model
+	$(PYTHON) -m tests.model.parallel
 fault-long: deps-test
-	SCANGUARD_MODEL_SEQUENCES=$(SEQUENCES) $(PYTEST) -q -s tests/model/test_model.py
+	$(PYTHON) -m tests.model.parallel --only-machine --sequences $(SEQUENCES)
 fault-mutants: deps-test
 	$(PYTHON) -m tests.model.mutants --sequences $(or $(MUTANT_SEQUENCES),2000)
 contract: deps-test

@@ -4,6 +4,8 @@ Environment:
 - ``SCANGUARD_MODEL_SEQUENCES``: generated sequences (default 2000; ``make fault-long
   SEQUENCES=N`` sets it).
 - ``SCANGUARD_MODEL_STEPS``: the most steps in one sequence (default 40).
+- ``SCANGUARD_MODEL_STATS``: write the figures to this file as JSON (tests/model/parallel.py
+  runs one pytest per core and adds them up).
 - ``SCANGUARD_MODEL_SHRINK=0``: report a failing sequence unshrunk (the mutation check does,
   to count quickly); shrinking is on by default, and cheap here.
 """
@@ -68,3 +70,39 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_sep("=", "model rung (tests/model)")
         for line in STATS.lines():
             terminalreporter.write_line(line)
+
+
+def _to_json(stats: Stats) -> dict[str, Any]:
+    return {"sequences": stats.sequences, "steps": stats.steps,
+            "virtual_seconds": stats.virtual_seconds,
+            "interleavings": sorted(x.hex() for x in stats.interleavings),
+            "kinds": stats.kinds, "calls": stats.calls, "crashes": stats.crashes,
+            "journal_crashes": stats.journal_crashes, "stops": stats.stops,
+            "lost_buses": stats.lost_buses, "first_failure_at": stats.first_failure_at}
+
+
+def merged(parts: list[dict[str, Any]], started: float) -> Stats:
+    """One Stats of several workers' (tests/model/parallel.py); the wall time from `started`."""
+    total = Stats(started=started)
+    for p in parts:
+        total.sequences += p["sequences"]
+        total.steps += p["steps"]
+        total.virtual_seconds += p["virtual_seconds"]
+        total.interleavings.update(bytes.fromhex(x) for x in p["interleavings"])
+        for mine, theirs in ((total.kinds, p["kinds"]), (total.calls, p["calls"])):
+            for k, v in theirs.items():
+                mine[k] = mine.get(k, 0) + v
+        total.crashes += p["crashes"]
+        total.journal_crashes += p["journal_crashes"]
+        total.stops += p["stops"]
+        total.lost_buses += p["lost_buses"]
+    return total
+
+
+def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
+    """A worker of tests/model/parallel.py hands its figures to the parent in a file."""
+    path = os.environ.get("SCANGUARD_MODEL_STATS")
+    if path:
+        import json
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(_to_json(STATS), f, allow_nan=False)

@@ -372,8 +372,11 @@ def plan(step_timeout: float) -> list[tuple[str, list[list[str]], float]]:
         log("    tests/fault is not in this checkout: no fault-injection step")
     if (REPO / "tests" / "model").is_dir():
         sequences = os.environ.get("SCANGUARD_MODEL_SEQUENCES") or "2000 (the default)"
+        # One worker process per core (tests/model/parallel.py), with the root's pytest options.
+        env = pytest(None)[:-len(PYTEST)]
         steps.append((f"model rung: {sequences} generated sequences against simulated peers",
-                      [pytest(None, "-q", "-s", "tests/model")], step_timeout))
+                      [[*env, "python3", "-m", "tests.model.parallel", "--", *PYTEST[5:]]],
+                      step_timeout))
     return steps
 
 
