@@ -20,7 +20,7 @@ from .config import (DEFAULT_CONFIG_PATH, KEYS, USER_DATA_PREFIX, ConfigError, S
 from .dbuslib import BusType, Message, MessageBus, MessageFlag, MessageType
 from .names import ACCESS_DENIED, BUS_NAME as NAME, ERROR_UNKNOWN_HOLD, IFACE, UNREACHABLE, PATH
 from .profiles import ProfileError
-from .status import FIELDS, device_line, duration, requests, who_scanned
+from .status import FIELDS, aborted_total, device_line, duration, requests, who_scanned
 from .text import NAME_CHARS, clipped, quoted
 
 
@@ -325,6 +325,10 @@ async def cmd_monitor(args: argparse.Namespace) -> int:
             if refused > 0:
                 print(f"{_stamp()} {name}: {requests(refused)} for a scan refused (deferred "
                       "while guarding: desktop shell, widget or nmcli)", flush=True)
+            cut = aborted_total(d) - aborted_total(before or d)
+            if cut > 0:
+                print(f"{_stamp()} {name}: aborted {cut} scan(s) that took the radio off the "
+                      "channel while guarding (abort_scans)", flush=True)
             if extra > 0:
                 who = who_scanned(bool(d.get("deferring_scans") or before.get("deferring_scans")))
                 print(f"{_stamp()} {name}: {extra} scan(s) while guarding, requested by {who}",

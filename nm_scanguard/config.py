@@ -107,6 +107,9 @@ KEYS: dict[str, Key] = {
         Key("defer_client_scans", _bool, "yes or no",
             "While guarding or held, refuse the Wi-Fi scans that other programs ask "
             "NetworkManager for (RequestScan), through the shipped polkit rule."),
+        Key("abort_scans", _bool, "yes or no",
+            "While guarding or held, abort (wpa_supplicant AbortScan) a scan that is running "
+            "when the guard engages or that starts while it guards, whoever asked for it."),
     )
 }
 
@@ -127,6 +130,7 @@ class Settings:
     signal_hysteresis_db: float = 5.0
     signal_poll_interval: float = 5.0
     defer_client_scans: bool = True
+    abort_scans: bool = True
     # key -> where the value came from: "default", a file path, or "profile <id>"
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 

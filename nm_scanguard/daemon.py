@@ -288,11 +288,17 @@ class Daemon:
             if gone is not None and guard is not None:
                 self.spawn(guard.network_gone(gone), guard)
         elif msg.member == "PropertiesChanged" and msg.path.startswith(WPAS_PATH + "/"):
-            if msg.body and msg.body[0] == WPAS_IFACE and "CurrentNetwork" in msg.body[1]:
-                guard = self._guard_for(msg.path)
-                if guard is not None:
-                    net = msg.body[1]["CurrentNetwork"].value
-                    self.spawn(guard.network_changed(None if net in ("", "/") else net), guard)
+            if not msg.body or msg.body[0] != WPAS_IFACE:
+                return
+            changed = msg.body[1]
+            guard = self._guard_for(msg.path)
+            if guard is None:
+                return
+            if "Scanning" in changed:
+                guard.scanning_changed(bool(changed["Scanning"].value))
+            if "CurrentNetwork" in changed:
+                net = changed["CurrentNetwork"].value
+                self.spawn(guard.network_changed(None if net in ("", "/") else net), guard)
 
     def _guard_for(self, iface_path: str) -> Guard | None:
         for guard in self.guards.values():
@@ -315,6 +321,9 @@ class Daemon:
 
     def guard_changed(self, guard: Guard) -> None:
         self._changed(force=False)
+
+    def run_for(self, guard: Guard, coro: Coroutine[Any, Any, Any]) -> None:
+        self.spawn(coro, guard)
 
     def _changed(self, force: bool) -> None:
         self._update_deferral()

@@ -12,7 +12,7 @@ import logging
 import os
 import time
 import traceback
-from typing import Protocol
+from typing import Any, Coroutine, Protocol
 
 from . import policy as P
 from .config import Settings
@@ -20,7 +20,7 @@ from .nm import WifiDevice
 from .policy import Policy
 from .rates import Counters, RateMeter, Rates
 from .status import DeviceStatus, device_line, who_scanned
-from .supplicant import ObjectGone, SupplicantError
+from .supplicant import NoScanRunning, ObjectGone, SupplicantError
 from .suspension import NothingToSuspend, Suspended, Suspender, interface_of
 from .text import clipped
 
@@ -35,6 +35,18 @@ ROAM_SCAN_GAP = 30.0
 # poll that got an answer, UNEXPECTED (a bug: its traceback is logged once per distinct error)
 # by a sample that ran through, SETTINGS by the profile being readable again (WifiDevice).
 SETTINGS, STEP, SIGNAL, UNEXPECTED = "settings", "step", "signal", "unexpected"
+# ABORT: an AbortScan that failed, cleared by the next one wpa_supplicant answered.
+ABORT = "abort"
+_KINDS = (SETTINGS, STEP, SIGNAL, ABORT, UNEXPECTED)
+# The states in which a scan hurts the transfer and is aborted (abort_scans): not WEAK, where
+# scans are what roaming needs, nor IDLE.
+GUARDED = (P.GUARDING, P.HELD, P.NO_BGSCAN)
+# When an aborted scan had started, the keys of `scans_aborted`: it was running as the guard
+# engaged (bgscan's timer, a client's request NetworkManager accepted just before), or it
+# started while guarding (a program that calls wpa_supplicant directly, such as GeoClue; root).
+AT_ENGAGE, WHILE_GUARDING = "running_at_engage", "started_while_guarding"
+# Our own roaming scan is never aborted; if its end is never seen, stop sparing scans after this.
+OWN_SCAN_LIMIT = 30.0
 MAX_TRACEBACKS = 16  # distinct unexpected errors whose traceback is logged, per logger
 
 
@@ -69,11 +81,19 @@ class SupplicantView(Protocol):
 
     async def scan(self, iface_path: str) -> None: ...
 
+    async def scanning(self, iface_path: str) -> bool: ...
+
+    async def abort_scan(self, iface_path: str) -> None: ...
+
 
 class GuardListener(Protocol):
     def guard_state_changed(self, guard: Guard, state: str, reason: str) -> None: ...
 
     def guard_changed(self, guard: Guard) -> None: ...
+
+    def run_for(self, guard: Guard, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run `coro` beside the guard's sampling (the daemon's supervisor); its failure is
+        shown in the guard's status."""
 
 
 class Guard:
@@ -93,6 +113,13 @@ class Guard:
         # in all and since this interface last started deferring (for the log).
         self.scan_requests_deferred = 0
         self._deferred_now = 0
+        # Scans we aborted (abort_scans), by when they had started; and since this interface
+        # last started guarding (for the log).
+        self.scans_aborted = {AT_ENGAGE: 0, WHILE_GUARDING: 0}
+        self._aborted_now = 0
+        self.scanning = False  # wpa_supplicant's Scanning property, as last announced
+        self._aborting = False  # an AbortScan is on its way
+        self._own_scan_at: float | None = None  # our roaming scan asked for, not yet ended
         self.state = P.IDLE
         self.reason = "connected"
         self.since = time.time()
@@ -138,7 +165,7 @@ class Guard:
         """Find the interface in wpa_supplicant now, so that scans are counted from the start,
         and start sampling."""
         try:
-            await self._iface()
+            self.scanning = await self._supplicant.scanning(await self._iface())
         except SupplicantError as e:
             self._fail(f"{self.ifname}: {e}")
         self._task = asyncio.create_task(self._run(), name=f"guard-{self.ifname}")
@@ -218,6 +245,7 @@ class Guard:
         False if wpa_supplicant refused (logged; the next sample tries again)."""
         async with self._lock:
             ok = True
+            was = self.state
             try:
                 await self._release_if_interface_replaced()
                 if self.policy.want_engaged and not self.engaged and not self._stopping:
@@ -233,6 +261,8 @@ class Guard:
                 self._fail(f"{self.ifname}: {e}")
                 ok = False
             self._publish()
+            if was not in GUARDED and self.state in GUARDED and self.scanning:
+                self._abort_soon(AT_ENGAGE)
             return ok
 
     async def _release_if_interface_replaced(self) -> None:
@@ -255,6 +285,7 @@ class Guard:
         object that is gone makes the next call ask GetInterface anew."""
         if isinstance(e, ObjectGone):
             self.iface_path = None
+            self.scanning = False  # the new object announces its own scans
 
     async def _iface(self) -> str:
         if self.iface_path is None:
@@ -292,10 +323,11 @@ class Guard:
             log.info("%s: no scan of our own for roaming: the last was %.0f s ago; bgscan's "
                      "own scans go on", self.ifname, now - self._roam_scan_at)
             return
-        self._roam_scan_at = now
+        self._roam_scan_at = self._own_scan_at = now
         try:
             await self._supplicant.scan(await self._iface())
         except SupplicantError as e:
+            self._own_scan_at = None
             self._look_up_again_if_gone(e)
             # A scan already running ("Scan request rejected") serves as well; in any case
             # bgscan, restored, scans within its short interval.  Nothing to retry.
@@ -324,7 +356,58 @@ class Guard:
     def supplicant_restarted(self) -> None:
         """A new wpa_supplicant has fresh networks from NM: nothing of ours is left to restore
         (the Suspender forgets every suspension)."""
-        self.iface_path = self.no_bgscan = None
+        self.iface_path = self.no_bgscan = self._own_scan_at = None
+        self.scanning = False
+
+    # ---- scans that still run: abort them while guarding (abort_scans) --------------------
+
+    def scanning_changed(self, scanning: bool) -> None:
+        """wpa_supplicant announced its Scanning property.  A scan that starts while guarding
+        is aborted at once, unless it is our own roaming scan."""
+        self.scanning = scanning
+        if not scanning:
+            self._own_scan_at = None
+        elif self.state in GUARDED:
+            self._abort_soon(WHILE_GUARDING)
+
+    def _own_scan(self) -> bool:
+        return self._own_scan_at is not None \
+            and time.monotonic() - self._own_scan_at < OWN_SCAN_LIMIT
+
+    def _abort_soon(self, when: str) -> None:
+        if not self.settings.abort_scans or self._aborting or self._stopping or self._own_scan():
+            return
+        self._aborting = True
+        self._listener.run_for(self, self._abort(when))
+
+    async def _abort(self, when: str) -> None:
+        """AbortScan, outside the lock: a wpa_supplicant that hangs on it must not hold up a
+        release.  It only cuts a scan short; bgscan and the journal are not involved."""
+        try:
+            if self.state not in GUARDED or not self.scanning:
+                return  # released, or the scan ended, while this waited its turn
+            await self._supplicant.abort_scan(await self._iface())
+        except NoScanRunning:
+            self._clear(ABORT)  # it ended just before: nothing was off the channel any more
+            log.debug("%s: the scan to abort had already ended", self.ifname)
+            return
+        except SupplicantError as e:
+            self._look_up_again_if_gone(e)
+            self._fail(f"{self.ifname}: could not abort a scan that takes the radio off the "
+                       f"channel while guarding: {e}", ABORT)
+            self._listener.guard_changed(self)
+            return
+        finally:
+            self._aborting = False
+        self._clear(ABORT)
+        self.scans_aborted[when] += 1
+        self._aborted_now += 1
+        if self._aborted_now == 1:
+            log.info("%s: aborted a scan %s (abort_scans); further ones are counted in "
+                     "scanguardctl status", self.ifname,
+                     "that was running when the guard engaged" if when == AT_ENGAGE
+                     else f"that started while guarding, asked for by {who_scanned(self.deferring)}")
+        self._listener.guard_changed(self)
 
     def count_scan(self) -> None:
         if self.engaged:
@@ -389,6 +472,10 @@ class Guard:
                 log.info("%s: %d Wi-Fi scan request(s) of other programs were refused while "
                          "guarding", self.ifname, self._deferred_now)
                 self._deferred_now = 0
+            if self._aborted_now and state not in GUARDED:
+                log.info("%s: %d scan(s) were aborted while guarding", self.ifname,
+                         self._aborted_now)
+                self._aborted_now = 0
             self.state, self.since = state, time.time()
             self.reason = self.no_bgscan if state == P.NO_BGSCAN and self.no_bgscan \
                 else self.policy.reason
@@ -416,10 +503,10 @@ class Guard:
             scans_idle=self.scans_idle,
             deferring_scans=self.deferring,
             scan_requests_deferred=self.scan_requests_deferred,
+            scans_aborted=dict(self.scans_aborted),
             connection_id=self.dev.connection_id,
             connection_uuid=self.dev.connection_uuid,
-            error="; ".join(self._error[k] for k in (SETTINGS, STEP, SIGNAL, UNEXPECTED)
-                            if k in self._error),
+            error="; ".join(self._error[k] for k in _KINDS if k in self._error),
             settings=self.settings.values(),
             settings_sources={k: self.settings.source(k) for k in self.settings.values()},
         )

@@ -35,6 +35,9 @@ def device_line(d: Mapping[str, Any], *, connection: bool = True, age: bool = Tr
     n = d.get("scans_guarding", 0)
     if state in ("guarding", "held") or n:
         parts.append(f"{n} scan{'s' if n != 1 else ''} while guarding")
+    aborted = aborted_total(d)
+    if aborted:
+        parts.append(f"{aborted} aborted")
     deferred = d.get("scan_requests_deferred", 0)
     if d.get("deferring_scans"):
         parts.append(f"client scans deferred ({requests(deferred)} refused so far)")
@@ -45,6 +48,12 @@ def device_line(d: Mapping[str, Any], *, connection: bool = True, age: bool = Tr
     if d.get("error"):
         text += f"; problem: {d['error']}"
     return text
+
+
+def aborted_total(d: Mapping[str, Any]) -> int:
+    """How many scans the guard aborted on this interface (its scans_aborted, summed)."""
+    counts = d.get("scans_aborted") or {}
+    return sum(int(v) for v in counts.values()) if isinstance(counts, Mapping) else 0
 
 
 def requests(n: int) -> str:
@@ -83,6 +92,7 @@ class DeviceStatus:
     scans_idle: int = _typed("u", 0)
     deferring_scans: bool = _typed("b", False)
     scan_requests_deferred: int = _typed("u", 0)
+    scans_aborted: dict[str, int] = _typed("a{su}", {})
     connection_id: str = _typed("s", "")
     connection_uuid: str = _typed("s", "")
     error: str = _typed("s", "")
@@ -108,6 +118,8 @@ FIELDS: dict[str, str] = {f.name: f.metadata["dbus"] for f in dataclasses.fields
 
 
 def _variant(signature: str, value: Any) -> Variant:
+    if signature == "a{su}":
+        return Variant("a{su}", {str(k): int(v) for k, v in value.items()})
     if signature in ("a{sv}", "a{ss}"):
         return _dict_variant(signature, tuple(value.items()))
     if signature == "b":

@@ -52,6 +52,15 @@ class ObjectGone(SupplicantError):
     """The interface or network object no longer exists (NM removed it, or a restart)."""
 
 
+class NoScanRunning(SupplicantError):
+    """AbortScan found no scan to abort: it had ended (or not started) by the time the call
+    arrived.  A race with the scan's end, not a failure."""
+
+
+# AbortScan's answer when no scan of the interface is running (dbus_new_handlers.c
+# wpas_dbus_handler_abort_scan; contract test).
+SCAN_ERROR = IFACE + ".ScanError"
+
 _GONE = ("UnknownObject", "UnknownMethod", "UnknownInterface")
 
 
@@ -125,6 +134,25 @@ class Supplicant:
                        [{"Type": Variant("s", "active")}])
         except BusError as e:
             raise explain(e, f"asking {iface_path} for a scan") from None
+
+    async def scanning(self, iface_path: str) -> bool:
+        """Whether the interface is scanning now (its `Scanning` property)."""
+        try:
+            value = await get_property(self.bus, NAME, iface_path, IFACE, "Scanning")
+        except BusError as e:
+            raise explain(e, f"reading Scanning of {iface_path}") from None
+        return bool(value)
+
+    async def abort_scan(self, iface_path: str) -> None:
+        """Cancel the scan running on the interface, whoever asked for it (AbortScan: the
+        driver's abort, which takes the radio back to the operating channel).  Raises
+        NoScanRunning when there was none (it ended just before), SupplicantError otherwise."""
+        try:
+            await call(self.bus, NAME, iface_path, IFACE, "AbortScan")
+        except BusError as e:
+            if e.name == SCAN_ERROR:
+                raise NoScanRunning(f"no scan to abort on {iface_path}: {e.text}", e.name) from None
+            raise explain(e, f"aborting the scan on {iface_path}") from None
 
     async def signal(self, iface_path: str) -> int | None:
         """RSSI in dBm, or None when wpa_supplicant cannot tell: not associated, or the driver

@@ -3,7 +3,7 @@ journal.  No bus, no daemon: the guard's decisions and what it does with them, s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Coroutine
 
 import pytest
 
@@ -13,6 +13,7 @@ from nm_scanguard.guard import Guard
 from nm_scanguard.journal import Journal
 from nm_scanguard.nm import WifiDevice
 from nm_scanguard.rates import Counters
+from nm_scanguard.supplicant import SCAN_ERROR, NoScanRunning
 from nm_scanguard.suspension import ALREADY_OFF, Suspender
 from tests.unit.test_suspension import IFACE0, NET0, NM_BGSCAN, FakeSupplicant, fail
 
@@ -53,6 +54,9 @@ class FakeView(FakeSupplicant):
         self.scan_error: str | None = None
         self.signal_error: str | None = None  # an error name SignalPoll answers
         self.polls = 0
+        self.is_scanning = False  # what the Scanning property reads
+        self.aborts: list[str] = []
+        self.abort_error: str | None = None  # an error name AbortScan answers
 
     async def signal(self, iface_path: str) -> int | None:
         self.polls += 1
@@ -67,10 +71,38 @@ class FakeView(FakeSupplicant):
             fail(self.scan_error, f"asking {iface_path} for a scan")
 
 
+    async def scanning(self, iface_path: str) -> bool:
+        self.calls.append(("scanning", iface_path))
+        return self.is_scanning
+
+    async def abort_scan(self, iface_path: str) -> None:
+        self.aborts.append(iface_path)
+        self.calls.append(("abort", iface_path))
+        if self.abort_error:
+            fail(self.abort_error, f"AbortScan on {iface_path}")
+        if not self.is_scanning:  # as Supplicant.abort_scan turns wpa_supplicant's ScanError
+            raise NoScanRunning("Abort failed or no scan in progress", SCAN_ERROR)
+        self.is_scanning = False
+
+
 class Listener:
+    """What the daemon is to a guard: it records the state changes and keeps the coroutines
+    the guard runs beside its sampling until the test runs them (`await listener.run()`)."""
+
     def __init__(self) -> None:
         self.states: list[tuple[str, str]] = []
         self.changes = 0
+        self.beside: list[Coroutine[Any, Any, Any]] = []
+
+    def run_for(self, guard: Guard, coro: Coroutine[Any, Any, Any]) -> None:
+        self.beside.append(coro)
+
+    async def run(self) -> int:
+        n = 0
+        while self.beside:
+            await self.beside.pop(0)
+            n += 1
+        return n
 
     def guard_state_changed(self, guard: Guard, state: str, reason: str) -> None:
         self.states.append((state, reason))
