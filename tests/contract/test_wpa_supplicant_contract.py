@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from nm_scanguard.dbuslib import BusType, DBusError, MessageBus, Variant
-from nm_scanguard.supplicant import Supplicant
+from nm_scanguard.supplicant import SCAN_ERROR, NoScanRunning, Supplicant
 from tests.conftest import (DEFAULT_DENY_POLICY, MOCK_TEMPLATE, MockSupplicant, assert_eventually,
                             call_failed, start_private_bus, stop_process)
 from tests.contract.wpaclient import (INTERFACE_IFACE, NETWORK_IFACE, ROOT_IFACE, ROOT_PATH,
@@ -175,6 +175,24 @@ async def test_scan_is_followed_by_scan_done(wpa):
                                    [{"Type": Variant("s", "bogus")}]))
     assert (err.type, err.text) == ("fi.w1.wpa_supplicant1.InvalidArgs",
                                     "Did not receive correct message arguments.")
+
+
+async def test_abort_scan_without_a_scan_running(wpa):
+    """AbortScan with nothing to abort (on driver "none" a scan never runs): the ScanError that
+    Supplicant.abort_scan turns into NoScanRunning, a race and not a failure.  The answer with a
+    scan running needs a radio: the lab checks it against the same binary (test_lab_abort)."""
+    err = await _error_of(wpa.call(wpa.iface, INTERFACE_IFACE, "AbortScan"))
+    assert (err.type, err.text) == ("fi.w1.wpa_supplicant1.Interface.ScanError",
+                                    "Abort failed or no scan in progress")
+    with pytest.raises(NoScanRunning) as info:
+        await Supplicant(wpa.bus).abort_scan(wpa.iface)
+    assert info.value.bus_error == SCAN_ERROR
+    assert await Supplicant(wpa.bus).scanning(wpa.iface) is False
+    # Right after a (failing) scan request the interface says it is not scanning, either.
+    await wpa.call(wpa.iface, INTERFACE_IFACE, "Scan", "a{sv}", [{"Type": Variant("s", "passive")}])
+    await assert_eventually(lambda: wpa.signals_of("ScanDone", wpa.iface, INTERFACE_IFACE))
+    err = await _error_of(wpa.call(wpa.iface, INTERFACE_IFACE, "AbortScan"))
+    assert err.type == SCAN_ERROR
 
 
 async def test_network_paths_take_highest_id_plus_one(wpa):

@@ -6,9 +6,11 @@ so they are tested against the template's documentation instead of the binary.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from nm_scanguard.dbuslib import MessageBus, Variant
+from nm_scanguard.dbuslib import DBusError, MessageBus, Variant
 from tests.conftest import assert_eventually
 from tests.contract.wpaclient import INTERFACE_IFACE, NETWORK_IFACE, WpaClient
 
@@ -93,6 +95,43 @@ async def test_scans(wpa_supplicant_mock, client):
     await assert_eventually(lambda: len(client.signals_of("ScanDone", iface)) == 2)
     await assert_eventually(lambda: client.announced(iface, INTERFACE_IFACE, "Scanning", False))
     assert client.announced(iface, INTERFACE_IFACE, "Scanning", True)
+
+
+async def test_long_scans_abort_scan_and_its_hang(wpa_supplicant_mock, client):
+    """StartScan/SetScanDuration, AbortScan as 2.10 answers it (the lab checks the real one
+    with a radio), and SetAbortHang."""
+    control = wpa_supplicant_mock.control
+    iface = str(control.AddWifiInterface("wlan0"))
+    control.SetScanDuration(iface, 60_000)
+    control.StartScan(iface)
+    await assert_eventually(lambda: client.announced(iface, INTERFACE_IFACE, "Scanning", True))
+    assert (await client.get(iface, INTERFACE_IFACE, "Scanning")).value is True
+    err = await _error_of(client.call(iface, INTERFACE_IFACE, "Scan", "a{sv}",
+                                      [{"Type": Variant("s", "active")}]))
+    assert (err.type, err.text) == (INTERFACE_IFACE + ".ScanError", "Scan request rejected")
+
+    await client.call(iface, INTERFACE_IFACE, "AbortScan")
+    await assert_eventually(lambda: client.signals_of("ScanDone", iface))
+    assert client.signals_of("ScanDone", iface)[0].body == [True]  # its requester sees it done
+    await assert_eventually(lambda: client.announced(iface, INTERFACE_IFACE, "Scanning", False))
+    err = await _error_of(client.call(iface, INTERFACE_IFACE, "AbortScan"))
+    assert (err.type, err.text) == (INTERFACE_IFACE + ".ScanError",
+                                    "Abort failed or no scan in progress")
+
+    control.StartScan(iface)
+    control.SetAbortHang(True)
+    pending = asyncio.ensure_future(client.call(iface, INTERFACE_IFACE, "AbortScan"))
+    await asyncio.sleep(0.3)
+    assert not pending.done() and (await client.get(iface, INTERFACE_IFACE, "Scanning")).value
+    control.SetAbortHang(False)
+    await asyncio.wait_for(pending, 5)
+    assert (await client.get(iface, INTERFACE_IFACE, "Scanning")).value is False
+
+
+async def _error_of(coro) -> DBusError:
+    with pytest.raises(DBusError) as info:
+        await coro
+    return info.value
 
 
 async def test_set_calls_are_recorded(wpa_supplicant_mock, client):

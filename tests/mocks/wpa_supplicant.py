@@ -15,7 +15,7 @@ Real behaviour reproduced
 * Interface objects ``/fi/w1/wpa_supplicant1/Interfaces/N`` (N never reused): properties
   ``Ifname``, ``Driver``, ``State``, ``Scanning``, ``CurrentNetwork`` ("/" when none),
   ``CurrentBSS``, ``Networks``, ``BSSs``, ``ApScan``; methods ``AddNetwork(a{sv}) -> o``,
-  ``RemoveNetwork(o)``, ``SelectNetwork(o)``, ``Scan(a{sv})``, ``SignalPoll() -> v``;
+  ``RemoveNetwork(o)``, ``SelectNetwork(o)``, ``Scan(a{sv})``, ``AbortScan()``, ``SignalPoll() -> v``;
   signals ``NetworkAdded(o, a{sv})``, ``NetworkRemoved(o)``, ``NetworkSelected(o)``,
   ``ScanDone(b)``.
 * ``SignalPoll`` replies with a *variant* holding ``a{sv}`` (the introspection says ``a{sv}``,
@@ -80,6 +80,14 @@ Mock control methods (interface ``org.freedesktop.DBus.Mock`` on /fi/w1/wpa_supp
     Sets and announces ``State`` only.
 ``EmitScanDone(o iface)``
     A scan somebody else asked for (GNOME Shell, nmcli, GeoClue): ``ScanDone(true)``.
+``SetScanDuration(o iface, u ms)``
+    How long a scan on *iface* runs from now on (default 20 ms), ``Scan``'s and ``StartScan``'s.
+``StartScan(o iface)``
+    A scan somebody else asked for starts now: ``Scanning`` true, then after the scan duration
+    ``ScanDone(true)`` and ``Scanning`` false.  ``AbortScan`` ends a running scan at once the
+    same way (2.10: its requester sees it done, with what was found so far); with none running
+    it fails with ``fi.w1.wpa_supplicant1.Interface.ScanError`` "Abort failed or no scan in
+    progress".  A scan asked for while one runs fails with ScanError "Scan request rejected".
 ``SetSignal(o iface, i rssi)``
     What ``SignalPoll`` reports as rssi and avg-rssi (default -50 dBm).
 ``SetSignalPollFails(o iface, b fails)``
@@ -105,6 +113,9 @@ Mock control methods (interface ``org.freedesktop.DBus.Mock`` on /fi/w1/wpa_supp
     and answers them then, like a process that was stuck (in a driver call) catching up: a
     Set the caller has long given up on still takes effect.  The delay of ``SetSetDelay``
     applies to those Sets too.
+``SetAbortHang(b hang)``
+    Like ``SetHang``, for ``AbortScan`` alone: while true, AbortScan calls wait unanswered (the
+    scan runs on); ``SetAbortHang(false)`` carries them out and answers them.
 ``SetFailNext(s error_name, u count)``
     The next *count* calls of the kind a client such as nm-scanguard makes (``Properties``
     Get/GetAll/Set on any wpa_supplicant object, ``GetInterface``, ``SignalPoll``, ``Scan``)
@@ -146,6 +157,7 @@ ERR_INTERFACE_UNKNOWN = MAIN_IFACE + ".InterfaceUnknown"
 ERR_INTERFACE_EXISTS = MAIN_IFACE + ".InterfaceExists"
 ERR_NETWORK_UNKNOWN = MAIN_IFACE + ".NetworkUnknown"
 ERR_UNKNOWN_ERROR = MAIN_IFACE + ".UnknownError"
+SCAN_ERROR = INTERFACE_IFACE + ".ScanError"
 
 # wpa_supplicant's flush timer for property changes (WPA_DBUS_SEND_PROP_CHANGED_TIMEOUT).
 FLUSH_MS = 5
@@ -431,6 +443,10 @@ def _add_interface(main, ifname, driver):
     iface.AddMethod(INTERFACE_IFACE, "RemoveNetwork", "o", "", _iface_remove_network)
     iface.AddMethod(INTERFACE_IFACE, "SelectNetwork", "o", "", _iface_select_network)
     iface.AddMethod(INTERFACE_IFACE, "Scan", "a{sv}", "", _iface_scan)
+    iface.AddMethod(INTERFACE_IFACE, "AbortScan", "", "", _iface_abort_scan)
+    iface.wpa_scan_ms = 20
+    iface.wpa_scan_id = 0  # the running scan's number; 0: none
+    iface.wpa_next_scan = 1
     iface.AddMethod(INTERFACE_IFACE, "SignalPoll", "", "v", _iface_signal_poll)
     main.props[MAIN_IFACE]["Interfaces"] = dbus.Array(
         list(main.props[MAIN_IFACE]["Interfaces"]) + [dbus.ObjectPath(path)], signature="o")
@@ -521,13 +537,32 @@ def _iface_scan(iface, args):
         _later(0, _emit_scan_done, iface, False)
         _mark_changed(iface, INTERFACE_IFACE, {"Scanning": dbus.Boolean(False)})
         return
+    _start_scan(iface)
+
+
+def _start_scan(iface):
+    if iface.wpa_scan_id:
+        raise _error(SCAN_ERROR, "Scan request rejected")
+    iface.wpa_scan_id = scan_id = iface.wpa_next_scan
+    iface.wpa_next_scan += 1
     _mark_changed(iface, INTERFACE_IFACE, {"Scanning": dbus.Boolean(True)})
-    _later(20, _finish_scan, iface)
+    _later(iface.wpa_scan_ms, _finish_scan, iface, scan_id)
 
 
-def _finish_scan(iface):
+def _finish_scan(iface, scan_id):
+    if iface.wpa_scan_id != scan_id:
+        return  # aborted
+    iface.wpa_scan_id = 0
     _emit_scan_done(iface, True)
     _mark_changed(iface, INTERFACE_IFACE, {"Scanning": dbus.Boolean(False)})
+
+
+def _iface_abort_scan(iface):
+    """As 2.10 does: the running scan ends at once and its requester sees it done (ScanDone
+    true, with what it found so far); with none running, ScanError."""
+    if not iface.wpa_scan_id:
+        raise _error(SCAN_ERROR, "Abort failed or no scan in progress")
+    _finish_scan(iface, iface.wpa_scan_id)
 
 
 def _emit_scan_done(iface, success):
@@ -558,6 +593,8 @@ def load(mock, parameters):
     _install_properties(mock)
     mock.wpa_set_delay_ms = 0
     mock.wpa_hang = False
+    mock.wpa_abort_hang = False
+    mock.wpa_abort_hung = []
     mock.wpa_hung = []  # (connection, message) waiting for SetHang(false)
     mock.wpa_fail = ("", 0)  # (error name, calls left to fail)
     mock.connection.add_message_filter(functools.partial(_fault_filter, mock))
@@ -630,6 +667,16 @@ def EmitScanDone(self, iface_path):
     _emit_scan_done(_iface(iface_path), True)
 
 
+@dbus.service.method(MOCK_IFACE, in_signature="ou", out_signature="")
+def SetScanDuration(self, iface_path, ms):
+    _iface(iface_path).wpa_scan_ms = int(ms)
+
+
+@dbus.service.method(MOCK_IFACE, in_signature="o", out_signature="")
+def StartScan(self, iface_path):
+    _start_scan(_iface(iface_path))
+
+
 @dbus.service.method(MOCK_IFACE, in_signature="oi", out_signature="")
 def SetSignal(self, iface_path, rssi):
     _iface(iface_path).wpa_rssi = int(rssi)
@@ -662,10 +709,10 @@ def GetPropertiesSets(self, net_path):
 # The calls a client like nm-scanguard makes; SetFailNext counts only these.
 _CLIENT_CALLS = {(PROPS_IFACE, "Get"), (PROPS_IFACE, "GetAll"), (PROPS_IFACE, "Set"),
                  (MAIN_IFACE, "GetInterface"), (INTERFACE_IFACE, "SignalPoll"),
-                 (INTERFACE_IFACE, "Scan")}
+                 (INTERFACE_IFACE, "Scan"), (INTERFACE_IFACE, "AbortScan")}
 _NOT_OURS = dbus.lowlevel.HANDLER_RESULT_NOT_YET_HANDLED
 _PROPERTIES_CALLS = {(PROPS_IFACE, "Get"), (PROPS_IFACE, "GetAll"), (PROPS_IFACE, "Set")}
-_HANGING_CALLS = _PROPERTIES_CALLS | {(INTERFACE_IFACE, "Scan")}
+_HANGING_CALLS = _PROPERTIES_CALLS | {(INTERFACE_IFACE, "Scan"), (INTERFACE_IFACE, "AbortScan")}
 
 
 def _fault_filter(mock, connection, message):
@@ -686,6 +733,10 @@ def _fault_filter(mock, connection, message):
         return dbus.lowlevel.HANDLER_RESULT_HANDLED
     if call not in _HANGING_CALLS:
         return _NOT_OURS
+    if mock.wpa_abort_hang and call == (INTERFACE_IFACE, "AbortScan"):
+        mock.wpa_abort_hung.append((connection, message))
+        mock.log(f"hanging {path} AbortScan")
+        return dbus.lowlevel.HANDLER_RESULT_HANDLED
     if mock.wpa_hang:
         mock.wpa_hung.append((connection, message))
         mock.log(f"hanging {path} {call[0]}.{call[1]} ({len(mock.wpa_hung)} waiting)")
@@ -722,6 +773,9 @@ def _carry_out(mock, connection, message):
         elif member == "Scan":
             _iface_scan(obj, *args)
             reply = dbus.lowlevel.MethodReturnMessage(message)
+        elif member == "AbortScan":
+            _iface_abort_scan(obj)
+            reply = dbus.lowlevel.MethodReturnMessage(message)
         else:
             _props_set(obj, *args)
             reply = dbus.lowlevel.MethodReturnMessage(message)
@@ -742,6 +796,15 @@ def _carry_out(mock, connection, message):
 @dbus.service.method(MOCK_IFACE, in_signature="u", out_signature="")
 def SetSetDelay(self, ms):
     self.wpa_set_delay_ms = int(ms)
+
+
+@dbus.service.method(MOCK_IFACE, in_signature="b", out_signature="")
+def SetAbortHang(self, hang):
+    self.wpa_abort_hang = bool(hang)
+    if not self.wpa_abort_hang:
+        waiting, self.wpa_abort_hung = self.wpa_abort_hung, []
+        for connection, message in waiting:
+            _carry_out(self, connection, message)
 
 
 @dbus.service.method(MOCK_IFACE, in_signature="b", out_signature="")
