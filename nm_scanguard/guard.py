@@ -20,7 +20,7 @@ from .nm import WifiDevice
 from .policy import Policy
 from .rates import Counters, RateMeter, Rates
 from .status import DeviceStatus, device_line, who_scanned
-from .supplicant import NoScanRunning, ObjectGone, SupplicantError
+from .supplicant import NoScanRunning, ObjectGone, SupplicantError, UncertainOutcome
 from .suspension import NothingToSuspend, Suspended, Suspender, interface_of
 from .text import clipped
 
@@ -118,8 +118,10 @@ class Guard:
         self.scans_aborted = {AT_ENGAGE: 0, WHILE_GUARDING: 0}
         self._aborted_now = 0
         self.scanning = False  # wpa_supplicant's Scanning property, as last announced
+        self._scan_news = 0  # Scanning announcements seen
         self._aborting = False  # an AbortScan is on its way
         self._own_scan_at: float | None = None  # our roaming scan asked for, not yet ended
+        self._own_scan_started = False  # ...and seen starting
         self.state = P.IDLE
         self.reason = "connected"
         self.since = time.time()
@@ -165,10 +167,25 @@ class Guard:
         """Find the interface in wpa_supplicant now, so that scans are counted from the start,
         and start sampling."""
         try:
-            self.scanning = await self._supplicant.scanning(await self._iface())
+            iface = await self._iface()
         except SupplicantError as e:
             self._fail(f"{self.ifname}: {e}")
+        else:
+            # Beside the sampling, which a peer slow to answer must not hold up.
+            self._listener.run_for(self, self._read_scanning(iface, self._scan_news))
         self._task = asyncio.create_task(self._run(), name=f"guard-{self.ifname}")
+
+    async def _read_scanning(self, iface: str, watched: int) -> None:
+        """Whether a scan runs already (started before we watched): abort_scans then aborts it
+        when the guard engages.  Announcements that arrive meanwhile are newer: they win."""
+        try:
+            scanning = await self._supplicant.scanning(iface)
+        except SupplicantError as e:
+            log.info("%s: cannot tell whether a scan is running (%s); the next one announced "
+                     "is seen", self.ifname, e)
+            return
+        if self._scan_news == watched and self.iface_path == iface:
+            self.scanning = scanning
 
     async def stop(self, restore: bool = True) -> None:
         """Stop sampling and give back whatever we suspended (unless the bus is gone: then
@@ -324,10 +341,12 @@ class Guard:
                      "own scans go on", self.ifname, now - self._roam_scan_at)
             return
         self._roam_scan_at = self._own_scan_at = now
+        self._own_scan_started = False
         try:
             await self._supplicant.scan(await self._iface())
         except SupplicantError as e:
-            self._own_scan_at = None
+            if not isinstance(e, UncertainOutcome):  # no answer: it may have started all the same
+                self._own_scan_at = None
             self._look_up_again_if_gone(e)
             # A scan already running ("Scan request rejected") serves as well; in any case
             # bgscan, restored, scans within its short interval.  Nothing to retry.
@@ -365,9 +384,17 @@ class Guard:
         """wpa_supplicant announced its Scanning property.  A scan that starts while guarding
         is aborted at once, unless it is our own roaming scan."""
         self.scanning = scanning
-        if not scanning:
-            self._own_scan_at = None
-        elif self.state in GUARDED:
+        self._scan_news += 1
+        if self._own_scan_at is not None:
+            # The first start after our request is our scan, and its end the next end.  An end
+            # seen before that start is an earlier scan's, announced late (found by the model
+            # rung: a scan aborted just before the release ended as ours began, and the guard
+            # took its end for ours and aborted ours on re-engaging).
+            if scanning:
+                self._own_scan_started = True
+            elif self._own_scan_started:
+                self._own_scan_at, self._own_scan_started = None, False
+        if scanning and self.state in GUARDED:
             self._abort_soon(WHILE_GUARDING)
 
     def _own_scan(self) -> bool:

@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 PLAIN = ("tests/unit/test_suspension.py", "tests/unit/test_guard.py",
          "tests/unit/test_failures_show.py", "tests/unit/test_journal.py",
          "tests/unit/test_holds.py", "tests/unit/test_policy.py",
-         "tests/model/test_regressions.py")
+         "tests/unit/test_abort.py", "tests/model/test_regressions.py")
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,10 @@ MUTANTS = (
            "nm_scanguard/suspension.py",
            "                self._unsettled.add(net)\n",
            "                pass\n"),
+    Mutant("abort-own-roaming-scan", "abort the guard's own roaming scan when guarding resumes",
+           "nm_scanguard/guard.py",
+           "self._aborting or self._stopping or self._own_scan():",
+           "self._aborting or self._stopping:"),
 )
 
 FIRST = re.compile(r"first failing sequence: number (\d+)")

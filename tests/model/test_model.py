@@ -44,7 +44,7 @@ ERRORS = ("org.freedesktop.DBus.Error.Failed", "org.freedesktop.DBus.Error.NoRep
           "org.freedesktop.DBus.Error.AccessDenied", "org.freedesktop.DBus.Error.UnknownMethod",
           "fi.w1.wpa_supplicant1.UnknownError", "org.freedesktop.DBus.Error.InvalidArgs",
           "org.freedesktop.DBus.Error.Timeout")
-MEMBERS = (None, "Get", "Set", "GetInterface", "SignalPoll", "Scan")
+MEMBERS = (None, "Get", "Set", "GetInterface", "SignalPoll", "Scan", "AbortScan")
 PROFILE_DATA = ({}, {"scanguard.enabled": "no"}, {"scanguard.enabled": "yes"},
                 {"scanguard.release_after": "3", "scanguard.engage_after": "1"},
                 {"scanguard.enabled": CAFE}, {"scanguard.threshold_mbit": "20"},

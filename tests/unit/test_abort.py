@@ -166,10 +166,25 @@ async def test_one_abort_at_a_time_and_none_after_release(guard, parts):
 
 
 async def test_attach_reads_whether_a_scan_is_running(guard, parts):
+    """A scan that started before the guard watched is known, so engaging aborts it."""
     parts["sup"].is_scanning = True
     guard._task = None
     await guard.attach()
     try:
+        assert not guard.scanning  # read beside the sampling, not before it
+        assert await parts["listener"].run() == 1
         assert guard.scanning
+    finally:
+        await guard.stop()
+
+
+async def test_an_announcement_beats_a_slow_read_at_attach(guard, parts):
+    parts["sup"].is_scanning = True
+    guard._task = None
+    await guard.attach()
+    try:
+        guard.scanning_changed(False)  # the scan ended while the read was on its way
+        assert await parts["listener"].run() == 1
+        assert not guard.scanning
     finally:
         await guard.stop()
