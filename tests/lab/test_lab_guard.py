@@ -17,7 +17,7 @@ import time
 import pytest
 
 from . import measure
-from .lab import CONNECTION, SSID, STA_IF, WEAK_SIGNAL_DBM, wait_until
+from .lab import CONNECTION, SSID, STA_IF, WEAK_SIGNAL_DBM, WPAS, wait_until
 from .scenario import (FADED_SIGNAL_DBM, GUARD_SETTINGS, NM_DEFAULT_BGSCAN, SCANGUARDCTL,
                        WEAK_LINK_BGSCAN, Guardd, arm_weak_link, bgscan_changes, lab_problems, measured_transfer,
                        params, wait_bgscan_off, wait_bgscan_on, wait_scan)
@@ -416,6 +416,11 @@ def test_explicit_scan_while_guarding_is_counted_and_reported(lab, guardd):
         t_scan = lab.guest_time()
         lab.check(f"nmcli device wifi rescan ifname {STA_IF}", 30)
         scan = wait_scan(lab, t_scan, 15)
+        scan = wait_until(lambda: next((s for s in lab.scans(scan.start - 0.01)
+                                        if s.start == scan.start and s.end), None),
+                          30, "the rescan to end", interval=0.5)
+        # Root's scans pass the polkit rule; abort_scans (on by default) cuts them short.
+        assert scan.aborted, f"root's rescan ran {scan.duration:.1f} s while guarding, not aborted"
         st = wait_until(lambda: (lambda s: s if s["scans_guarding"] > before else None)(
             guardd.status()), 50, "the daemon to count the scan")
         assert st["state"] == "guarding" and st["suspended_bgscan"] == WEAK_LINK_BGSCAN, st
@@ -429,8 +434,91 @@ def test_explicit_scan_while_guarding_is_counted_and_reported(lab, guardd):
     finally:
         traffic.stop()  # the load served its purpose: the scan was counted while guarding
     took(lab, "check 9", t, f"nmcli rescan under a guarded upload: kernel scan "
-                             f"{scan.start - t_scan:.1f} s later, counted (scans_guarding "
+                             f"{scan.start - t_scan:.1f} s later, aborted after "
+                             f"{scan.duration:.2f} s, counted (scans_guarding "
                              f"{before} -> {n}); status: {text.strip()}")
+
+
+# ---- 9b: abort_scans ----------------------------------------------------------------------------
+ABORT_ENGAGE_AFTER = 6  # samples: bgscan's scan (30 s after arming) starts just before this
+
+
+def _passive_scan(lab) -> None:
+    """The call GeoClue makes: wpa_supplicant's Scan with Type=passive and nothing else."""
+    lab.check(f"busctl --system call {WPAS} {lab.interface_path()} {WPAS}.Interface Scan "
+              "'a{sv}' 1 Type s passive", 30)
+
+
+def _abort_run(lab, guardd, abort: bool) -> dict:
+    """One guarded upload in which bgscan's own scan starts ~1 s before the guard engages (the
+    profile sets engage_after so; bgscan's first scan comes 30 s after arming), then a direct
+    caller's scan (GeoClue's call) while guarding.  What became of both scans, and the
+    transfer's worst second against its median."""
+    profile = shlex.quote(CONNECTION)
+    guardd.ctl(f"config set {profile} engage_after={ABORT_ENGAGE_AFTER} "
+               f"abort_scans={'yes' if abort else 'no'}")
+    wait_until(lambda: guardd.status()["settings"].get("abort_scans") is abort, 15,
+               "the daemon to take abort_scans from the profile", interval=0.5)
+    idle(lab, guardd)
+    before = guardd.status()["scans_aborted"] or {}
+    t_arm = arm_weak_link(lab)
+    # bgscan scans at t_arm + 30; the guard engages ~engage_after + 1 s into the transfer.
+    time.sleep(max(0.0, t_arm + 30 - (ABORT_ENGAGE_AFTER + 0.5) - lab.guest_time()))
+    traffic = lab.start_traffic("upload", 30, ping_interval=None)
+    engaged = wait_bgscan_off(lab, traffic.t0, 30)
+    at_engage = next((s for s in lab.scans(traffic.t0) if s.start <= engaged), None)
+    time.sleep(3)
+    t_direct = lab.guest_time()
+    _passive_scan(lab)
+    direct = wait_until(lambda: next((s for s in lab.scans(t_direct)
+                                      if s.start >= t_direct and s.end is not None), None),
+                        30, "the direct caller's scan to end", interval=0.5)
+    run = traffic.wait()
+    after = guardd.status()
+    rates = [i.mbps for i in run.iperf.receiver if i.seconds >= 0.5]
+    median = measure.percentile(rates, 50)
+    engage_scan = None
+    if at_engage is not None:
+        at_engage = wait_until(lambda: next((s for s in lab.scans(at_engage.start - 0.01)
+                                             if s.start == at_engage.start and s.end), None),
+                               30, "the scan running at engage to end", interval=0.5)
+        engage_scan = {"started_before_engage_s": round(engaged - at_engage.start, 2),
+                       "off_channel_after_engage_s": round(at_engage.end - engaged, 2),
+                       "length_s": round(at_engage.duration, 2), "aborted": at_engage.aborted}
+    counted = {k: v - before.get(k, 0) for k, v in (after["scans_aborted"] or {}).items()}
+    return {"abort_scans": abort, "engage_scan": engage_scan,
+            "direct_scan": {"length_s": round(direct.duration, 2), "aborted": direct.aborted},
+            "worst_over_median": round(min(rates) / median, 3) if rates and median else None,
+            "median_mbps": round(median, 1), "scans_aborted": counted}
+
+
+def test_abort_scans_cuts_the_scans_that_still_slip_through(lab, guardd):
+    """abort_scans on the real stack (issue 22): bgscan's scan running as the guard engages,
+    and a scan asked for straight from wpa_supplicant while guarding (the call GeoClue makes;
+    Debian's GeoClue itself is not in this lab yet), with abort_scans on and then off."""
+    t = time.monotonic()
+    runs = []
+    try:
+        for abort in (True, False):
+            runs.append(_abort_run(lab, guardd, abort))
+            lab.say(f"check 9b: abort_scans={'yes' if abort else 'no'}: {runs[-1]}")
+    finally:
+        guardd.ctl(f"config unset {shlex.quote(CONNECTION)} engage_after abort_scans")
+    on, off = runs
+    assert on["direct_scan"]["aborted"] and not off["direct_scan"]["aborted"], runs
+    assert on["scans_aborted"].get("started_while_guarding", 0) >= 1, on
+    assert off["scans_aborted"] == {k: 0 for k in off["scans_aborted"]}, off
+    if on["engage_scan"] is None or off["engage_scan"] is None:
+        pytest.fail(f"bgscan's scan did not start before the guard engaged in both runs, so "
+                    f"the abort at engage was not shown: {runs}")
+    assert on["engage_scan"]["aborted"] and on["scans_aborted"].get("running_at_engage") == 1, on
+    assert not off["engage_scan"]["aborted"], off
+    assert "aborted a scan that was running when the guard engaged" in guardd.log()
+    took(lab, "check 9b", t, "abort_scans yes/no: scan running at engage off the channel "
+         f"{on['engage_scan']['off_channel_after_engage_s']} / "
+         f"{off['engage_scan']['off_channel_after_engage_s']} s after engaging; direct scan "
+         f"{on['direct_scan']['length_s']} / {off['direct_scan']['length_s']} s; worst second / "
+         f"median {on['worst_over_median']} / {off['worst_over_median']}")
 
 
 # ---- 11 -------------------------------------------------------------------------------------------

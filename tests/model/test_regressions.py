@@ -198,3 +198,45 @@ def test_no_put_back_over_a_new_object_when_the_lost_set_hit_the_old_one():
         state.busy_for_a_while()
     finally:
         state.teardown()
+
+
+def test_a_restart_for_a_bad_file_is_the_only_process_until_it_exits():
+    """Found 2026-11-25 by a 6000-sequence run (a fault of the model, kept as a test of it): a
+    crash during the stop of `systemctl restart` left a Restart=on-failure timer, and the
+    restart's own start (a bad file: restore, then exit 1) was still waiting for a lost reply
+    when the timer and then the settling started two more processes beside it.  systemd starts
+    a unit once; the model now does too."""
+    state = Machine()
+    try:
+        state.busy_for_a_while()
+        state.crash_in_journal_write(then=0.0)
+        state.reload(config=f"[scanguard]\nthreshold_mbit = {CAFE}\n", then=0.0)
+        state.systemctl_restart(then=0.0)
+        state.fault(count=1, error="org.freedesktop.DBus.Error.Failed", kind="lost", member=None,
+                    t=0.001, then=0.0)
+        state.reload(config="", then=0.5)
+        state.bgscan_is_safe()
+    finally:
+        state.teardown()
+
+
+def test_the_busy_check_waits_for_the_journal_retry_after_a_silent_peer():
+    """Found 2026-11-25 by a 6000-sequence run (the model's check was too strict): six calls in a
+    row got no reply, so the journal's retry had backed off; the busy check came 16 s before
+    the retry that restored an interface the settings had just disabled.  The daemon restores
+    on that retry (at most JOURNAL_RETRY_MAX after the peer answers again)."""
+    state = Machine()
+    try:
+        state.profile(data={}, ifname="wlan1", readable=False, then=0.0)
+        state.busy_for_a_while()
+        state.lose_bus(then=0.0)
+        state.fault(count=6, error="org.freedesktop.DBus.Error.Failed", kind="lost", member=None,
+                    t=0.001, then=0.0)
+        state.busy_for_a_while()
+        state.busy_for_a_while()
+        state.reload(config="[scanguard]\nenabled = no\n", then=0.0)
+        for _ in range(4):
+            state.busy_for_a_while()
+        state.bgscan_is_safe()
+    finally:
+        state.teardown()
