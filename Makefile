@@ -13,7 +13,7 @@ DEPS_TEST    = $(DEPS_RUNTIME) python3-pytest python3-pytest-asyncio python3-dbu
                iputils-ping procps util-linux systemd polkitd duktape network-manager
 DEPS_LAB     = $(DEPS_TEST) qemu-system-x86 busybox network-manager hostapd iw tshark \
                wireless-regdb kmod udev iperf3 python3-matplotlib gcc libc6-dev pkg-config \
-               libnl-genl-3-dev
+               libnl-genl-3-dev geoclue-2.0 geoclue-2-demo
 DEPS_DEB     = $(DEPS_RUNTIME) build-essential debhelper dh-python pybuild-plugin-pyproject python3-setuptools \
                python3-wheel python3-argparse-manpage python3-pytest python3-pytest-asyncio \
                lintian dpkg-dev fakeroot git

@@ -152,6 +152,9 @@ end 192.168.77.150
 lease_file /run/lab/udhcpd.leases
 option subnet 255.255.255.0
 option lease 86400
+# A default route through the AP: with NetworkManager's connectivity check off (Debian's
+# default), NM then reports full connectivity, which GeoClue's Wi-Fi source waits for.
+option router {AP_ADDR}
 """
 
 

@@ -17,10 +17,10 @@ import time
 import pytest
 
 from . import measure
-from .lab import CONNECTION, SSID, STA_IF, WEAK_SIGNAL_DBM, WPAS, wait_until
+from .lab import AP_ADDR, AP_NS, CONNECTION, SSID, STA_IF, WEAK_SIGNAL_DBM, WPAS, wait_until
 from .scenario import (FADED_SIGNAL_DBM, GUARD_SETTINGS, NM_DEFAULT_BGSCAN, SCANGUARDCTL,
                        WEAK_LINK_BGSCAN, Guardd, arm_weak_link, bgscan_changes, lab_problems, measured_transfer,
-                       params, wait_bgscan_off, wait_bgscan_on, wait_scan)
+                       params, strong_link, wait_bgscan_off, wait_bgscan_on, wait_scan)
 from .vm import REPO, GuestCommandError
 
 pytestmark = pytest.mark.lab
@@ -519,6 +519,99 @@ def test_abort_scans_cuts_the_scans_that_still_slip_through(lab, guardd):
          f"{off['engage_scan']['off_channel_after_engage_s']} s after engaging; direct scan "
          f"{on['direct_scan']['length_s']} / {off['direct_scan']['length_s']} s; worst second / "
          f"median {on['worst_over_median']} / {off['worst_over_median']}")
+
+
+# ---- 9c: Debian's GeoClue under abort_scans ----------------------------------------------------
+LOCATION_PORT = 8088
+# GeoClue 2.6 reads only this file (2.7 also conf.d); its Wi-Fi source alone, asking the lab's
+# stand-in server (tests/lab/location_server.py), with the demo agent allowed.
+GEOCLUE_CONF = f"""[agent]
+whitelist=geoclue-demo-agent
+[network-nmea]
+enable=false
+[3g]
+enable=false
+[cdma]
+enable=false
+[modem-gps]
+enable=false
+[compass]
+enable=false
+[static-source]
+enable=false
+[wifi]
+enable=true
+url=http://{AP_ADDR}:{LOCATION_PORT}/v1/geolocate
+submit-data=false
+"""
+GEOCLUE_EVERY = 10  # s between GeoClue's scans for exact accuracy (src/gclue-wifi.c)
+
+
+def _start_geoclue(lab) -> list:
+    """Debian's geoclue-2.0 with its demo agent and `where-am-i -a 8` (exact accuracy), the
+    way a desktop's location client runs it; the location server is the lab's stand-in."""
+    lab.write_file("/etc/geoclue/geoclue.conf", GEOCLUE_CONF)
+    lab.check("mkdir -p /etc/systemd/system/geoclue.service.d", 30)
+    lab.write_file("/etc/systemd/system/geoclue.service.d/lab.conf",
+                   "[Service]\nEnvironment=G_MESSAGES_DEBUG=all\n")
+    lab.check("systemctl daemon-reload; systemctl stop geoclue.service 2>/dev/null; true", 60)
+    procs = [lab.spawn(f"exec ip netns exec {AP_NS} /usr/bin/python3 -m tests.lab.location_server "
+                       f"{LOCATION_PORT} /lab/logs/location-requests.log", name="location-server",
+                       cwd=str(REPO)),
+             lab.spawn("exec /usr/libexec/geoclue-2.0/demos/agent", name="geoclue-agent")]
+    time.sleep(2)
+    procs.append(lab.spawn("exec /usr/libexec/geoclue-2.0/demos/where-am-i -a 8 -t 3600",
+                           name="where-am-i"))
+    return procs
+
+
+def _geoclue_scans(lab, t0: float, t1: float, n: int, what: str) -> list:
+    """Wait until `n` scans started in [t0, t1) while only GeoClue asks for any."""
+    def enough():
+        found = [s for s in lab.scans(t0) if t0 <= s.start < t1 and s.end is not None]
+        return found if len(found) >= n else None
+    return wait_until(enough, t1 - lab.guest_time() + 30, what, interval=2)
+
+
+def test_geoclue_scans_are_aborted_while_guarding_and_go_on_afterwards(lab, guardd):
+    """Issue 22 item 3 with the real program: does aborting GeoClue's scan end its Wi-Fi loop?
+    wpa_supplicant signals an aborted scan as done (ScanDone true), and GeoClue re-arms its
+    timer on that, so its scans must go on every 10 s during and after the transfer."""
+    t = time.monotonic()
+    idle(lab, guardd)
+    strong_link(lab)  # bgscan then waits a day: the scans seen are GeoClue's
+    procs = _start_geoclue(lab)
+    try:
+        t_idle = lab.guest_time()
+        before = _geoclue_scans(lab, t_idle, t_idle + 60, 3, "GeoClue's scans while idle "
+                                "(journalctl -u geoclue in the guest says why not)")
+        gaps = [round(b.start - a.start, 1) for a, b in zip(before, before[1:])]
+        aborted_before = guardd.status()["scans_aborted"] or {}
+        traffic = lab.start_traffic("upload", 40, ping_interval=None)
+        engaged = wait_bgscan_off(lab, traffic.t0, 30)
+        run = traffic.wait()
+        guarded = [s for s in lab.scans(engaged) if engaged < s.start < run.t_end and s.end]
+        idle(lab, guardd)
+        t_after = lab.guest_time()
+        after = _geoclue_scans(lab, t_after, t_after + 60, 3, "GeoClue still scanning after "
+                               "the transfer (its Wi-Fi loop must not have ended)")
+        counted = {k: v - aborted_before.get(k, 0)
+                   for k, v in (guardd.status()["scans_aborted"] or {}).items()}
+        requests = lab.log_text("location-requests").count("POST ")
+        journal = lab.check("journalctl -u geoclue --no-pager -o cat | tail -n 400", 60)
+    finally:
+        for p in procs:
+            p.stop()
+    assert guarded, f"GeoClue asked for no scan in {run.t_end - engaged:.0f} s of guarding"
+    assert all(s.aborted for s in guarded), [(s.start, s.duration, s.aborted) for s in guarded]
+    assert sum(counted.values()) >= len(guarded), counted
+    assert all(not s.aborted for s in after)
+    assert "WiFi scan failed" not in journal, journal[-2000:]
+    lab.say(f"check 9c: GeoClue idle scans every {gaps} s; while guarding {len(guarded)} scans, "
+            f"all aborted after {[round(s.duration, 2) for s in guarded]} s; afterwards "
+            f"{len(after)} scans in a row, not aborted; {requests} location requests")
+    took(lab, "check 9c", t, f"GeoClue's {len(guarded)} scans while guarding aborted "
+         f"(longest {max(s.duration for s in guarded):.2f} s); it scanned on afterwards")
 
 
 # ---- 11 -------------------------------------------------------------------------------------------
