@@ -462,8 +462,9 @@ def _abort_run(lab, guardd, abort: bool) -> dict:
     idle(lab, guardd)
     before = guardd.status()["scans_aborted"] or {}
     t_arm = arm_weak_link(lab)
-    # bgscan scans at t_arm + 30; the guard engages ~engage_after + 1 s into the transfer.
-    time.sleep(max(0.0, t_arm + 30 - (ABORT_ENGAGE_AFTER + 0.5) - lab.guest_time()))
+    # bgscan scans at t_arm + 30; the guard engages ~engage_after s into the transfer (seen:
+    # 6.0 s with engage_after 6): start it so that the scan comes ~1 s before.
+    time.sleep(max(0.0, t_arm + 30 - (ABORT_ENGAGE_AFTER - 1.0) - lab.guest_time()))
     traffic = lab.start_traffic("upload", 30, ping_interval=None)
     engaged = wait_bgscan_off(lab, traffic.t0, 30)
     at_engage = next((s for s in lab.scans(traffic.t0) if s.start <= engaged), None)
