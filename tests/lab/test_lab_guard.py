@@ -414,6 +414,7 @@ def test_explicit_scan_while_guarding_is_counted_and_reported(lab, guardd):
     try:
         wait_bgscan_off(lab, traffic.t0, 20)
         t_scan = lab.guest_time()
+        last_scan = _nm_last_scan(lab)
         lab.check(f"nmcli device wifi rescan ifname {STA_IF}", 30)
         scan = wait_scan(lab, t_scan, 15)
         scan = wait_until(lambda: next((s for s in lab.scans(scan.start - 0.01)
@@ -421,6 +422,11 @@ def test_explicit_scan_while_guarding_is_counted_and_reported(lab, guardd):
                           30, "the rescan to end", interval=0.5)
         # Root's scans pass the polkit rule; abort_scans (on by default) cuts them short.
         assert scan.aborted, f"root's rescan ran {scan.duration:.1f} s while guarding, not aborted"
+        # ...and NetworkManager takes the aborted scan for done, as any other (issue 22 item 3).
+        wait_until(lambda: _nm_last_scan(lab) > last_scan, 15,
+                   "NetworkManager's LastScan to move on after the aborted scan", interval=0.5)
+        listed = lab.check(f"nmcli -t -f SSID device wifi list ifname {STA_IF} --rescan no", 30)
+        assert SSID in listed, listed
         st = wait_until(lambda: (lambda s: s if s["scans_guarding"] > before else None)(
             guardd.status()), 50, "the daemon to count the scan")
         assert st["state"] == "guarding" and st["suspended_bgscan"] == WEAK_LINK_BGSCAN, st
@@ -437,6 +443,14 @@ def test_explicit_scan_while_guarding_is_counted_and_reported(lab, guardd):
                              f"{scan.start - t_scan:.1f} s later, aborted after "
                              f"{scan.duration:.2f} s, counted (scans_guarding "
                              f"{before} -> {n}); status: {text.strip()}")
+
+
+def _nm_last_scan(lab) -> int:
+    """NetworkManager's Device.Wireless LastScan (ms, CLOCK_BOOTTIME) of the station."""
+    dev = lab.check(f"nmcli -g GENERAL.DBUS-PATH device show {STA_IF}", 30).strip()
+    out = lab.check(f"busctl --system get-property org.freedesktop.NetworkManager {dev} "
+                    "org.freedesktop.NetworkManager.Device.Wireless LastScan", 30)
+    return int(out.split()[-1])
 
 
 # ---- 9b: abort_scans ----------------------------------------------------------------------------
@@ -527,6 +541,51 @@ def test_abort_scans_cuts_the_scans_that_still_slip_through(lab, guardd):
          f"median from engaging on {on['guarded_worst_over_median']} / "
          f"{off['guarded_worst_over_median']}, whole transfer {on['worst_over_median']} / "
          f"{off['worst_over_median']}")
+
+
+# ---- 9d: a client scan NetworkManager accepted just before engaging ------------------------------
+def _accepted_then_engaged(lab, guardd) -> tuple[measure.Scan, float, float, tuple]:
+    """Two rescans back to back while idle, then a transfer: the second request's scan, when
+    the guard engaged, and when NetworkManager accepted the request (guest times)."""
+    idle(lab, guardd)
+    arm_weak_link(lab)
+    t_first = lab.guest_time()
+    lab.check(f"nmcli device wifi rescan ifname {STA_IF}", 30)
+    first = wait_scan(lab, t_first, 15)
+    accepted = lab.run(f"nmcli device wifi rescan ifname {STA_IF}", 30)
+    t_accepted = lab.guest_time()
+    traffic = lab.start_traffic("upload", 30, ping_interval=None)
+    try:
+        engaged = wait_bgscan_off(lab, traffic.t0, 30)
+        second = wait_until(lambda: next((s for s in lab.scans(first.start + 0.3)
+                                          if s.start > first.start + 0.3 and s.end), None), 30,
+                            "the accepted request's scan", interval=0.5)
+    finally:
+        traffic.stop()
+    return second, engaged, t_accepted - first.start, accepted
+
+
+def test_a_client_scan_accepted_before_engaging_is_aborted_when_it_starts(lab, guardd):
+    """NetworkManager runs at most one explicit scan per 8 s while activated and serves a request
+    it accepted meanwhile when that allows: a rescan asked for just before the guard engages (the
+    polkit rule still allows it) can start seconds into guarding, and is aborted when it does.
+    Two rescans back to back while idle, then the transfer.  NetworkManager's timing decides
+    whether the second scan starts after the guard engaged; a second try if it did not."""
+    t = time.monotonic()
+    tries = []
+    for _ in range(2):
+        second, engaged, accepted_after, accepted = _accepted_then_engaged(lab, guardd)
+        assert accepted[0] == 0, accepted  # NetworkManager took the request (not refused)
+        tries.append(f"scan at engage {second.start - engaged:+.1f} s, "
+                     f"{second.duration:.2f} s, {'aborted' if second.aborted else 'not aborted'}")
+        if second.end > engaged:
+            break
+    else:
+        pytest.fail("NetworkManager served the accepted request before the guard engaged in "
+                    f"both tries, so nothing was shown: {tries}")
+    assert second.aborted, f"the accepted client scan ran while guarding, not aborted: {tries}"
+    took(lab, "check 9d", t, f"second rescan accepted {accepted_after:.1f} s after the first "
+         f"scan started; {'; '.join(tries)}")
 
 
 # ---- 9c: Debian's GeoClue under abort_scans ----------------------------------------------------
