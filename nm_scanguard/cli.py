@@ -63,10 +63,11 @@ def _ago(since: float) -> str:
     return duration(time.time() - since)
 
 
-GEOCLUE_HINT = ("scans ran while bgscan was suspended and no program asked NetworkManager for one: "
-                "most likely GeoClue (location services: automatic time zone, Night Light "
-                "schedule, weather); see \"Scans other programs ask for\" in nm-scanguard's "
-                "README to turn location off or down")
+GEOCLUE_HINT = ("scans ran while bgscan was suspended and the polkit rule refused no program's "
+                "request to NetworkManager: most likely GeoClue (location services: automatic "
+                "time zone, Night Light schedule, weather), or root (e.g. sudo nmcli device wifi "
+                "rescan), about whom polkit is never asked; see \"Scans other programs ask for\" "
+                "in nm-scanguard's README to turn location off or down")
 
 
 def scan_hint(d: dict[str, Any]) -> str | None:
@@ -75,12 +76,14 @@ def scan_hint(d: dict[str, Any]) -> str | None:
     directly and is never refused (refusing would end its Wi-Fi location for the session)."""
     if not d.get("scans_guarding"):
         return None
+    aborted = aborted_total(d)
+    cut = f"; abort_scans cut {aborted} of them short" if aborted else ""
     if not d.get("settings", {}).get("defer_client_scans", True):
         return ("defer_client_scans is off for this connection, so desktop shells, widgets and "
-                "nmcli may scan through NetworkManager while guarding, and GeoClue directly")
+                "nmcli may scan through NetworkManager while guarding, and GeoClue directly" + cut)
     if not d.get("scan_requests_deferred"):
-        return GEOCLUE_HINT
-    return f"scans that still ran while guarding came from {who_scanned(True)}"
+        return GEOCLUE_HINT + cut
+    return f"scans that still ran while guarding came from {who_scanned(True)}" + cut
 
 
 def hold_line(h: dict[str, Any]) -> str:

@@ -321,6 +321,11 @@ def test_status_points_to_geoclue_only_when_no_client_request_was_seen():
     assert other is not None and "root" in other and other != GEOCLUE_HINT
     off = scan_hint(entry(scans_guarding=2, settings={"defer_client_scans": False}))
     assert off is not None and "defer_client_scans is off" in off
+    # Root's rescans pass polkit unseen (seen in the lab, check 9): the hint names root too.
+    assert "root" in GEOCLUE_HINT
+    cut = scan_hint(entry(scans_guarding=3, scan_requests_deferred=0,
+                          scans_aborted={"running_at_engage": 1, "started_while_guarding": 2}))
+    assert cut == GEOCLUE_HINT + "; abort_scans cut 3 of them short"
 
 
 def test_json_carries_the_counts():
