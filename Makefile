@@ -10,7 +10,8 @@ export CACHE
 DEPS_RUNTIME = python3-dbus-fast python3-dbus-next python3-gi gir1.2-nm-1.0 python3-systemd
 DEPS_TEST    = $(DEPS_RUNTIME) python3-pytest python3-pytest-asyncio python3-dbusmock \
                python3-hypothesis mypy python3-venv dbus dbus-daemon wpasupplicant iproute2 \
-               iputils-ping procps util-linux systemd polkitd duktape network-manager
+               iputils-ping procps util-linux systemd polkitd duktape network-manager \
+               python3-matplotlib
 DEPS_LAB     = $(DEPS_TEST) qemu-system-x86 busybox network-manager hostapd iw tshark \
                wireless-regdb kmod udev iperf3 python3-matplotlib gcc libc6-dev pkg-config \
                libnl-genl-3-dev geoclue-2.0 geoclue-2-demo

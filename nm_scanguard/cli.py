@@ -385,6 +385,50 @@ async def cmd_monitor(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- diagnose ---------------------------------------------------------------------------------
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{quoted(text)} is not a number of seconds") from None
+    if not math.isfinite(value) or not 1 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"{quoted(text)}: give between 1 and 86400 seconds")
+    return value
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    from . import diagnose, findings
+    plot = None
+    if args.plot:
+        from . import plot as plotting
+        try:
+            plot = plotting.require()  # before recording: a missing matplotlib is said at once
+            plotting.check_writable(args.plot)
+        except plotting.PlotError as e:
+            raise Failure(str(e)) from None
+    on_terminal = sys.stderr.isatty() and not args.json
+    if on_terminal:
+        print(f"Recording for {args.seconds:g} s: latency to the gateway, throughput and every "
+              "Wi-Fi scan. Use the link as you normally do; Ctrl-C ends early.", file=sys.stderr)
+    try:
+        rec = diagnose.run(args.seconds, args.interface or None, on_terminal)
+    except (LookupError, ConnectionError) as e:
+        raise Failure(str(e)) from None
+    except BusError as e:
+        raise Failure(f"NetworkManager could not be asked ({e.text or e.name}); is it "
+                      "running?") from None
+    if plot is not None:
+        plotting.draw(rec, args.plot, plot)
+    if args.json:
+        print(json_text(findings.as_json(rec)))
+    else:
+        print(findings.report(rec), end="")
+        if args.plot:
+            print(f"Plot: {args.plot}")
+    return 0
+
+
 # ---- command line ----------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -444,6 +488,30 @@ def build_parser() -> argparse.ArgumentParser:
     cu.add_argument("connection", metavar="CONNECTION", help="profile name or UUID")
     cu.add_argument("keys", nargs="+", metavar="KEY")
     cu.set_defaults(func=cmd_config_unset, run_async=False)
+
+    d = sub.add_parser("diagnose", help="find out whether Wi-Fi stalls are scans, and who asked "
+                                        "for them",
+                       description="Record, for N seconds (--seconds), the latency to the gateway (several "
+                                   "ICMP echoes a second), the throughput per second and every "
+                                   "Wi-Fi scan the kernel announces, with who asked for it "
+                                   "(bgscan, a program through NetworkManager, a program that "
+                                   "calls wpa_supplicant directly such as GeoClue, the guard's "
+                                   "own roaming scan, or unknown) and how that was established; "
+                                   "then say whether the latency spikes fell inside scans and "
+                                   "what to do about each source. Needs no privileges and "
+                                   "changes nothing; works whether or not the guard is "
+                                   "installed or guarding.")
+    d.add_argument("--seconds", type=_positive_seconds, default=120.0, metavar="N",
+                   help="how long to record (default: %(default)g; bgscan's short interval is "
+                        "30 s, its long one 300 s)")
+    d.add_argument("--interface", default="", metavar="IFACE",
+                   help="only this Wi-Fi interface (default: every connected one)")
+    d.add_argument("--json", action="store_true",
+                   help="print the recording and the findings as JSON, for scripts")
+    d.add_argument("--plot", default="", metavar="FILE.png",
+                   help="also draw latency and throughput over time with scans shaded by "
+                        "source (needs python3-matplotlib)")
+    d.set_defaults(func=cmd_diagnose, run_async=False)
 
     m = sub.add_parser("monitor", help="follow state changes, rates, scans and holds live",
                        description="Print changes as they happen until interrupted (Ctrl-C).")

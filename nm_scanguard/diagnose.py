@@ -1,0 +1,597 @@
+"""`scanguardctl diagnose`: record latency, throughput and every scan, then say what they show.
+
+Runs as an ordinary user and changes nothing: it reads NetworkManager's and the guard's public
+properties, sends ICMP echoes to the gateway from an unprivileged ping socket (what
+`net.ipv4.ping_group_range` allows; systemd opens it to every group), reads the interface's
+byte counters from sysfs once a second, and listens to the kernel's nl80211 scan events, which
+any user may receive and which show every scan whoever asked for it.  wpa_supplicant is asked
+for the bgscan string and the signal where its D-Bus policy lets the user (root and group
+`netdev` on Debian); otherwise the report says what it used instead.
+
+What was seen goes into a `findings.Recording`; who asked for each scan is decided at the end,
+with all the evidence (`attribution`), and `findings` makes the figures and the verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import attribution
+from .attribution import Evidence, Request
+from .bus import BusError, call, get_all, get_property, name_has_owner, unwrap
+from .dbuslib import MessageBus
+from .findings import ECHO_TIMEOUT, Echo, Guard, Link, Recording, Scan, Second, explain_bgscan
+from .names import BUS_NAME, IFACE as GUARD_IFACE, PATH as GUARD_PATH
+from .nl80211 import Nl80211Error, ScanEvent, ScanEvents
+from .supplicant import Supplicant, SupplicantError
+
+NM = "org.freedesktop.NetworkManager"
+NM_PATH = "/org/freedesktop/NetworkManager"
+DEVICE = NM + ".Device"
+WIRELESS = NM + ".Device.Wireless"
+ACCESS_POINT = NM + ".AccessPoint"
+IP4CONFIG = NM + ".IP4Config"
+DEVICE_TYPE_WIFI = 2
+STATE_ACTIVATED = 100
+
+ECHO_INTERVAL = 0.2  # seconds between echoes: five a second
+SAMPLE_INTERVAL = 1.0  # counters, the guard's state
+ECHO_ID = 0  # a ping socket's kernel chooses the identifier
+ICMP_ECHO_REQUEST, ICMP_ECHO_REPLY = 8, 0
+ICMP_HEADER = struct.Struct("!BBHHH")  # type, code, checksum, identifier, sequence
+
+
+@dataclass
+class Target:
+    """An activated Wi-Fi interface as NetworkManager shows it."""
+
+    interface: str
+    ifindex: int
+    ssid: bytes = b""
+    strength: int | None = None  # NetworkManager's percent
+    access_points: int | None = None  # of this SSID, in NetworkManager's list
+    gateway: str = ""
+    link: Link = field(default_factory=lambda: Link(interface=""))
+
+
+# ---- NetworkManager --------------------------------------------------------------------------
+
+async def find_targets(bus: MessageBus, only: str | None) -> tuple[list[Target], list[str]]:
+    """The activated Wi-Fi interfaces (only `only` when given), and notes on what was skipped."""
+    notes: list[str] = []
+    (paths,) = await call(bus, NM, NM_PATH, NM, "GetDevices")
+    targets = []
+    seen = []
+    for path in paths:
+        try:
+            dev = await get_all(bus, NM, path, DEVICE)
+        except BusError:
+            continue  # gone meanwhile
+        if dev.get("DeviceType") != DEVICE_TYPE_WIFI:
+            continue
+        name = str(dev.get("Interface", ""))
+        seen.append(name)
+        if only and name != only:
+            continue
+        if dev.get("State") != STATE_ACTIVATED:
+            notes.append(f"{name} is not connected; skipped")
+            continue
+        try:
+            index = socket.if_nametoindex(name)
+        except OSError:
+            continue
+        target = Target(interface=name, ifindex=index)
+        await _read_access_point(bus, path, target)
+        target.gateway = await _gateway(bus, dev, name)
+        targets.append(target)
+    if only and only not in seen:
+        raise LookupError(f"NetworkManager has no Wi-Fi interface '{only}'"
+                          + (f" (it has: {', '.join(seen)})" if seen else " (it has none)"))
+    return targets, notes
+
+
+async def _read_access_point(bus: MessageBus, path: str, target: Target) -> None:
+    try:
+        active = await get_property(bus, NM, path, WIRELESS, "ActiveAccessPoint")
+        if active in ("", "/"):
+            return
+        ap = await get_all(bus, NM, active, ACCESS_POINT)
+        target.ssid = bytes(ap.get("Ssid", b""))
+        strength = ap.get("Strength")
+        target.strength = None if strength is None else int(strength)
+        listed = await get_property(bus, NM, path, WIRELESS, "AccessPoints")
+        count = 0
+        for ap_path in listed:
+            try:
+                if bytes(await get_property(bus, NM, ap_path, ACCESS_POINT, "Ssid")) == target.ssid:
+                    count += 1
+            except BusError:
+                continue
+        target.access_points = count
+    except BusError:
+        return
+
+
+async def _gateway(bus: MessageBus, dev: dict[str, Any], name: str) -> str:
+    config = dev.get("Ip4Config", "/")
+    if config not in ("", "/"):
+        try:
+            gateway = str(await get_property(bus, NM, config, IP4CONFIG, "Gateway"))
+            if gateway:
+                return gateway
+        except BusError:
+            pass
+    return route_gateway(name)
+
+
+def route_gateway(name: str, path: str = "/proc/net/route") -> str:
+    """The interface's IPv4 default gateway from the kernel's routing table ("" if none)."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            next(f, None)
+            for line in f:
+                cols = line.split()
+                if len(cols) >= 3 and cols[0] == name and cols[1] == "00000000":
+                    return str(ipaddress.IPv4Address(struct.pack("<I", int(cols[2], 16))))
+    except (OSError, ValueError):
+        pass
+    return ""
+
+
+# ---- latency ---------------------------------------------------------------------------------
+
+def ping_groups(path: str = "/proc/sys/net/ipv4/ping_group_range") -> str:
+    try:
+        with open(path, encoding="ascii") as f:
+            return " ".join(f.read().split())
+    except OSError:
+        return "unreadable"
+
+
+def checksum(data: bytes) -> int:
+    """The Internet checksum (RFC 1071) that a raw socket's echo must carry itself."""
+    if len(data) % 2:
+        data += b"\0"
+    total = int(sum(struct.unpack(f"!{len(data) // 2}H", data)))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def echo_request(seq: int, ident: int | None = None, payload: bytes = b"nm-scanguard diagnose") -> bytes:
+    """An ICMP echo request.  For a ping socket (`ident` None) the kernel sets the identifier
+    and the checksum (net/ipv4/ping.c); a raw socket's must carry both."""
+    if ident is None:
+        return ICMP_HEADER.pack(ICMP_ECHO_REQUEST, 0, 0, ECHO_ID, seq & 0xFFFF) + payload
+    bare = ICMP_HEADER.pack(ICMP_ECHO_REQUEST, 0, 0, ident, seq & 0xFFFF) + payload
+    return ICMP_HEADER.pack(ICMP_ECHO_REQUEST, 0, checksum(bare), ident, seq & 0xFFFF) + payload
+
+
+def echo_reply_seq(data: bytes, ident: int | None = None) -> int | None:
+    """The sequence number of an echo reply, or None.  A raw socket receives the IP header
+    first and every process's replies: those with another identifier are not ours."""
+    if ident is not None:
+        if len(data) < 20:
+            return None
+        data = data[(data[0] & 0x0F) * 4:]
+    if len(data) < ICMP_HEADER.size:
+        return None
+    kind, code, _sum, their_ident, seq = ICMP_HEADER.unpack_from(data)
+    if kind != ICMP_ECHO_REPLY or code != 0 or (ident is not None and their_ident != ident):
+        return None
+    return int(seq)
+
+
+class Pinger:
+    """ICMP echoes to one address from an unprivileged ping socket, ECHO_INTERVAL apart.
+    Each echo lands in `link.echoes` once answered or once ECHO_TIMEOUT has passed."""
+
+    def __init__(self, address: str, echoes: list[Echo], clock: Callable[[], float],
+                 raw: bool = False) -> None:
+        self.address = address
+        self.echoes = echoes
+        self.clock = clock
+        self.pending: dict[int, float] = {}
+        self.seq = 0
+        # A raw socket (root only) when the ping socket is not allowed: it needs its own id.
+        self.ident = (os.getpid() & 0xFFFF) if raw else None
+        kind = socket.SOCK_RAW if raw else socket.SOCK_DGRAM
+        self.sock = socket.socket(socket.AF_INET, kind | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC,
+                                  socket.IPPROTO_ICMP)
+        asyncio.get_running_loop().add_reader(self.sock.fileno(), self._receive)
+
+    def send(self) -> None:
+        self.expire()
+        self.seq = (self.seq + 1) & 0xFFFF
+        now = self.clock()
+        try:
+            self.sock.sendto(echo_request(self.seq, self.ident), (self.address, 0))
+        except OSError:
+            self.echoes.append(Echo(now, None))  # no route, for instance: as good as lost
+            return
+        self.pending[self.seq] = now
+
+    def _receive(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(2048)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return  # an ICMP error for an echo: it stays pending and times out
+            seq = echo_reply_seq(data, self.ident)
+            sent = self.pending.pop(seq, None) if seq is not None else None
+            if sent is not None:
+                self.echoes.append(Echo(sent, (self.clock() - sent) * 1000.0))
+
+    def expire(self, final: bool = False) -> None:
+        now = self.clock()
+        for seq, sent in list(self.pending.items()):
+            if final or now - sent >= ECHO_TIMEOUT:
+                del self.pending[seq]
+                if now - sent >= ECHO_TIMEOUT:
+                    self.echoes.append(Echo(sent, None))
+        self.echoes.sort(key=lambda e: e.sent)
+
+    def close(self) -> None:
+        try:
+            asyncio.get_running_loop().remove_reader(self.sock.fileno())
+        except RuntimeError:
+            pass
+        self.sock.close()
+
+
+def open_pinger(target: Target, clock: Callable[[], float]) -> tuple[Pinger | None, str]:
+    """A Pinger for the target's gateway and how latency is measured, or None and why not."""
+    if not target.gateway:
+        return None, "no IPv4 default gateway on this interface to send echoes to"
+    try:
+        pinger = Pinger(target.gateway, target.link.echoes, clock)
+    except PermissionError:
+        try:
+            pinger = Pinger(target.gateway, target.link.echoes, clock, raw=True)
+        except OSError:
+            pass
+        else:
+            return pinger, (f"ICMP echo to the gateway {target.gateway} every "
+                            f"{ECHO_INTERVAL:g} s (raw socket: the ping socket is not allowed, "
+                            "but you may open raw ones)")
+        return None, (f"unprivileged ICMP echo is not allowed here (net.ipv4.ping_group_range "
+                      f"is '{ping_groups()}', which does not include your groups); root can "
+                      "widen it, e.g. sysctl net.ipv4.ping_group_range='0 2147483647'")
+    except OSError as e:
+        return None, f"cannot open an ICMP socket ({e.strerror or e})"
+    return pinger, (f"ICMP echo to the gateway {target.gateway} every {ECHO_INTERVAL:g} s "
+                    "(unprivileged ping socket)")
+
+
+# ---- counters --------------------------------------------------------------------------------
+
+def read_bytes(name: str, root: str = "/sys/class/net") -> tuple[int, int] | None:
+    try:
+        with open(f"{root}/{name}/statistics/rx_bytes", encoding="ascii") as f:
+            rx = int(f.read())
+        with open(f"{root}/{name}/statistics/tx_bytes", encoding="ascii") as f:
+            tx = int(f.read())
+    except (OSError, ValueError):
+        return None
+    return rx, tx
+
+
+# ---- the signal, bgscan, GeoClue -------------------------------------------------------------
+
+def proc_wireless_dbm(name: str, path: str = "/proc/net/wireless") -> int | None:
+    """The signal level cfg80211's wireless-extensions view gives (dBm), or None."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            for line in f:
+                head, _, rest = line.partition(":")
+                if head.strip() != name:
+                    continue
+                cols = rest.split()
+                if len(cols) >= 3:
+                    level = int(float(cols[2].rstrip(".")))
+                    return level if level < 0 else None
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def geoclue_pid(proc: str = "/proc") -> int | None:
+    """A running GeoClue daemon's pid (its comm is "geoclue"), or None."""
+    try:
+        entries = os.listdir(proc)
+    except OSError:
+        return None
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"{proc}/{entry}/comm", encoding="utf-8", errors="replace") as f:
+                if f.read().strip() == "geoclue":
+                    return int(entry)
+        except OSError:
+            continue
+    return None
+
+
+async def read_supplicant(bus: MessageBus, target: Target, guard_status: dict[str, Any]) -> None:
+    """The bgscan string and the signal, from wpa_supplicant where its policy lets us read;
+    otherwise what the guard or the kernel can tell."""
+    link = target.link
+    sup = Supplicant(bus)
+    denied = ""
+    try:
+        iface = await sup.interface(target.interface)
+        net = await sup.current_network(iface)
+        if net is not None:
+            link.bgscan = await sup.get_bgscan(net)
+            link.bgscan_source = "read from wpa_supplicant"
+            link.bgscan_words = explain_bgscan(
+                link.bgscan, access_points=target.access_points,
+                suspended_by_guard=bool(guard_status.get("suspended_bgscan")))
+        try:
+            dbm = await sup.signal(iface)
+        except SupplicantError:
+            dbm = None
+        if dbm is not None:
+            link.signal_dbm, link.signal_source = dbm, "wpa_supplicant"
+    except SupplicantError as e:
+        denied = str(e)
+    if link.bgscan_source == "":
+        suspended = guard_status.get("suspended_bgscan")
+        why = ("wpa_supplicant lets only root and group netdev read it"
+               if "AccessDenied" in denied or "denied" in denied.lower() else
+               f"wpa_supplicant could not be asked: {denied or 'no current network'}")
+        if suspended:
+            link.bgscan = ""
+            link.bgscan_source = f"nm-scanguard reports it suspended NetworkManager's '{suspended}'"
+            link.bgscan_words = (explain_bgscan("", suspended_by_guard=True)
+                                 + f"; NetworkManager's value means {explain_bgscan(suspended)}")
+        else:
+            link.bgscan_source = f"not read ({why})"
+    if link.signal_dbm is None:
+        dbm = proc_wireless_dbm(target.interface)
+        if dbm is not None:
+            link.signal_dbm, link.signal_source = dbm, "/proc/net/wireless"
+        elif guard_status.get("signal_dbm") is not None:
+            link.signal_dbm, link.signal_source = int(guard_status["signal_dbm"]), "nm-scanguard"
+        elif target.strength is not None:
+            link.signal_source = f"NetworkManager shows {target.strength} % only"
+
+
+# ---- the guard -------------------------------------------------------------------------------
+
+async def guard_properties(bus: MessageBus) -> tuple[bool, bool, dict[str, Any], str]:
+    """(installed, running, properties, detail) of the scanguard service, without starting it."""
+    try:
+        running = await name_has_owner(bus, BUS_NAME)
+        (names,) = await call(bus, "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                              "org.freedesktop.DBus", "ListActivatableNames")
+    except BusError as e:
+        return False, False, {}, f"the bus could not be asked ({e.name})"
+    installed = running or BUS_NAME in names
+    if not running:
+        return installed, False, {}, ""
+    try:
+        return True, True, await get_all(bus, BUS_NAME, GUARD_PATH, GUARD_IFACE), ""
+    except BusError as e:
+        return True, True, {}, f"its status could not be read ({e.text or e.name})"
+
+
+def device_of(props: dict[str, Any], interface: str) -> dict[str, Any]:
+    for d in props.get("Devices", []):
+        d = unwrap(d)
+        if d.get("interface") == interface:
+            return dict(d)
+    return {}
+
+
+def evidence_from(props: dict[str, Any], interface: str, ssid: bytes,
+                  geoclue: int | None) -> Evidence:
+    """The guard's records (its own roaming scans on this interface, the NetworkManager scan
+    requests its polkit rule saw) as attribution evidence, beside what diagnose saw itself."""
+    device = device_of(props, interface)
+    own = [float(t) for t in device.get("own_scans", [])]
+    requests = []
+    for entry in props.get("RecentScanRequests", []):
+        try:
+            at, user, pid, program, _refused = entry
+            requests.append(Request(at=float(at), user=str(user), pid=int(pid), program=str(program)))
+        except (TypeError, ValueError):
+            continue
+    return Evidence(current_ssid=ssid or None, own_scans=own, client_requests=requests,
+                    geoclue_pid=geoclue)
+
+
+# ---- the recording ---------------------------------------------------------------------------
+
+@dataclass
+class Open:
+    """A scan that has started and not ended yet."""
+
+    scan: Scan
+    wall: float
+
+
+class Recorder:
+    def __init__(self, targets: list[Target], clock: Callable[[], float] = time.monotonic) -> None:
+        self.targets = {t.ifindex: t for t in targets}
+        self.clock = clock
+        self.t0 = clock()
+        self.wall0 = time.time()  # the wall clock at t0: what the recording's times count from
+        self.open: dict[int, Open] = {}
+        self.walls: dict[int, float] = {}  # id(scan) -> wall clock at its start
+        self.unmatched_ends = 0
+
+    def now(self) -> float:
+        return self.clock() - self.t0
+
+    def on_event(self, event: ScanEvent, monotonic: float, realtime: float) -> None:
+        target = self.targets.get(event.ifindex or -1)
+        if target is None:
+            return
+        at = monotonic - self.t0
+        if event.kind == "started":
+            scan = Scan(start=at, ssids=event.ssids, frequencies=event.frequencies)
+            target.link.scans.append(scan)
+            self.open[target.ifindex] = Open(scan, realtime)
+            self.walls[id(scan)] = realtime
+            return
+        current = self.open.pop(target.ifindex, None)
+        if current is None:
+            self.unmatched_ends += 1  # it started before the recording did
+            return
+        current.scan.end = at
+        current.scan.outcome = "aborted" if event.kind == "aborted" else "finished"
+
+    def label(self, evidence: dict[int, Evidence]) -> None:
+        for index, target in self.targets.items():
+            ev = evidence.get(index, Evidence(current_ssid=target.ssid or None))
+            for scan in target.link.scans:
+                lab = attribution.attribute(scan.ssids, self.walls.get(id(scan), 0.0), ev)
+                scan.source, scan.name, scan.basis = lab.source, lab.name, lab.basis
+                scan.label_text = lab.text()
+
+
+async def record(bus: MessageBus, seconds: float, only: str | None,
+                 progress: Callable[[str], None] | None = None,
+                 stop: asyncio.Event | None = None) -> Recording:
+    targets, notes = await find_targets(bus, only)
+    rec = Recording(started_at=time.time(), duration=0.0, notes=[])
+    rec.notes.extend(f"Note: {n}." for n in notes)
+    if not targets:
+        return rec
+    recorder = Recorder(targets)
+    rec.started_at = recorder.wall0
+    try:
+        events: ScanEvents | None = await ScanEvents.open(recorder.on_event)
+        rec.scan_events_source = "seen in the kernel's nl80211 scan events"
+    except Nl80211Error as e:
+        events = None
+        rec.scan_events_source = f"not seen: {e.strerror or e}"
+    installed, running, props, detail = await guard_properties(bus)
+    pingers: list[Pinger] = []
+    last: dict[str, tuple[int, int] | None] = {}
+    for t in targets:
+        t.link.interface = t.interface
+        t.link.ssid = t.ssid.decode("utf-8", "backslashreplace")
+        t.link.gateway = t.gateway
+        guard = Guard(installed=installed, running=running, detail=detail)
+        device = device_of(props, t.interface)
+        if device:
+            guard.state = str(device.get("state", ""))
+            guard.states_seen.append(guard.state)
+            guard.settings_sources = {str(k): str(v) for k, v in
+                                      dict(device.get("settings_sources", {})).items()}
+        rec.guards[t.interface] = guard
+        await read_supplicant(bus, t, device)
+        pinger, method = open_pinger(t, recorder.now)
+        t.link.latency_method = method
+        if pinger is not None:
+            pingers.append(pinger)
+        last[t.interface] = read_bytes(t.interface)
+        rec.links.append(t.link)
+    stop = stop or asyncio.Event()
+    next_sample = recorder.clock() + SAMPLE_INTERVAL
+    try:
+        while recorder.now() < seconds and not stop.is_set():
+            for p in pingers:
+                p.send()
+            try:
+                await asyncio.wait_for(stop.wait(), ECHO_INTERVAL)
+            except asyncio.TimeoutError:
+                pass
+            if recorder.clock() >= next_sample:
+                at = next_sample - SAMPLE_INTERVAL - recorder.t0
+                next_sample += SAMPLE_INTERVAL
+                await _sample(bus, targets, rec, last, at, running)
+                if progress is not None:
+                    scans = sum(len(t.link.scans) for t in targets)
+                    progress(f"{recorder.now():.0f}/{seconds:.0f} s, {scans} scan(s) seen; "
+                             "Ctrl-C ends early and still reports")
+    finally:
+        rec.interrupted = stop.is_set()
+        rec.duration = min(recorder.now(), seconds) if not rec.interrupted else recorder.now()
+        await asyncio.sleep(0)
+        for p in pingers:
+            p.expire(final=True)
+            p.close()
+        if events is not None:
+            events.close()
+    if recorder.unmatched_ends:
+        rec.notes.append(f"Note: {recorder.unmatched_ends} scan(s) were already running when "
+                         "the recording began; they are not counted.")
+    geoclue = geoclue_pid()
+    evidence = {}
+    if running:
+        _, _, props, _ = await guard_properties(bus)
+    for t in targets:
+        evidence[t.ifindex] = evidence_from(props, t.interface, t.ssid, geoclue)
+    recorder.label(evidence)
+    return rec
+
+
+async def _sample(bus: MessageBus, targets: list[Target], rec: Recording,
+                  last: dict[str, tuple[int, int] | None], at: float, running: bool) -> None:
+    props: dict[str, Any] = {}
+    if running:
+        try:
+            props = await get_all(bus, BUS_NAME, GUARD_PATH, GUARD_IFACE)
+        except BusError as e:
+            for t in targets:
+                rec.guards[t.interface].detail = f"its status could not be read ({e.text or e.name})"
+    for t in targets:
+        now = read_bytes(t.interface)
+        before = last.get(t.interface)
+        if now is not None and before is not None:
+            rx, tx = now[0] - before[0], now[1] - before[1]
+            if rx >= 0 and tx >= 0:  # counters reset: skip the second
+                t.link.seconds.append(Second(at, rx * 8.0 / SAMPLE_INTERVAL, tx * 8.0 / SAMPLE_INTERVAL))
+        last[t.interface] = now
+        if running:
+            state = str(device_of(props, t.interface).get("state", ""))
+            seen = rec.guards[t.interface].states_seen
+            if state and (not seen or seen[-1] != state):
+                seen.append(state)
+            if state:
+                rec.guards[t.interface].state = state
+
+
+def run(seconds: float, only: str | None, on_terminal: bool) -> Recording:
+    """Record for `seconds` (Ctrl-C ends early), showing progress on a terminal."""
+
+    async def main() -> Recording:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        from .dbuslib import BusType
+        try:
+            bus = await MessageBus(bus_type=BusType.SYSTEM).connect()
+        except Exception as e:
+            raise ConnectionError(f"cannot connect to the system bus ({e}); is dbus running?") from None
+        try:
+            return await record(bus, seconds, only, _progress if on_terminal else None, stop)
+        finally:
+            bus.disconnect()
+            if on_terminal:
+                sys.stderr.write("\r\033[K")
+                sys.stderr.flush()
+
+    return asyncio.run(main())
+
+
+def _progress(text: str) -> None:
+    sys.stderr.write("\r\033[K" + text)
+    sys.stderr.flush()
+

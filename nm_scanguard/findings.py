@@ -1,0 +1,484 @@
+"""What a `scanguardctl diagnose` recording shows: spikes, scans, throughput and a verdict.
+
+Pure: a `Recording` (echo times, per-second counters, scans with their labels, what was known
+about the link and the guard) goes in; `analyse` gives the figures, `verdict` the sentences a
+person can act on, `as_json` the strict JSON document.  The unit tests feed it recorded event
+sequences; `diagnose` fills a Recording from the system.
+
+Times are seconds since the recording began (the monotonic clock), so that a clock change
+during the run cannot move a scan against the echoes; `started_at` gives the wall clock.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from .attribution import BGSCAN, DESCRIPTIONS, DIRECT, GUARD, NETWORKMANAGER, SOURCES, UNKNOWN
+from .nl80211 import ssid_text
+from .text import clipped
+
+# A spike is an echo whose round trip took at least SPIKE_FACTOR times the run's median and at
+# least SPIKE_MARGIN_MS more than it, or that got no answer within ECHO_TIMEOUT.  Both bounds:
+# on a 2 ms link 6 ms is no stall a person notices, and on a 40 ms link 70 ms is not either.
+SPIKE_FACTOR = 3.0
+SPIKE_MARGIN_MS = 30.0
+ECHO_TIMEOUT = 1.0  # seconds
+# A second counts as "inside a scan" when a scan covers at least half of it, "outside" when
+# none touches it; seconds in between count for neither.
+INSIDE_SHARE = 0.5
+# Below this median throughput outside scans (bit/s) the link was idle: a scan's cost to
+# throughput cannot be seen, and the verdict says so instead of giving a ratio.
+BUSY_BPS = 1e6
+# Scans are named the cause when at least this share of the spikes fell inside them.
+CAUSE_SHARE = 0.5
+
+
+def spike_definition() -> str:
+    return (f"a spike is an echo that took at least {SPIKE_FACTOR:g} times the median round "
+            f"trip and at least {SPIKE_MARGIN_MS:g} ms more than it, or got no answer within "
+            f"{ECHO_TIMEOUT:g} s")
+
+
+@dataclass(frozen=True)
+class Echo:
+    sent: float  # seconds since the start
+    rtt_ms: float | None  # None: no answer within ECHO_TIMEOUT
+
+    @property
+    def end(self) -> float:
+        return self.sent + (ECHO_TIMEOUT if self.rtt_ms is None else self.rtt_ms / 1000.0)
+
+
+@dataclass(frozen=True)
+class Second:
+    at: float  # start of the second, seconds since the start
+    rx_bps: float
+    tx_bps: float
+
+    @property
+    def bps(self) -> float:
+        return self.rx_bps + self.tx_bps
+
+
+@dataclass
+class Scan:
+    start: float
+    end: float | None = None  # None: still running when the recording ended
+    outcome: str = "running"  # "finished", "aborted" or "running"
+    ssids: tuple[bytes, ...] | None = None
+    frequencies: tuple[int, ...] = ()
+    source: str = UNKNOWN
+    name: str = ""
+    basis: str = ""
+    label_text: str = DESCRIPTIONS[UNKNOWN]
+
+    def until(self, horizon: float) -> float:
+        return self.end if self.end is not None else horizon
+
+    @property
+    def duration(self) -> float | None:
+        return None if self.end is None else self.end - self.start
+
+
+@dataclass
+class Link:
+    """One interface's recording and what was known about it."""
+
+    interface: str
+    ssid: str = ""
+    signal_dbm: int | None = None
+    signal_source: str = ""  # where the signal came from, in words
+    gateway: str = ""
+    latency_method: str = ""  # how latency was measured, or why it was not
+    bgscan: str | None = None  # the current network's bgscan string, when known
+    bgscan_source: str = ""  # how it was known
+    bgscan_words: str = ""  # the string explained
+    echoes: list[Echo] = field(default_factory=list)
+    seconds: list[Second] = field(default_factory=list)
+    scans: list[Scan] = field(default_factory=list)
+
+
+@dataclass
+class Guard:
+    installed: bool = False
+    running: bool = False
+    state: str = ""  # the interface's state in the guard's status, e.g. "guarding"
+    states_seen: list[str] = field(default_factory=list)
+    settings_sources: dict[str, str] = field(default_factory=dict)
+    detail: str = ""  # a sentence about the guard (e.g. why its status could not be read)
+
+
+@dataclass
+class Recording:
+    started_at: float  # wall clock at the start
+    duration: float  # seconds recorded
+    interrupted: bool = False
+    links: list[Link] = field(default_factory=list)
+    guards: dict[str, Guard] = field(default_factory=dict)  # by interface
+    scan_events_source: str = ""  # how scans were seen, or why they could not be
+    notes: list[str] = field(default_factory=list)
+
+
+# ---- analysis --------------------------------------------------------------------------------
+
+@dataclass
+class SourceFigures:
+    scans: int = 0
+    seconds_off: float = 0.0
+    spikes: int = 0
+    names: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Analysis:
+    interface: str
+    echoes: int
+    answered: int
+    median_ms: float | None
+    spike_threshold_ms: float | None
+    spikes: int
+    spikes_in_scans: int
+    scans: int
+    scan_seconds: float
+    inside_bps: float | None  # median throughput of the seconds inside scans
+    outside_bps: float | None  # ...and of the seconds outside them
+    by_source: dict[str, SourceFigures]
+    busy: bool
+
+    @property
+    def inside_share(self) -> float | None:
+        if self.inside_bps is None or not self.outside_bps:
+            return None
+        return self.inside_bps / self.outside_bps
+
+
+def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
+    return max(0.0, min(a1, b1) - max(a0, b0))
+
+
+def threshold(median_ms: float) -> float:
+    return max(median_ms * SPIKE_FACTOR, median_ms + SPIKE_MARGIN_MS)
+
+
+def is_spike(echo: Echo, limit_ms: float | None) -> bool:
+    if echo.rtt_ms is None:
+        return True
+    return limit_ms is not None and echo.rtt_ms >= limit_ms
+
+
+def scan_of(echo: Echo, scans: Sequence[Scan], horizon: float) -> Scan | None:
+    """The scan an echo overlapped (sent while it ran, or answered while it ran), if any."""
+    for scan in scans:
+        if _overlap(echo.sent, max(echo.end, echo.sent + 1e-6), scan.start,
+                    scan.until(horizon)) > 0.0:
+            return scan
+    return None
+
+
+def analyse(link: Link, duration: float) -> Analysis:
+    answered = [e.rtt_ms for e in link.echoes if e.rtt_ms is not None]
+    median = statistics.median(answered) if answered else None
+    limit = threshold(median) if median is not None else None
+    by_source = {s: SourceFigures() for s in SOURCES}
+    spikes = in_scans = 0
+    for echo in link.echoes:
+        if not is_spike(echo, limit):
+            continue
+        spikes += 1
+        scan = scan_of(echo, link.scans, duration)
+        if scan is not None:
+            in_scans += 1
+            by_source[scan.source].spikes += 1
+    scan_seconds = 0.0
+    for scan in link.scans:
+        figures = by_source[scan.source]
+        figures.scans += 1
+        off = scan.until(duration) - scan.start
+        figures.seconds_off += off
+        scan_seconds += off
+        if scan.name and scan.name not in figures.names:
+            figures.names.append(scan.name)
+    inside, outside = [], []
+    for sec in link.seconds:
+        covered = sum(_overlap(sec.at, sec.at + 1.0, s.start, s.until(duration)) for s in link.scans)
+        if covered >= INSIDE_SHARE:
+            inside.append(sec.bps)
+        elif covered == 0.0:
+            outside.append(sec.bps)
+    outside_bps = statistics.median(outside) if outside else None
+    return Analysis(
+        interface=link.interface, echoes=len(link.echoes), answered=len(answered),
+        median_ms=median, spike_threshold_ms=limit, spikes=spikes, spikes_in_scans=in_scans,
+        scans=len(link.scans), scan_seconds=scan_seconds,
+        inside_bps=statistics.median(inside) if inside else None, outside_bps=outside_bps,
+        by_source={k: v for k, v in by_source.items() if v.scans or v.spikes},
+        busy=outside_bps is not None and outside_bps >= BUSY_BPS)
+
+
+# ---- verdict ---------------------------------------------------------------------------------
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+ADVICE_GUARD_OFF = {
+    "not-installed": "install nm-scanguard, which suspends bgscan while the link is busy "
+                     "(README, \"Install on Debian 12 or 13\")",
+    "not-running": "start the guard: systemctl enable --now scanguard.service",
+}
+
+
+def advice(source: str, figures: SourceFigures, guard: Guard) -> str:
+    """What a person can do about one source's scans."""
+    if source == BGSCAN:
+        if not guard.installed:
+            return ADVICE_GUARD_OFF["not-installed"]
+        if not guard.running:
+            return ADVICE_GUARD_OFF["not-running"]
+        if guard.state in ("guarding", "held"):
+            return ("nm-scanguard was guarding and bgscan still scanned: see `scanguardctl "
+                    "status` for its error")
+        return ("nm-scanguard suspends bgscan only while the link is busy; for a call that "
+                "moves little data, hold it: scanguardctl hold --reason call -- COMMAND, or "
+                "lower busy_bps (scanguard.conf(5))")
+    if source == NETWORKMANAGER:
+        who = f" ({', '.join(figures.names)})" if figures.names else ""
+        return (f"a program asked NetworkManager to scan{who}: close the Wi-Fi menu, or lengthen "
+                "or remove the widget's scan timer; while the link is busy, nm-scanguard's "
+                "defer_client_scans = yes (the default) refuses these requests")
+    if source == DIRECT:
+        return ("GeoClue scans for location services (automatic time zone, Night Light, "
+                "weather); nm-scanguard's abort_scans = yes cuts them short while guarding, or "
+                "turn its Wi-Fi source off with [wifi] enable=false in /etc/geoclue/geoclue.conf "
+                "(docs/scan-deferral.md, \"GeoClue is never refused\")")
+    if source == GUARD:
+        return ("the signal fell below nm-scanguard's floor and it scanned so that the station "
+                "could roam: this scan is wanted")
+    return "nothing in the evidence says who asked for these scans"
+
+
+def verdict(a: Analysis, guard: Guard) -> list[str]:
+    """Sentences a person can act on, most important first."""
+    lines: list[str] = []
+    if a.median_ms is None:
+        lines.append("Latency could not be measured, so no stall can be tied to a scan.")
+    if a.scans == 0:
+        if a.spikes:
+            lines.append(f"No Wi-Fi scan ran on {a.interface}: its {_n(a.spikes, 'latency spike')} "
+                         "have another cause (the network beyond the access point, interference, "
+                         "power saving), not scans.")
+        else:
+            lines.append(f"No Wi-Fi scan ran on {a.interface}, and latency stayed steady.")
+        if guard.state in ("guarding", "held"):
+            lines.append("nm-scanguard was guarding this interface: bgscan was suspended.")
+        return lines
+    share = a.spikes_in_scans / a.spikes if a.spikes else 0.0
+    if a.spikes and share >= CAUSE_SHARE:
+        lines.append(f"Scans cause the stalls on {a.interface}: {a.spikes_in_scans} of "
+                     f"{_n(a.spikes, 'latency spike')} fell inside the {_n(a.scans, 'scan')}.")
+    elif a.spikes_in_scans:
+        lines.append(f"Scans cause some stalls on {a.interface}: {a.spikes_in_scans} of "
+                     f"{_n(a.spikes, 'latency spike')} fell inside the {_n(a.scans, 'scan')}; "
+                     "the others have another cause.")
+    elif a.median_ms is not None:
+        lines.append(f"{_n(a.scans, 'scan')} ran on {a.interface}, but no latency spike fell "
+                     "inside one" + (f"; the {_n(a.spikes, 'spike')} have another cause."
+                                     if a.spikes else "."))
+    share_bps = a.inside_share
+    if share_bps is not None and a.busy:
+        lines.append(f"Throughput inside scans was {share_bps * 100:.0f} % of the throughput "
+                     "outside them (median seconds).")
+    elif not a.busy:
+        lines.append("The link was nearly idle, so what scans cost in throughput cannot be seen; "
+                     "run diagnose again during a transfer or call.")
+    for source, figures in a.by_source.items():
+        if not figures.scans:
+            continue
+        who = DESCRIPTIONS[source]
+        if figures.names and source in (NETWORKMANAGER, DIRECT):
+            who += f" — {', '.join(figures.names)}"
+        lines.append(f"{_n(figures.scans, 'scan')} by {who} "
+                     f"({figures.seconds_off:.1f} s off the channel, {_n(figures.spikes, 'spike')}"
+                     f"): {advice(source, figures, guard)}.")
+    return lines
+
+
+# ---- the JSON document -----------------------------------------------------------------------
+
+def _finite(value: Any) -> Any:
+    """None for NaN and the infinities, so that the document stays strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _ssid(ssid: bytes) -> str:
+    return ssid.decode("utf-8", "backslashreplace")
+
+
+def as_json(rec: Recording) -> dict[str, Any]:
+    links = []
+    for link in rec.links:
+        a = analyse(link, rec.duration)
+        guard = rec.guards.get(link.interface, Guard())
+        links.append({
+            "interface": link.interface, "ssid": link.ssid, "signal_dbm": link.signal_dbm,
+            "signal_source": link.signal_source, "gateway": link.gateway,
+            "latency_method": link.latency_method,
+            "bgscan": link.bgscan, "bgscan_source": link.bgscan_source,
+            "bgscan_explained": link.bgscan_words,
+            "guard": {"installed": guard.installed, "running": guard.running,
+                      "state": guard.state, "states_seen": guard.states_seen,
+                      "settings_sources": guard.settings_sources, "detail": guard.detail},
+            "summary": {
+                "echoes": a.echoes, "answered": a.answered,
+                "median_rtt_ms": _finite(a.median_ms),
+                "spike_threshold_ms": _finite(a.spike_threshold_ms),
+                "spikes": a.spikes, "spikes_in_scans": a.spikes_in_scans, "scans": a.scans,
+                "seconds_scanning": round(a.scan_seconds, 3),
+                "throughput_inside_scans_bps": _finite(a.inside_bps),
+                "throughput_outside_scans_bps": _finite(a.outside_bps),
+                "inside_share": _finite(a.inside_share), "busy": a.busy,
+                "by_source": {k: {"scans": v.scans, "seconds": round(v.seconds_off, 3),
+                                  "spikes": v.spikes, "names": v.names}
+                              for k, v in a.by_source.items()},
+            },
+            "verdict": verdict(a, guard),
+            "scans": [{"start": round(s.start, 3), "end": None if s.end is None else round(s.end, 3),
+                       "duration": None if s.duration is None else round(s.duration, 3),
+                       "outcome": s.outcome, "source": s.source, "name": s.name,
+                       "label": s.label_text, "basis": s.basis,
+                       "ssids": None if s.ssids is None else [_ssid(x) for x in s.ssids],
+                       "channels": len(s.frequencies)} for s in link.scans],
+            "echoes": [[round(e.sent, 3), None if e.rtt_ms is None else round(e.rtt_ms, 3)]
+                       for e in link.echoes],
+            "seconds": [[round(s.at, 3), round(s.rx_bps), round(s.tx_bps)] for s in link.seconds],
+        })
+    return {"started_at": rec.started_at, "duration": round(rec.duration, 3),
+            "interrupted": rec.interrupted, "spike_definition": spike_definition(),
+            "scan_events": rec.scan_events_source, "notes": rec.notes, "links": links}
+
+
+# ---- the report a person reads -----------------------------------------------------------------
+
+def _mbit(bps: float | None) -> str:
+    return "-" if bps is None else f"{bps / 1e6:.1f} Mbit/s"
+
+
+def guard_line(guard: Guard) -> str:
+    if not guard.installed:
+        return "not installed" + (f" ({guard.detail})" if guard.detail else "")
+    if not guard.running:
+        return "installed, not running" + (f" ({guard.detail})" if guard.detail else "")
+    seen = [s for s in guard.states_seen if s]
+    text = "installed, running"
+    if seen:
+        text += f", {' then '.join(seen)} during the run"
+    if guard.settings_sources:
+        sources = sorted(set(guard.settings_sources.values()))
+        text += f" (settings from {', '.join(sources)})"
+    if guard.detail:
+        text += f"; {guard.detail}"
+    return text
+
+
+def scan_line(scan: Scan) -> str:
+    took = "still running" if scan.duration is None else f"{scan.duration:6.2f} s"
+    probed = ("no SSID (passive)" if not scan.ssids else
+              ", ".join(ssid_text(s) if not s else f"'{ssid_text(s)}'" for s in scan.ssids))
+    who = scan.label_text
+    return (f"  at {scan.start:7.1f} s  {took}  {scan.outcome:<8}  {who}\n"
+            f"      probed {probed} on {len(scan.frequencies)} channel(s); "
+            f"how we know: {scan.basis}")
+
+
+def report(rec: Recording) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(rec.started_at))
+    out = [f"scanguardctl diagnose: {rec.duration:.0f} s from {when}"
+           + (" (ended early by Ctrl-C)" if rec.interrupted else "")]
+    if not rec.links:
+        out.append("No activated Wi-Fi connection was found: nothing to diagnose.")
+    for link in rec.links:
+        a = analyse(link, rec.duration)
+        guard = rec.guards.get(link.interface, Guard())
+        head = f"{link.interface}" + (f" ('{clipped(link.ssid, 64)}')" if link.ssid else "")
+        out.append("")
+        out.append(f"== {head}")
+        out.extend(f"* {line}" for line in verdict(a, guard))
+        out.append("")
+        signal = (f"{link.signal_dbm} dBm ({link.signal_source})" if link.signal_dbm is not None
+                  else f"unknown ({link.signal_source or 'not readable'})")
+        out.append(f"Signal: {signal}")
+        if link.bgscan is None:
+            out.append(f"bgscan: unknown ({link.bgscan_source})")
+        else:
+            shown = f"'{link.bgscan}'" if link.bgscan else '"" (none)'
+            out.append(f"bgscan: {shown}, {link.bgscan_source}: {link.bgscan_words}")
+        out.append(f"nm-scanguard: {guard_line(guard)}")
+        if a.median_ms is None:
+            out.append(f"Latency: not measured ({link.latency_method})")
+        else:
+            out.append(f"Latency: {a.echoes} echoes, {link.latency_method}; median "
+                       f"{a.median_ms:.1f} ms; {_n(a.spikes, 'spike')} (≥ "
+                       f"{a.spike_threshold_ms:.0f} ms or lost), {a.spikes_in_scans} inside scans")
+        out.append(f"Throughput (median second): {_mbit(a.outside_bps)} outside scans, "
+                   f"{_mbit(a.inside_bps)} inside")
+        out.append(f"Scans: {a.scans} ({rec.scan_events_source})")
+        out.extend(scan_line(s) for s in link.scans)
+    out.append("")
+    out.append(f"Spike: {spike_definition()}.")
+    out.extend(rec.notes)
+    return "\n".join(out) + "\n"
+
+
+# ---- bgscan in words ---------------------------------------------------------------------------
+
+NM_SINGLE = "simple:30:-70:86400"
+NM_MULTI = "simple:30:-65:300"
+
+
+def _every(seconds: int) -> str:
+    if seconds >= 3600 and seconds % 3600 == 0:
+        hours = seconds // 3600
+        return "once a day" if hours == 24 else f"every {hours} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"every {seconds // 60} min"
+    return f"every {seconds} s"
+
+
+def explain_bgscan(value: str | None, *, suspended_by_guard: bool = False,
+                   access_points: int | None = None) -> str:
+    """A bgscan string in words, and why NetworkManager chose it where that can be told.
+    `access_points`: how many access points (BSSIDs) of this network NetworkManager lists."""
+    if value is None:
+        return ("no bgscan at all: NetworkManager sets none for a hotspot, an ad-hoc network or "
+                "a profile locked to one BSSID, so wpa_supplicant does not scan while connected")
+    if value == "":
+        return ("background scans are off" + (": nm-scanguard suspended them while the link is "
+                                              "busy and restores NetworkManager's value after"
+                                              if suspended_by_guard else ""))
+    parts = value.split(":")
+    if parts[0] in ("simple", "learn") and len(parts) >= 4:
+        try:
+            short, limit, long = int(parts[1]), int(parts[2]), int(parts[3])
+        except ValueError:
+            return f"a {parts[0]} bgscan with parameters that are not numbers"
+        words = (f"a scan {_every(long)} while the signal is at or above {limit} dBm, "
+                 f"{_every(short)} below it, and one at once when it crosses {limit} dBm")
+        if parts[0] == "learn":
+            words += " (the learn module, which also remembers the channels it found)"
+        if value == NM_MULTI:
+            why = ("NetworkManager chose it because it saw more than one access point of this "
+                   "network, or the network uses 802.1X")
+            if access_points is not None:
+                why += f" (it lists {_n(access_points, 'access point')} of it now)"
+            words += f"; {why}"
+        elif value == NM_SINGLE:
+            words += ("; NetworkManager's choice for a network with a single access point "
+                      "(it scans once a day while the signal is good)")
+        return words
+    return f"the bgscan module '{clipped(parts[0])}', which this tool cannot explain"

@@ -1,0 +1,391 @@
+"""`scanguardctl diagnose` without a system: attribution from recorded scan events, the spike
+and throughput figures, the verdict, the report and strict JSON, and the parsers of what the
+kernel shows any user (/proc/net/route, /proc/net/wireless, /proc/PID/comm, ICMP)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from nm_scanguard import attribution as A
+from nm_scanguard import diagnose as D
+from nm_scanguard import findings as F
+from nm_scanguard.cli import build_parser, main
+from nm_scanguard.nl80211 import ScanEvent
+
+CAFE = "Café ☕".encode()
+HOME = b"home"
+FREQS = tuple(range(2412, 2473, 5)) + (5180, 5200)
+
+
+@pytest.fixture(params=[HOME, CAFE], ids=["ascii", "non-ascii"])
+def ssid(request) -> bytes:
+    return request.param
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def target(ssid: bytes, index: int = 3) -> D.Target:
+    t = D.Target(interface="wlan0", ifindex=index, ssid=ssid)
+    t.link.interface = "wlan0"
+    t.link.ssid = ssid.decode()
+    return t
+
+
+def started(ssids, index: int = 3) -> ScanEvent:
+    return ScanEvent(kind="started", ifindex=index, wdev=None, ssids=ssids, frequencies=FREQS,
+                     flags=0)
+
+
+def ended(kind: str = "finished", index: int = 3) -> ScanEvent:
+    return ScanEvent(kind=kind, ifindex=index, wdev=None, ssids=None, frequencies=(), flags=0)
+
+
+def recorded(ssid: bytes, sequence, evidence=None, seconds: float = 60.0,
+             rtt=lambda t, scanning: 80.0 if scanning else 2.0, mbit=lambda scanning: 10 if scanning else 60):
+    """Feed a Recorder (fake clock) the scan events of `sequence` [(at, event)], echoes every
+    0.2 s whose round trip `rtt` gives, and per-second counters; label with `evidence`."""
+    clock = Clock()
+    t = target(ssid)
+    rec = D.Recorder([t], clock)
+    events = sorted(sequence, key=lambda x: x[0])
+    i = 0
+    scanning = False
+    for step in range(int(seconds / 0.2)):
+        now = step * 0.2
+        while i < len(events) and events[i][0] <= now:
+            at, ev = events[i]
+            clock.t = 1000.0 + at
+            rec.on_event(ev, clock.t, 1_700_000_000.0 + at)
+            scanning = ev.kind == "started"
+            i += 1
+        clock.t = 1000.0 + now
+        t.link.echoes.append(F.Echo(now, rtt(now, scanning)))
+        if step % 5 == 0:
+            bps = mbit(scanning) * 1e6
+            t.link.seconds.append(F.Second(now, bps / 2, bps / 2))
+    rec.label({t.ifindex: evidence or A.Evidence(current_ssid=ssid)})
+    return t.link
+
+
+def guard(**kw) -> F.Guard:
+    return F.Guard(**kw)
+
+
+# ---- attribution -----------------------------------------------------------------------------
+
+def test_bgscan_probes_only_the_current_ssid(ssid):
+    lab = A.attribute((ssid,), 10.0, A.Evidence(current_ssid=ssid))
+    assert lab.source == A.BGSCAN and lab.signature == "current"
+    assert "only the current network's SSID" in lab.basis
+
+
+def test_wildcard_only_is_networkmanager_unnamed_without_the_rules_record(ssid):
+    lab = A.attribute((b"",), 10.0, A.Evidence(current_ssid=ssid))
+    assert lab.source == A.NETWORKMANAGER and lab.name == ""
+    assert "polkit rule" in lab.basis
+
+
+def test_hidden_profiles_ssids_beside_the_wildcard_are_still_networkmanager(ssid):
+    lab = A.attribute((b"", b"hidden-one"), 10.0, A.Evidence(current_ssid=ssid))
+    assert lab.source == A.NETWORKMANAGER
+
+
+def test_the_polkit_rules_record_names_the_program(ssid):
+    seen = A.Request(at=9.4, program="nmcli", pid=4242, user="Café ☕")
+    lab = A.attribute((b"",), 10.0, A.Evidence(current_ssid=ssid, client_requests=[seen]))
+    assert lab.source == A.NETWORKMANAGER and lab.name == "nmcli"
+    assert "nmcli" in lab.text() and "Café ☕" in lab.basis
+
+
+def test_a_request_too_long_before_or_after_names_nothing(ssid):
+    for at in (10.0 - A.REQUEST_WINDOW - 0.1, 10.5):
+        seen = A.Request(at=at, program="nmcli", pid=1)
+        lab = A.attribute((b"",), 10.0, A.Evidence(current_ssid=ssid, client_requests=[seen]))
+        assert lab.source == A.NETWORKMANAGER and lab.name == ""
+
+
+def test_the_guards_own_record_labels_its_roaming_scan(ssid):
+    lab = A.attribute((b"",), 10.0, A.Evidence(current_ssid=ssid, own_scans=[9.9],
+                                               client_requests=[A.Request(9.8, "nmcli", 1)]))
+    assert lab.source == A.GUARD and "nm-scanguard recorded" in lab.basis
+
+
+def test_current_and_wildcard_is_a_direct_caller_named_geoclue_only_if_it_runs(ssid):
+    with_geoclue = A.attribute((ssid, b""), 10.0, A.Evidence(current_ssid=ssid, geoclue_pid=812))
+    assert with_geoclue.source == A.DIRECT and with_geoclue.name == "GeoClue"
+    assert "pid 812" in with_geoclue.basis
+    without = A.attribute((b"", ssid), 10.0, A.Evidence(current_ssid=ssid))
+    assert without.source == A.DIRECT and without.name == ""
+    assert "not running" in without.basis
+
+
+def test_passive_and_strange_scans_stay_unknown(ssid):
+    assert A.attribute(None, 1.0, A.Evidence(current_ssid=ssid)).source == A.UNKNOWN
+    assert A.attribute((), 1.0, A.Evidence(current_ssid=ssid)).source == A.UNKNOWN
+    other = A.attribute((b"elsewhere",), 1.0, A.Evidence(current_ssid=ssid))
+    assert other.source == A.UNKNOWN and "none of the known" in other.basis
+
+
+def test_without_knowing_the_current_ssid_a_single_ssid_is_not_called_bgscan():
+    assert A.attribute((HOME,), 1.0, A.Evidence()).source == A.UNKNOWN
+    assert A.attribute((b"",), 1.0, A.Evidence()).source == A.NETWORKMANAGER
+
+
+# ---- the recorder and the analysis -----------------------------------------------------------
+
+def test_bgscan_scan_under_load_is_found_with_its_spikes(ssid):
+    link = recorded(ssid, [(20.0, started((ssid,))), (27.0, ended())])
+    assert len(link.scans) == 1
+    scan = link.scans[0]
+    assert scan.source == A.BGSCAN and scan.outcome == "finished"
+    assert scan.duration == pytest.approx(7.0, abs=0.01)
+    a = F.analyse(link, 60.0)
+    assert a.median_ms == 2.0 and a.spike_threshold_ms == 32.0
+    assert a.spikes == a.spikes_in_scans == 35  # 7 s of echoes at 0.2 s
+    assert a.inside_share == pytest.approx(10 / 60)
+    lines = F.verdict(a, guard())
+    assert lines[0].startswith("Scans cause the stalls on wlan0: 35 of 35")
+    assert "17 %" in lines[1]
+    assert any("bgscan" in line and "install nm-scanguard" in line for line in lines)
+
+
+def test_no_scans_are_never_blamed(ssid):
+    link = recorded(ssid, [], rtt=lambda t, s: 90.0 if int(t) % 10 == 0 else 2.0)
+    a = F.analyse(link, 60.0)
+    assert a.scans == 0 and a.spikes > 0
+    lines = F.verdict(a, guard(installed=True, running=True, state="guarding"))
+    assert "No Wi-Fi scan ran" in lines[0] and "not scans" in lines[0]
+    assert "guarding" in lines[1]
+    assert not any("Scans cause" in line for line in lines)
+
+
+def test_a_quiet_run_says_so():
+    link = recorded(HOME, [])
+    lines = F.verdict(F.analyse(link, 60.0), guard())
+    assert lines == ["No Wi-Fi scan ran on wlan0, and latency stayed steady."]
+
+
+def test_scans_without_spikes_are_not_named_the_cause(ssid):
+    link = recorded(ssid, [(5.0, started((b"",))), (9.0, ended("aborted"))],
+                    rtt=lambda t, s: 2.0)
+    lines = F.verdict(F.analyse(link, 60.0), guard())
+    assert "no latency spike fell inside one" in lines[0]
+    assert link.scans[0].outcome == "aborted"
+
+
+def test_lost_echoes_are_spikes():
+    link = recorded(HOME, [(10.0, started((HOME,))), (12.0, ended())],
+                    rtt=lambda t, s: None if s else 3.0)
+    a = F.analyse(link, 60.0)
+    assert a.spikes == a.spikes_in_scans == 10 and a.answered == a.echoes - 10
+
+
+def test_an_idle_link_gives_no_throughput_ratio():
+    link = recorded(HOME, [(10.0, started((HOME,))), (17.0, ended())], mbit=lambda s: 0.01)
+    a = F.analyse(link, 60.0)
+    assert not a.busy
+    assert any("nearly idle" in line for line in F.verdict(a, guard()))
+
+
+def test_recorder_ignores_other_interfaces_and_counts_ends_it_never_saw_start():
+    clock = Clock()
+    t = target(HOME)
+    rec = D.Recorder([t], clock)
+    rec.on_event(ended(), 1000.5, 1.0)
+    rec.on_event(started((HOME,), index=9), 1001.0, 2.0)
+    rec.on_event(started((HOME,)), 1002.0, 3.0)
+    assert rec.unmatched_ends == 1 and len(t.link.scans) == 1
+    scan = t.link.scans[0]
+    assert scan.outcome == "running" and scan.until(30.0) == 30.0 and scan.duration is None
+
+
+def test_every_source_gets_its_own_figures_and_advice(ssid):
+    ev = A.Evidence(current_ssid=ssid, geoclue_pid=77, own_scans=[1_700_000_040.0],
+                    client_requests=[A.Request(1_700_000_029.5, "gnome-shell", 1500, "ann")])
+    link = recorded(ssid, [(10.0, started((ssid,))), (15.0, ended()),
+                           (30.0, started((b"",))), (33.0, ended()),
+                           (40.0, started((b"",))), (43.0, ended()),
+                           (50.0, started((ssid, b""))), (50.1, ended("aborted"))], evidence=ev)
+    assert [s.source for s in link.scans] == [A.BGSCAN, A.NETWORKMANAGER, A.GUARD, A.DIRECT]
+    assert link.scans[1].name == "gnome-shell" and link.scans[3].name == "GeoClue"
+    a = F.analyse(link, 60.0)
+    assert set(a.by_source) == {A.BGSCAN, A.NETWORKMANAGER, A.DIRECT, A.GUARD}
+    text = "\n".join(F.verdict(a, guard(installed=True, running=True, state="idle")))
+    assert "gnome-shell" in text and "defer_client_scans" in text
+    assert "GeoClue" in text and "abort_scans" in text
+    assert "roam" in text and "scanguardctl hold" in text
+
+
+# ---- the report and JSON ---------------------------------------------------------------------
+
+def recording(link: F.Link, **guard_kw) -> F.Recording:
+    rec = F.Recording(started_at=time.time(), duration=60.0, links=[link],
+                      scan_events_source="seen in the kernel's nl80211 scan events")
+    rec.guards["wlan0"] = guard(**guard_kw)
+    link.bgscan = "simple:30:-65:300"
+    link.bgscan_source = "read from wpa_supplicant"
+    link.bgscan_words = F.explain_bgscan(link.bgscan, access_points=2)
+    return rec
+
+
+def test_report_leads_with_the_verdict_and_shows_users_text(ssid):
+    link = recorded(ssid, [(20.0, started((ssid,))), (27.0, ended())])
+    text = F.report(recording(link))
+    lines = text.splitlines()
+    assert lines[2] == f"== wlan0 ('{ssid.decode()}')"
+    assert lines[3].startswith("* Scans cause the stalls")
+    assert "every 5 min while the signal is at or above -65 dBm" in text
+    assert "how we know: it probed only the current network's SSID" in text
+    assert f"probed '{ssid.decode()}'" in text
+    assert "Spike: a spike is an echo that took at least 3 times the median" in text
+
+
+def test_json_is_strict_and_complete(ssid):
+    link = recorded(ssid, [(20.0, started((ssid,))), (27.0, ended())])
+    link.echoes.append(F.Echo(59.9, None))
+    doc = F.as_json(recording(link, installed=True, running=True, state="idle",
+                              states_seen=["idle"]))
+    text = json.dumps(doc, allow_nan=False, ensure_ascii=False)
+    back = json.loads(text)
+    entry = back["links"][0]
+    assert entry["ssid"] == ssid.decode()
+    assert entry["scans"][0]["source"] == "bgscan" and entry["scans"][0]["ssids"] == [ssid.decode()]
+    assert entry["summary"]["spikes_in_scans"] == 35
+    assert entry["echoes"][-1] == [59.9, None]
+    assert entry["guard"]["states_seen"] == ["idle"]
+
+
+def test_json_without_echoes_has_nulls_not_nan():
+    link = F.Link(interface="wlan0")
+    rec = F.Recording(started_at=1.0, duration=5.0, links=[link])
+    doc = F.as_json(rec)
+    json.dumps(doc, allow_nan=False)
+    assert doc["links"][0]["summary"]["median_rtt_ms"] is None
+    assert doc["links"][0]["summary"]["inside_share"] is None
+    assert "Latency could not be measured" in doc["links"][0]["verdict"][0]
+
+
+def test_explain_bgscan():
+    assert "every 5 min" in F.explain_bgscan(F.NM_MULTI)
+    assert "more than one access point" in F.explain_bgscan(F.NM_MULTI, access_points=3)
+    assert "3 access points" in F.explain_bgscan(F.NM_MULTI, access_points=3)
+    assert "once a day" in F.explain_bgscan(F.NM_SINGLE)
+    assert "single access point" in F.explain_bgscan(F.NM_SINGLE)
+    assert "nm-scanguard suspended" in F.explain_bgscan("", suspended_by_guard=True)
+    assert F.explain_bgscan("") == "background scans are off"
+    assert "no bgscan at all" in F.explain_bgscan(None)
+    assert "learn module" in F.explain_bgscan("learn:10:-60:600:/tmp/x")
+    assert "not numbers" in F.explain_bgscan("simple:a:b:c")
+    assert "cannot explain" in F.explain_bgscan("Café ☕:1")
+
+
+# ---- what the system shows any user ----------------------------------------------------------
+
+def test_route_gateway(tmp_path):
+    route = tmp_path / "route"
+    route.write_text("Iface\tDestination\tGateway \tFlags\n"
+                     "eth0\t00000000\t0101A8C0\t0003\n"
+                     "wlan0\t0000A8C0\t00000000\t0001\n"
+                     "wlan0\t00000000\t0100000A\t0003\n")
+    assert D.route_gateway("wlan0", str(route)) == "10.0.0.1"
+    assert D.route_gateway("eth0", str(route)) == "192.168.1.1"
+    assert D.route_gateway("wlan1", str(route)) == ""
+    assert D.route_gateway("wlan0", str(tmp_path / "missing")) == ""
+
+
+def test_proc_wireless(tmp_path):
+    f = tmp_path / "wireless"
+    f.write_text("Inter-| sta-|   Quality        |   Discarded packets\n"
+                 " face | tus | link level noise |  nwid  crypt   frag  retry   misc | beacon | 22\n"
+                 " wlan0: 0000   38.  -72.  -256        0      0      0      0      0        0\n")
+    assert D.proc_wireless_dbm("wlan0", str(f)) == -72
+    assert D.proc_wireless_dbm("wlan1", str(f)) is None
+
+
+def test_geoclue_pid(tmp_path):
+    for pid, comm in ((12, "bash"), (812, "geoclue"), (13, "geoclue-demo")):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "comm").write_text(comm + "\n")
+    (tmp_path / "self").mkdir()
+    assert D.geoclue_pid(str(tmp_path)) == 812
+    assert D.geoclue_pid(str(tmp_path / "none")) is None
+
+
+def test_echo_packets_and_their_checksum():
+    assert D.echo_reply_seq(D.echo_request(7)) is None  # a request is no reply
+    reply = bytes([0, 0]) + D.echo_request(7)[2:]
+    assert D.echo_reply_seq(reply) == 7
+    raw = D.echo_request(9, ident=0x1234)
+    assert D.checksum(raw) == 0  # a correct checksum sums to zero
+    ip_header = bytes([0x45]) + bytes(19)
+    assert D.echo_reply_seq(ip_header + bytes([0, 0]) + raw[2:], ident=0x1234) == 9
+    assert D.echo_reply_seq(ip_header + bytes([0, 0]) + raw[2:], ident=0x9999) is None
+    assert D.echo_reply_seq(b"\x00") is None
+
+
+def test_pinger_measures_loopback():
+    async def go() -> list[F.Echo]:
+        echoes: list[F.Echo] = []
+        try:
+            p = D.Pinger("127.0.0.1", echoes, time.monotonic)
+        except PermissionError:  # ping_group_range excludes us: the raw socket, as root
+            p = D.Pinger("127.0.0.1", echoes, time.monotonic, raw=True)
+        for _ in range(4):
+            p.send()
+            await asyncio.sleep(0.05)
+        p.expire(final=True)
+        p.close()
+        return echoes
+
+    echoes = asyncio.run(go())
+    assert len(echoes) == 4
+    assert all(e.rtt_ms is not None and 0 < e.rtt_ms < 50 for e in echoes)
+
+
+# ---- the command line ------------------------------------------------------------------------
+
+def test_parser_defaults_and_bad_seconds(capsys):
+    args = build_parser().parse_args(["diagnose"])
+    assert args.seconds == 120 and not args.json and args.plot == ""
+    for bad in ("0", "-5", "nan", "inf", "Café ☕"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["diagnose", "--seconds", bad])
+        assert "seconds" in capsys.readouterr().err
+
+
+def test_plot_without_matplotlib_says_what_to_install(monkeypatch, capsys):
+    import builtins
+    real = builtins.__import__
+
+    def no_matplotlib(name, *a, **kw):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    assert main(["diagnose", "--plot", "/tmp/x.png", "--seconds", "1"]) == 1
+    assert "apt install python3-matplotlib" in capsys.readouterr().err
+
+
+def test_plot_into_a_missing_folder_is_refused_before_recording(capsys):
+    assert main(["diagnose", "--plot", "/nonexistent/Café ☕/x.png", "--seconds", "1"]) == 1
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_plot_is_drawn(tmp_path, ssid):
+    from nm_scanguard import plot
+    link = recorded(ssid, [(20.0, started((ssid,))), (27.0, ended()),
+                           (40.0, started((b"",))), (41.0, ended("aborted"))])
+    out = tmp_path / "diagnose.png"
+    plot.draw(recording(link), str(out), plot.require())
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
