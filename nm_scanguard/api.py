@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import pwd
 import time
@@ -18,6 +19,7 @@ import asyncio
 from typing import Any, Callable, Coroutine, Protocol
 
 from . import __version__
+from .attribution import Request
 from .bus import BusError, add_match, call, name_has_owner
 from .config import ConfigError
 from .dbuslib import Message, MessageBus, MessageType, Variant
@@ -50,6 +52,10 @@ class Guarding(Protocol):
     def schedule_sync(self) -> None: ...
 
     def scan_request_deferred(self, who: str) -> int: ...
+
+    def scan_request_seen(self, request: Request, refused: bool, who: str) -> int: ...
+
+    def recent_scan_requests(self) -> list[tuple[Request, bool]]: ...
 
     async def wifi_interfaces(self) -> list[str]: ...
 
@@ -90,7 +96,8 @@ class Api:
         self.object = ExportedObject(
             bus, PATH, load_interface(xml_path(), IFACE),
             {"Hold": self._hold, "Release": self._release, "Reload": self._reload,
-             "DeviceEvent": self._device_event, "ScanRequestDeferred": self._scan_request_deferred},
+             "DeviceEvent": self._device_event, "ScanRequestDeferred": self._scan_request_deferred,
+             "ScanRequestSeen": self._scan_request_seen},
             self.property_values, LOG_HINT)
         self._watched: set[str] = set()  # callers whose NameOwnerChanged we subscribed to
         self._devices_sent: list[Any] | None = None
@@ -110,7 +117,12 @@ class Api:
             "Version": Variant("s", __version__),
             "Devices": _devices(self.daemon.status()),
             "ActiveHolds": Variant("aa{sv}", [hold_as_dbus(h) for h in self.holds.all()]),
+            "RecentScanRequests": self._requests(),
         }
+
+    def _requests(self) -> Variant:
+        return Variant("a(dsusb)", [[r.at, cut(r.user), r.pid, cut(r.program), refused]
+                                    for r, refused in self.daemon.recent_scan_requests()])
 
     # ---- announcements --------------------------------------------------------------------
 
@@ -226,22 +238,50 @@ class Api:
     async def _scan_request_deferred(self, msg: Message) -> Message:
         """Counted, never acted on: the refusal already happened in polkitd.  Only the user
         that polkitd runs the rule's helper as (or root) may report, so that nobody else can
-        inflate the counts; a report is only ever a number in the status and one log line."""
+        inflate the counts; a report is only ever a number in the status and one log line.
+        Kept for helpers older than ScanRequestSeen."""
         user, pid, program = msg.body
-        uid = await self._uid(msg.sender)
-        if uid != 0 and uid != polkit_uid():
-            raise CallError(ACCESS_DENIED, "only polkitd's helper (user polkitd) or root may call "
-                            "ScanRequestDeferred; it reports a Wi-Fi scan request the nm-scanguard "
-                            "polkit rule refused")
-        if len(user) > MAX_TEXT or len(program) > MAX_PROGRAM:
-            raise CallError(INVALID_ARGS, f"user ({len(user)} characters) or program "
-                            f"({len(program)}) is too long: at most {MAX_TEXT} and {MAX_PROGRAM}")
-        who = f"user {quoted(user)}" if user else "a user"
-        who += f" ({quoted(program) + ', ' if program else ''}pid {pid})" if pid else ""
+        who = await self._reporter(msg, "ScanRequestDeferred", user, pid, program)
         counted = self.daemon.scan_request_deferred(who)
         log.debug("scan request of %s refused by the polkit rule; counted on %d interface(s)",
                   who, counted)
         return Message.new_method_return(msg)
+
+    async def _scan_request_seen(self, msg: Message) -> Message:
+        """A NetworkManager scan request the polkit rule saw, refused or allowed, and when
+        (`uptime`: the boot-time clock, 0 when the helper could not read it).  Refusals are
+        counted as before; every request is kept a while (RecentScanRequests) so that
+        `scanguardctl diagnose` can name the program behind a scan.  Only polkitd's helper and
+        root may report, so nobody can put a false name on someone else's scan."""
+        user, pid, program, refused, uptime = msg.body
+        who = await self._reporter(msg, "ScanRequestSeen", user, pid, program)
+        if not (isinstance(uptime, float) and math.isfinite(uptime) and uptime >= 0.0):
+            raise CallError(INVALID_ARGS, f"uptime must be a number of seconds since boot, "
+                            f"not {uptime!r}")
+        at = wall_clock(uptime)
+        counted = self.daemon.scan_request_seen(Request(at=at, program=program, pid=pid, user=user),
+                                                bool(refused), who)
+        if refused:
+            log.debug("scan request of %s refused by the polkit rule; counted on %d "
+                      "interface(s)", who, counted)
+        else:
+            log.debug("scan request of %s allowed; kept for diagnose", who)
+        self.object.emit_properties(["RecentScanRequests"], {"RecentScanRequests": self._requests()})
+        return Message.new_method_return(msg)
+
+    async def _reporter(self, msg: Message, method: str, user: str, pid: int, program: str) -> str:
+        """Check that polkitd's helper (or root) reports, and that the texts are sane; the
+        words naming who asked, for the log."""
+        uid = await self._uid(msg.sender)
+        if uid != 0 and uid != polkit_uid():
+            raise CallError(ACCESS_DENIED, f"only polkitd's helper (user polkitd) or root may call "
+                            f"{method}; it reports a Wi-Fi scan request the nm-scanguard "
+                            "polkit rule saw")
+        if len(user) > MAX_TEXT or len(program) > MAX_PROGRAM:
+            raise CallError(INVALID_ARGS, f"user ({len(user)} characters) or program "
+                            f"({len(program)}) is too long: at most {MAX_TEXT} and {MAX_PROGRAM}")
+        who = f"user {quoted(user)}" if user else "a user"
+        return who + (f" ({quoted(program) + ', ' if program else ''}pid {pid})" if pid else "")
 
     # ---- helpers --------------------------------------------------------------------------
 
@@ -304,6 +344,15 @@ def _owner_rule(name: str) -> str:
 
 
 @functools.cache
+def wall_clock(uptime: float) -> float:
+    """The wall-clock time of a moment given on the boot-time clock (/proc/uptime), or now
+    when it is 0 (unknown) or lies ahead (a report cannot come from the future)."""
+    if uptime <= 0.0:
+        return time.time()
+    ago = time.clock_gettime(time.CLOCK_BOOTTIME) - uptime
+    return time.time() - max(0.0, ago)
+
+
 def polkit_uid() -> int | None:
     """polkitd's uid, looked up once (None when the system has no such user)."""
     try:

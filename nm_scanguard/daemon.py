@@ -9,10 +9,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
+from collections import deque
 from typing import Any, Callable, Coroutine, Protocol
 
 import systemd.daemon as sd_daemon
 
+from .attribution import Request
 from .bus import BusError, add_match, name_has_owner
 from .config import ProfileWarnings, Settings, apply_profile, load_file
 from .dbuslib import Message, MessageBus, MessageType
@@ -36,6 +39,10 @@ JOURNAL_RETRY_MAX = 60.0
 # A profile whose settings could not be read is read again this often, besides on every signal
 # of NetworkManager (a timeout has no signal to end it).
 SETTINGS_RETRY = 30.0
+# NetworkManager scan requests the polkit rule saw, kept for `scanguardctl diagnose`: the last
+# REQUESTS_KEPT, none older than REQUESTS_KEPT_FOR seconds (a widget asks every 10-15 s).
+REQUESTS_KEPT = 32
+REQUESTS_KEPT_FOR = 600.0
 
 MATCH_RULES = (
     "type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged',arg0='%s'" % NM_NAME,
@@ -73,6 +80,7 @@ class Daemon:
         self.holds.add_listener(self._holds_changed)
         self.guards: dict[str, Guard] = {}
         self.deferral = ScanDeferral(state_dir)
+        self._requests: deque[tuple[Request, bool]] = deque(maxlen=REQUESTS_KEPT)
         # Listeners for the bus API: (interface, state, reason) and "something changed".
         self.on_state_changed: list[Callable[[str, str, str], None]] = []
         self.on_changed: list[Callable[[], None]] = []
@@ -155,7 +163,7 @@ class Daemon:
 
     async def stop(self) -> None:
         """Restore every bgscan we suspended.  Called on SIGTERM/SIGINT and on any fatal error."""
-        self.deferral.set(False)
+        self.deferral.clear()
         await self.tasks.cancel_all()
         restore = self._bus is not None and self._bus.connected
         if not restore and self.journal.entries():
@@ -335,6 +343,18 @@ class Daemon:
 
     def _update_deferral(self) -> None:
         self.deferral.set(any(g.deferring for g in self.guards.values()))
+
+    def scan_request_seen(self, request: Request, refused: bool, who: str) -> int:
+        """The polkit rule saw a NetworkManager scan request (refused or allowed): kept a while
+        for `scanguardctl diagnose`; a refusal is also counted.  Returns how many interfaces
+        counted it."""
+        self._requests.append((request, refused))
+        return self.scan_request_deferred(who) if refused else 0
+
+    def recent_scan_requests(self) -> list[tuple[Request, bool]]:
+        """The requests the rule saw in the last REQUESTS_KEPT_FOR seconds, oldest first."""
+        since = time.time() - REQUESTS_KEPT_FOR
+        return [(r, refused) for r, refused in self._requests if r.at >= since]
 
     def scan_request_deferred(self, who: str) -> int:
         """The polkit rule refused a NetworkManager scan request (its helper told the bus API).

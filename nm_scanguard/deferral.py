@@ -32,38 +32,53 @@ class ScanDeferral:
 
     The shipped polkit rule cannot ask us over the bus (duktape rules cannot) and must answer
     fast, so its helper reads one small world-readable file: "defer PID STARTTIME" while any
-    interface defers, absent otherwise.  The file lives in /run/scanguard, which survives a
-    restart; so that a crashed or killed daemon cannot leave "defer" behind, it names this
-    process and the helper checks that the process still runs (same pid, same start time).
+    interface defers, "watch PID STARTTIME" while the daemon runs and does not defer (the helper
+    allows the request and reports it, so that `scanguardctl diagnose` can name the program
+    that asked), absent once the daemon has stopped.  The file lives in /run/scanguard, which
+    survives a restart; so that a crashed or killed daemon cannot leave "defer" behind, it names
+    this process and the helper checks that the process still runs (same pid, same start time).
     Written atomically (rename), so the helper never reads half a line."""
 
     def __init__(self, state_dir: str) -> None:
         self.path = os.path.join(state_dir, DEFER_FILE)
-        self.active: bool | None = None  # None: unknown, write at the next set()
+        self.active: bool | None = None  # None: unknown or cleared, write at the next set()
         self._problem: str | None = None
+        self._stopped = False
 
     def set(self, defer: bool) -> None:
-        if defer == self.active:
+        """Defer (True) or only watch (False) from now on; nothing once cleared."""
+        if defer == self.active or self._stopped:
             return
         try:
-            if defer:
-                self._write(f"defer {os.getpid()} {_start_time()}\n")
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self.path)
+            self._write(f"{'defer' if defer else 'watch'} {os.getpid()} {_start_time()}\n")
         except OSError as e:
-            problem = f"{self.path}: cannot {'write' if defer else 'remove'} ({e.strerror or e})"
-            if problem != self._problem:
-                log.warning("%s; other programs' Wi-Fi scans are %s meanwhile; check that "
-                            "the directory exists and belongs to the service user", problem,
-                            "not deferred" if defer else "still refused while it names this process")
-                self._problem = problem
-            self.active = None  # try again on the next change
+            self._failed(f"{self.path}: cannot write ({e.strerror or e})",
+                         "not deferred" if defer else "still refused while it names this process")
             return
         self._problem = None
         if defer != bool(self.active):
             log.debug("client Wi-Fi scan requests are %s", "deferred" if defer else "allowed again")
         self.active = defer
+
+    def clear(self) -> None:
+        """The daemon stops: neither defer nor report any more (the guards' last changes while
+        they stop do not write the file again)."""
+        self._stopped = True
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+        except OSError as e:
+            self._failed(f"{self.path}: cannot remove ({e.strerror or e})",
+                         "refused while it names this process")
+            return
+        self.active = None
+
+    def _failed(self, problem: str, meanwhile: str) -> None:
+        if problem != self._problem:
+            log.warning("%s; other programs' Wi-Fi scans are %s meanwhile; check that the "
+                        "directory exists and belongs to the service user", problem, meanwhile)
+            self._problem = problem
+        self.active = None  # try again on the next change
 
     def _write(self, text: str) -> None:
         directory = os.path.dirname(self.path)

@@ -12,6 +12,7 @@ import logging
 import os
 import time
 import traceback
+from collections import deque
 from typing import Any, Coroutine, Protocol
 
 from . import policy as P
@@ -47,6 +48,7 @@ GUARDED = (P.GUARDING, P.HELD, P.NO_BGSCAN)
 AT_ENGAGE, WHILE_GUARDING = "running_at_engage", "started_while_guarding"
 # Our own roaming scan is never aborted; if its end is never seen, stop sparing scans after this.
 OWN_SCAN_LIMIT = 30.0
+OWN_SCANS_KEPT = 4  # roaming scans remembered for diagnose (they are ROAM_SCAN_GAP apart)
 MAX_TRACEBACKS = 16  # distinct unexpected errors whose traceback is logged, per logger
 
 
@@ -121,6 +123,8 @@ class Guard:
         self._scan_news = 0  # Scanning announcements seen
         self._aborting = False  # an AbortScan is on its way
         self._own_scan_at: float | None = None  # our roaming scan asked for, not yet ended
+        # When we last asked for a roaming scan (wall clock), for `scanguardctl diagnose`.
+        self.own_scans: deque[float] = deque(maxlen=OWN_SCANS_KEPT)
         self._own_scan_started = False  # ...and seen starting
         self.state = P.IDLE
         self.reason = "connected"
@@ -341,6 +345,7 @@ class Guard:
                      "own scans go on", self.ifname, now - self._roam_scan_at)
             return
         self._roam_scan_at = self._own_scan_at = now
+        self.own_scans.append(time.time())  # for diagnose: this interface's scan was ours
         self._own_scan_started = False
         try:
             await self._supplicant.scan(await self._iface())
@@ -531,6 +536,7 @@ class Guard:
             deferring_scans=self.deferring,
             scan_requests_deferred=self.scan_requests_deferred,
             scans_aborted=dict(self.scans_aborted),
+            own_scans=list(self.own_scans),
             connection_id=self.dev.connection_id,
             connection_uuid=self.dev.connection_uuid,
             error="; ".join(self._error[k] for k in _KINDS if k in self._error),

@@ -93,6 +93,7 @@ class DeviceStatus:
     deferring_scans: bool = _typed("b", False)
     scan_requests_deferred: int = _typed("u", 0)
     scans_aborted: dict[str, int] = _typed("a{su}", {})
+    own_scans: list[float] = _typed("ad", [])
     connection_id: str = _typed("s", "")
     connection_uuid: str = _typed("s", "")
     error: str = _typed("s", "")
@@ -120,6 +121,8 @@ FIELDS: dict[str, str] = {f.name: f.metadata["dbus"] for f in dataclasses.fields
 def _variant(signature: str, value: Any) -> Variant:
     if signature == "a{su}":
         return Variant("a{su}", {str(k): int(v) for k, v in value.items()})
+    if signature == "ad":
+        return Variant("ad", [float(v) for v in value])
     if signature in ("a{sv}", "a{ss}"):
         return _dict_variant(signature, tuple(value.items()))
     if signature == "b":

@@ -43,6 +43,9 @@ class FakeDaemon:
         for cb in self.on_changed:
             cb()
 
+    def recent_scan_requests(self) -> list:
+        return []
+
 
 def started(monkeypatch, devices_every: float = 60.0, holds_every: float = 60.0):
     monkeypatch.setattr(api, "DEVICES_EVERY", devices_every)

@@ -110,17 +110,21 @@ class RealPolkit:
                            capture_output=True, text=True)
         return "boolean true" in r.stdout
 
-    def defer(self, pid: int | None = None) -> None:
-        """Write what scanguardd writes while guarding, naming a live process (this one)."""
+    def defer(self, pid: int | None = None, mode: str = "defer") -> None:
+        """Write what scanguardd writes while guarding ("watch": while running and not
+        guarding), naming a live process (this one)."""
         pid = os.getpid() if pid is None else pid
         start = process_start(os.getpid()) if pid == os.getpid() else "1"
         tmp = self.state.with_suffix(".tmp")
-        tmp.write_text(f"defer {pid} {start}\n")
+        tmp.write_text(f"{mode} {pid} {start}\n")
         tmp.chmod(0o644)
         tmp.replace(self.state)
 
     def allow(self) -> None:
         self.state.unlink(missing_ok=True)
+
+    def watch(self) -> None:
+        self.defer(mode="watch")
 
     def pkcheck(self, action: str, user: str = "nobody") -> int:
         """pkcheck for its own process as `user`: 0 authorised, 1 not, 2 would need a password."""

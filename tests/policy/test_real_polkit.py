@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -98,8 +99,9 @@ def test_without_our_rule_the_stand_in_allows_even_with_defer_written():
 
 async def test_a_refusal_reaches_the_daemon_through_busctl(polkitd):
     """The helper's background busctl, run by polkitd as user polkitd, delivers
-    ScanRequestDeferred(user, pid, program) to whoever owns our name (here: a stand-in), and
-    waits for the reply: the daemon asks the bus for the caller's uid after the call arrived."""
+    ScanRequestSeen(user, pid, program, refused, uptime) to whoever owns our name (here: a
+    stand-in), and waits for the reply: the daemon asks the bus for the caller's uid after the
+    call arrived.  An allowed request is reported while the daemon watches, not otherwise."""
     from nm_scanguard.dbuslib import Message, MessageBus, MessageType
     from nm_scanguard.names import BUS_NAME, IFACE
 
@@ -117,7 +119,7 @@ async def test_a_refusal_reaches_the_daemon_through_busctl(polkitd):
         bus.send(Message.new_method_return(msg))
 
     def on_call(msg: Message) -> bool | None:
-        if msg.message_type == MessageType.METHOD_CALL and msg.member == "ScanRequestDeferred" \
+        if msg.message_type == MessageType.METHOD_CALL and msg.member == "ScanRequestSeen" \
                 and msg.interface == IFACE:
             tasks.append(asyncio.ensure_future(answer(msg)))
             return True
@@ -129,15 +131,21 @@ async def test_a_refusal_reaches_the_daemon_through_busctl(polkitd):
         polkitd.defer()
         r = await asyncio.to_thread(polkitd.pkcheck_run, SCAN)
         assert r.returncode == NOT_AUTHORIZED
-        await assert_eventually(lambda: got, timeout=10, message="ScanRequestDeferred received")
-        (user, pid, program), caller_uid = got[0]
-        assert (user, program) == ("nobody", "pkcheck") and pid > 1
+        await assert_eventually(lambda: got, timeout=10, message="ScanRequestSeen received")
+        (user, pid, program, refused, uptime), caller_uid = got[0]
+        assert (user, program, refused) == ("nobody", "pkcheck", True) and pid > 1
+        now = float(Path("/proc/uptime").read_text().split()[0])
+        assert 0 < now - uptime < 10  # when polkit asked, on the boot-time clock
         import pwd
         assert caller_uid == pwd.getpwnam("polkitd").pw_uid  # still on the bus when asked
-        allowed_before = len(got)
-        polkitd.allow()
+        polkitd.watch()  # the daemon runs and does not guard: allowed, and reported
+        assert await asyncio.to_thread(polkitd.pkcheck, SCAN) == AUTHORIZED
+        await assert_eventually(lambda: len(got) == 2, timeout=10, message="allowed one reported")
+        (user, _pid, program, refused, _up), _uid = got[1]
+        assert (user, program, refused) == ("nobody", "pkcheck", False)
+        polkitd.allow()  # no daemon: allowed, and nobody to tell
         assert await asyncio.to_thread(polkitd.pkcheck, SCAN) == AUTHORIZED
         await asyncio.sleep(0.5)
-        assert len(got) == allowed_before  # an allowed request is not reported
+        assert len(got) == 2
     finally:
         bus.disconnect()

@@ -1,7 +1,8 @@
-"""ScanRequestDeferred on a default-deny bus with the shipped policy file: only polkitd's helper
-(user polkitd) and root may report a refused scan request; nobody gets AccessDenied from the
-daemon and changes nothing.  Also: the daemon publishes the state file while a hold defers and
-removes it when the hold ends, and scanguardctl shows the counts for a non-ASCII profile."""
+"""ScanRequestDeferred and ScanRequestSeen on a default-deny bus with the shipped policy file:
+only polkitd's helper (user polkitd) and root may report a scan request; nobody gets
+AccessDenied from the daemon and changes nothing.  Also: the daemon publishes "defer" in the
+state file while a hold defers and "watch" otherwise, scanguardctl shows the counts for a
+non-ASCII profile, and the requests seen are kept in RecentScanRequests."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ import json
 import pwd
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
 from nm_scanguard.deferral import DEFER_FILE
-from tests.api.harness import api_call, error_of, scanguardctl
+from tests.api.harness import api_call, error_of, props, scanguardctl
 from tests.conftest import assert_eventually, stop_process
 from tests.peers import REPO, env_for
 
@@ -44,9 +46,15 @@ class Client:
             raise RuntimeError(f"the client running as {user} did not connect to the bus")
 
     def deferred(self, user: str, pid: int, program: str) -> dict[str, Any]:
+        return self.send("ScanRequestDeferred", "sus", [user, pid, program])
+
+    def seen(self, user: str, pid: int, program: str, refused: bool, uptime: float) -> dict[str, Any]:
+        return self.send("ScanRequestSeen", "susbd", [user, pid, program, refused, uptime])
+
+    def send(self, member: str, sig: str, body: list[Any]) -> dict[str, Any]:
         req = {"dest": "io.github.nm_scanguard.ScanGuard1", "path": "/io/github/nm_scanguard/ScanGuard1",
-               "iface": "io.github.nm_scanguard.ScanGuard1", "member": "ScanRequestDeferred",
-               "sig": "sus", "body": [user, pid, program]}
+               "iface": "io.github.nm_scanguard.ScanGuard1", "member": member,
+               "sig": sig, "body": body}
         self.process.stdin.write(json.dumps(req) + "\n")
         self.process.stdin.flush()
         return json.loads(self.process.stdout.readline())
@@ -79,7 +87,7 @@ async def test_only_polkitd_and_root_may_report_a_deferred_scan(strict_scenario,
     s.nm.rename_profile(s.conn, CAFE)
     await assert_eventually(lambda: _named(s, CAFE), message="profile renamed")
     state_file = Path(s.daemon.state_dir) / DEFER_FILE
-    assert not state_file.exists()
+    await assert_eventually(lambda: _watching(state_file), message="watching while idle")
 
     nobody, polkitd = clients("nobody"), clients("polkitd")
     refused = nobody.deferred(CAFE, 4242, "waybar")
@@ -109,13 +117,29 @@ async def test_only_polkitd_and_root_may_report_a_deferred_scan(strict_scenario,
 
     (cookie,) = reply.body
     assert error_of(await api_call(s.bus, "Release", "u", [cookie])) is None
-    await assert_eventually(lambda: not state_file.exists(), message="state file removed when idle")
+    await assert_eventually(lambda: _watching(state_file), message="back to watching when idle")
     assert not (await s.device())["deferring_scans"]
     # a report arriving after the guard went idle is accepted but not counted
     assert polkitd.deferred(CAFE, 4242, "waybar") == {"body": []}
     assert await counted(s) == 2
     js = json.loads((await asyncio.to_thread(scanguardctl, s.address, "status", "--json")).stdout)
     assert js["devices"][0]["scan_requests_deferred"] == 2 and js["devices"][0]["connection_id"] == CAFE
+
+
+async def test_the_requests_the_rule_saw_are_kept_for_diagnose(strict_scenario, clients):
+    s = strict_scenario
+    nobody, polkitd = clients("nobody"), clients("polkitd")
+    up = float(Path("/proc/uptime").read_text().split()[0])
+    refused = nobody.seen(CAFE, 4242, "waybar", False, up)
+    assert refused["error"] == ACCESS_DENIED and "ScanRequestSeen" in refused["text"]
+    assert polkitd.seen(CAFE, 4242, "nmcli", False, up - 2.0) == {"body": []}
+    bad = polkitd.seen(CAFE, 1, "x", False, float("nan"))
+    assert bad["error"] == "org.freedesktop.DBus.Error.InvalidArgs" and "uptime" in bad["text"]
+    (entry,) = (await props(s.bus))["RecentScanRequests"]
+    at, user, pid, program, was_refused = entry
+    assert (user, pid, program, was_refused) == (CAFE, 4242, "nmcli", False)
+    assert abs(time.time() - 2.0 - at) < 1.0  # the boot-time clock turned into the wall clock
+    assert await counted(s) == 0  # allowed requests are not refusals
 
 
 async def test_stopping_the_daemon_removes_the_state_file(strict_scenario):
@@ -127,6 +151,10 @@ async def test_stopping_the_daemon_removes_the_state_file(strict_scenario):
     s.daemon.process.terminate()
     await asyncio.to_thread(s.daemon.process.wait, 20)
     assert not state_file.exists()
+
+
+async def _watching(state_file: Path) -> bool:
+    return state_file.exists() and state_file.read_text().startswith("watch ")
 
 
 async def _named(s, name: str) -> bool:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from nm_scanguard import policy as P
+from nm_scanguard.attribution import Request
 from nm_scanguard.cli import GEOCLUE_HINT, device_line, scan_hint, status_json
 from nm_scanguard.config import KEYS, ConfigError, Settings, apply_profile, load_file
 from nm_scanguard.daemon import Daemon
@@ -54,23 +55,28 @@ async def guard(parts) -> Guard:
 
 # ---- the state file ------------------------------------------------------------------------
 
-def test_the_state_file_names_this_process_while_deferring_and_is_gone_otherwise(tmp_path):
+def test_the_state_file_names_this_process_deferring_or_watching_and_is_gone_once_cleared(tmp_path):
     d = ScanDeferral(str(tmp_path))
     path = tmp_path / DEFER_FILE
+    me = f"{os.getpid()} {start_time(os.getpid())}\n"
     d.set(True)
-    assert path.read_text() == f"defer {os.getpid()} {start_time(os.getpid())}\n"
+    assert path.read_text() == "defer " + me
     assert stat.S_IMODE(path.stat().st_mode) == 0o644  # polkitd's helper reads it
     assert [p.name for p in tmp_path.iterdir()] == [DEFER_FILE]  # no temporary file left
     d.set(False)
+    assert path.read_text() == "watch " + me  # requests are allowed, and reported
+    d.clear()
+    assert not path.exists() and d.active is None
+    d.set(True)  # a guard's last change while the daemon stops: not written again
     assert not path.exists()
-    d.set(False)  # nothing to remove: fine
+    d.clear()  # nothing to remove: fine
     assert not path.exists()
 
 
-def test_a_leftover_is_removed_at_the_first_set(tmp_path):
+def test_a_leftover_is_replaced_at_the_first_set(tmp_path):
     (tmp_path / DEFER_FILE).write_text("defer 1 1\n")
     ScanDeferral(str(tmp_path)).set(False)
-    assert not (tmp_path / DEFER_FILE).exists()
+    assert (tmp_path / DEFER_FILE).read_text().startswith(f"watch {os.getpid()} ")
 
 
 def test_a_write_that_fails_is_logged_once_and_tried_again(tmp_path, caplog):
@@ -117,11 +123,13 @@ def helper(state: Path, tmp_path: Path, user: str = "alice", pid: str = "1") -> 
     assert r.returncode == 0 and r.stderr == b""
     answer = r.stdout.decode()
     called: list[str] = []
-    if answer == "defer\n":
+    if answer == "defer\n" or (answer == "allow\n" and state.exists()
+                               and state.read_text(errors="replace").startswith("watch ")):
         deadline = time.monotonic() + 5
         while not record.exists() and time.monotonic() < deadline:
             time.sleep(0.01)
-        called = record.read_text(encoding="utf-8").splitlines()
+        # a dead daemon's "watch" reports nothing: then nothing came after 5 s
+        called = record.read_text(encoding="utf-8").splitlines() if record.exists() else []
     return answer, called
 
 
@@ -132,11 +140,32 @@ def test_helper_defers_while_the_named_process_runs_and_tells_the_daemon(tmp_pat
     answer, called = helper(state, tmp_path, user=user, pid=str(os.getpid()))
     assert answer == "defer\n"
     comm = Path(f"/proc/{os.getpid()}/comm").read_text().rstrip("\n")
-    assert called[-5:] == ["ScanRequestDeferred", "sus", user, str(os.getpid()), comm]
+    assert called[-7:-1] == ["ScanRequestSeen", "susbd", user, str(os.getpid()), comm, "true"]
+    up = float(Path("/proc/uptime").read_text().split()[0])
+    assert 0 < up - float(called[-1]) < 5  # when polkit asked, on the boot-time clock
     # it waits for the reply (the daemon must still be able to ask the bus who called), but in
     # the background; and it never starts the daemon by bus activation
     assert "--expect-reply=no" not in called and "--auto-start=no" in called
     assert "--timeout=5" in called
+
+
+@pytest.mark.parametrize("user", ["alice", CAFE])
+def test_helper_allows_while_the_daemon_watches_and_reports_who_asked(tmp_path, user):
+    state = tmp_path / "defer-scans"
+    state.write_text(f"watch {os.getpid()} {start_time(os.getpid())}\n")
+    answer, called = helper(state, tmp_path, user=user, pid=str(os.getpid()))
+    assert answer == "allow\n"
+    comm = Path(f"/proc/{os.getpid()}/comm").read_text().rstrip("\n")
+    assert called[-7:-1] == ["ScanRequestSeen", "susbd", user, str(os.getpid()), comm, "false"]
+    assert float(called[-1]) > 0
+
+
+def test_helper_reports_pid_zero_and_no_program_for_a_strange_pid(tmp_path):
+    state = tmp_path / "defer-scans"
+    state.write_text(f"watch {os.getpid()} {start_time(os.getpid())}\n")
+    answer, called = helper(state, tmp_path, pid="12x")
+    assert answer == "allow\n"
+    assert called[-6:-1] == ["susbd", "alice", "0", "", "false"]
 
 
 @pytest.mark.parametrize("content", [
@@ -153,6 +182,8 @@ def test_helper_defers_while_the_named_process_runs_and_tells_the_daemon(tmp_pat
     "defer ../../self {start}\n",
     "defer -1 {start}\n",
     "défer {pid} {start}\n",
+    "watch {pid} 1\n",  # a watching daemon that died: allowed, and nobody to tell
+    "watch 4194303 {start}\n",
 ])
 def test_helper_fails_open(tmp_path, content):
     state = tmp_path / "defer-scans"
@@ -275,7 +306,7 @@ async def test_the_daemon_publishes_whether_any_guard_defers(guard, parts, tmp_p
     daemon.guards[guard.ifname] = guard
     daemon.deferral.set(False)  # what start() does first
     path = tmp_path / "state" / DEFER_FILE
-    assert not path.exists()
+    assert path.read_text().startswith(f"watch {os.getpid()} ")
     guard.hold_changed(True)
     await guard.kick()
     assert path.read_text().startswith(f"defer {os.getpid()} ")
@@ -283,9 +314,25 @@ async def test_the_daemon_publishes_whether_any_guard_defers(guard, parts, tmp_p
     assert guard.scan_requests_deferred == 1
     guard.hold_changed(False)
     await guard.kick()
-    assert not path.exists()
+    assert path.read_text().startswith(f"watch {os.getpid()} ")
     assert daemon.scan_request_deferred("late") == 0  # not deferring: not counted
     assert guard.scan_requests_deferred == 1
+    await daemon.stop()
+    assert not path.exists()
+
+
+def test_the_daemon_keeps_the_requests_the_rule_saw_for_ten_minutes(tmp_path):
+    daemon = Daemon(Settings(), None, str(tmp_path / "state"), tasks=Supervisor())
+    now = time.time()
+    old = Request(at=now - 601, program="nmcli", pid=7, user="alice")
+    new = Request(at=now - 1, program="gnome-shell", pid=8, user=CAFE)
+    assert daemon.scan_request_seen(old, False, "a user") == 0
+    assert daemon.scan_request_seen(new, True, "a user") == 0  # no interface deferring
+    assert daemon.recent_scan_requests() == [(new, True)]
+    for i in range(40):
+        daemon.scan_request_seen(Request(at=now, program=f"p{i}"), False, "x")
+    kept = daemon.recent_scan_requests()
+    assert len(kept) == 32 and kept[-1][0].program == "p39"
 
 
 # ---- the Devices entry and scanguardctl ----------------------------------------------------
@@ -380,3 +427,11 @@ def test_status_and_systemd_share_one_formatter_and_an_idle_line_stays_the_same(
     assert full.startswith("wlan0 ('Café ☕'): idle for 1m15s (")
     assert brief.startswith("wlan0: idle (") and full.split("; ", 1)[1] == brief.split("; ", 1)[1]
     assert brief == device_line(dict(d, since=time.time()), connection=False, age=False)
+
+
+def test_the_helpers_boot_time_clock_becomes_the_wall_clock():
+    from nm_scanguard.api import wall_clock
+    up = time.clock_gettime(time.CLOCK_BOOTTIME)
+    assert abs(wall_clock(up - 5.0) - (time.time() - 5.0)) < 0.05
+    assert abs(wall_clock(0.0) - time.time()) < 0.05  # unknown: now
+    assert abs(wall_clock(up + 100.0) - time.time()) < 0.05  # from the future: now
