@@ -38,6 +38,8 @@ DESCRIPTIONS = {
     UNKNOWN: "unknown",
 }
 
+GEOCLUE_NAME = "org.freedesktop.GeoClue2"  # its bus name: owned while it runs
+
 # A request recorded by someone else (the guard's own Scan call, a polkit check) names the scan
 # the kernel started within this many seconds after it.  NetworkManager starts a requested scan
 # at once (tens of milliseconds in the lab) unless its 8 s limit defers it, and then the
@@ -129,8 +131,8 @@ def attribute(ssids: Sequence[bytes] | None, started_at: float, evidence: Eviden
         return Label(NETWORKMANAGER, signature=sig,
                      basis="it probed the wildcard SSID and not the current network's, which is "
                            "how NetworkManager scans when a program calls RequestScan; which "
-                           "program asked, only nm-scanguard's polkit rule can see (not "
-                           "installed, or it saw no request)")
+                           "program asked, only nm-scanguard's polkit rule can tell, and it saw "
+                           "no request (root's never reach polkit; or the rule is not installed)")
     if sig == "current+wildcard":
         if evidence.geoclue_pid:
             return Label(DIRECT, name="GeoClue", signature=sig,

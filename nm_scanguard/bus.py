@@ -107,6 +107,19 @@ async def name_has_owner(bus: MessageBus, name: str) -> bool:
     return bool(owned)
 
 
+async def owner_pid(bus: MessageBus, name: str) -> int | None:
+    """The pid of the process that owns `name` on the bus, or None if nobody does (or the bus
+    will not say): what any user may ask, also in a sandbox that hides /proc."""
+    try:
+        if not await name_has_owner(bus, name):
+            return None
+        (pid,) = await call(bus, "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                            "org.freedesktop.DBus", "GetConnectionUnixProcessID", "s", [name])
+        return int(pid)
+    except BusError:
+        return None
+
+
 FLUSH_TIMEOUT = 2.0  # seconds a stopping daemon waits for its last messages to leave
 
 

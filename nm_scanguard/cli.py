@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any
 
 from . import __version__
+from .attribution import DESCRIPTIONS
 from .bus import BusError, add_match, call, get_all, unwrap
 from .config import (DEFAULT_CONFIG_PATH, KEYS, USER_DATA_PREFIX, ConfigError, Settings,
                      apply_profile, load_file, parse_value)
@@ -332,7 +333,10 @@ async def cmd_monitor(args: argparse.Namespace) -> int:
             if cut > 0:
                 print(f"{_stamp()} {name}: aborted {cut} scan(s) that took the radio off the "
                       "channel while guarding (abort_scans)", flush=True)
-            if extra > 0:
+            labelled = _new_scans(d, before)
+            for text in labelled:
+                print(f"{_stamp()} {name}: {text}", flush=True)
+            if extra > 0 and not labelled:
                 who = who_scanned(bool(d.get("deferring_scans") or before.get("deferring_scans")))
                 print(f"{_stamp()} {name}: {extra} scan(s) while guarding, requested by {who}",
                       flush=True)
@@ -427,6 +431,18 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         if args.plot:
             print(f"Plot: {args.plot}")
     return 0
+
+
+def _new_scans(now: dict[str, Any], before: dict[str, Any]) -> list[str]:
+    """One line per source whose count of scans grew since the last Devices entry: the
+    newest scan's label when it was the only one, else the source and how many."""
+    if not before:
+        return []
+    was, counts = before.get("scans_by_source") or {}, now.get("scans_by_source") or {}
+    grown = {k: int(v) - int(was.get(k, 0)) for k, v in counts.items() if int(v) > int(was.get(k, 0))}
+    if len(grown) == 1 and sum(grown.values()) == 1 and now.get("last_scan"):
+        return [f"a scan by {now['last_scan']}"]
+    return [f"{n} scan(s) by {DESCRIPTIONS.get(k, k)}" for k, n in sorted(grown.items())]
 
 
 # ---- command line ----------------------------------------------------------------------------

@@ -9,14 +9,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import time
 from collections import deque
 from typing import Any, Callable, Coroutine, Protocol
 
 import systemd.daemon as sd_daemon
 
-from .attribution import Request
-from .bus import BusError, add_match, name_has_owner
+from .attribution import GEOCLUE_NAME, Request
+from .bus import BusError, add_match, name_has_owner, owner_pid
 from .config import ProfileWarnings, Settings, apply_profile, load_file
 from .dbuslib import Message, MessageBus, MessageType
 from .export import Throttle
@@ -25,6 +26,7 @@ from .guard import Guard
 from .holds import Holds
 from .journal import Journal
 from .netlink import LinkCounters
+from .nl80211 import Nl80211Error, ScanEvent, ScanEvents
 from .nm import NAME as NM_NAME, NetworkManager, WifiDevice
 from .status import DeviceStatus
 from .supplicant import IFACE as WPAS_IFACE, NAME as WPAS_NAME, PATH as WPAS_PATH, Supplicant
@@ -43,6 +45,7 @@ SETTINGS_RETRY = 30.0
 # REQUESTS_KEPT, none older than REQUESTS_KEPT_FOR seconds (a widget asks every 10-15 s).
 REQUESTS_KEPT = 32
 REQUESTS_KEPT_FOR = 600.0
+LABEL_AFTER = 1.0  # seconds after a scan starts that it is labelled (see _label_scan)
 
 MATCH_RULES = (
     "type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged',arg0='%s'" % NM_NAME,
@@ -81,6 +84,7 @@ class Daemon:
         self.guards: dict[str, Guard] = {}
         self.deferral = ScanDeferral(state_dir)
         self._requests: deque[tuple[Request, bool]] = deque(maxlen=REQUESTS_KEPT)
+        self._scan_events: ScanEvents | None = None
         # Listeners for the bus API: (interface, state, reason) and "something changed".
         self.on_state_changed: list[Callable[[str, str, str], None]] = []
         self.on_changed: list[Callable[[], None]] = []
@@ -138,6 +142,7 @@ class Daemon:
         from following NetworkManager and answering; a guard that finds its network's "" in
         the journal takes the entry over, and the replay leaves that network alone."""
         self.deferral.set(False)  # whatever a previous instance left says nothing about now
+        await self._follow_scans()
         await self.sync()
         self._retry = self.spawn(self._replay_journal())
 
@@ -164,6 +169,8 @@ class Daemon:
     async def stop(self) -> None:
         """Restore every bgscan we suspended.  Called on SIGTERM/SIGINT and on any fatal error."""
         self.deferral.clear()
+        if self._scan_events is not None:
+            self._scan_events.close()
         await self.tasks.cancel_all()
         restore = self._bus is not None and self._bus.connected
         if not restore and self.journal.entries():
@@ -343,6 +350,40 @@ class Daemon:
 
     def _update_deferral(self) -> None:
         self.deferral.set(any(g.deferring for g in self.guards.values()))
+
+    # ---- who asked for each scan (the kernel's scan events) --------------------------------
+
+    async def _follow_scans(self) -> None:
+        """Join nl80211's scan events, so that each scan is labelled by who asked.  Without
+        them (no cfg80211, a sandbox without netlink) scans are still counted; that is said
+        once, and nothing else depends on it."""
+        try:
+            self._scan_events = await ScanEvents.open(self._scan_event)
+        except Nl80211Error as e:
+            log.warning("cannot follow the kernel's scan events (%s); scans are counted but "
+                        "not labelled by who asked", e.strerror or e)
+
+    def _scan_event(self, event: ScanEvent, _monotonic: float, wall: float) -> None:
+        if event.kind != "started" or event.ifindex is None:
+            return
+        for guard in self.guards.values():
+            try:
+                index = socket.if_nametoindex(guard.ifname)
+            except OSError:
+                continue
+            if index == event.ifindex:
+                self.spawn(self._label_scan(guard, event, wall), guard)
+                return
+
+    async def _label_scan(self, guard: Guard, event: ScanEvent, wall: float) -> None:
+        # The polkit rule's report of an allowed request comes from a background busctl and
+        # may arrive after the scan it asked for has started: label a moment later.
+        await asyncio.sleep(LABEL_AFTER)
+        await guard.scan_started(event.ssids, wall, [r for r, _ in self.recent_scan_requests()],
+                                 self._geoclue_pid)
+
+    async def _geoclue_pid(self) -> int | None:
+        return await owner_pid(self.bus, GEOCLUE_NAME)  # this sandbox cannot see /proc
 
     def scan_request_seen(self, request: Request, refused: bool, who: str) -> int:
         """The polkit rule saw a NetworkManager scan request (refused or allowed): kept a while

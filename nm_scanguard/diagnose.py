@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import attribution
-from .attribution import Evidence, Request
-from .bus import BusError, call, get_all, get_property, name_has_owner, unwrap
+from .attribution import GEOCLUE_NAME, Evidence, Request
+from .bus import BusError, call, get_all, get_property, name_has_owner, owner_pid, unwrap
 from .dbuslib import MessageBus
 from .findings import ECHO_TIMEOUT, Echo, Guard, Link, Recording, Scan, Second, explain_bgscan
 from .names import BUS_NAME, IFACE as GUARD_IFACE, PATH as GUARD_PATH
@@ -306,6 +306,8 @@ def proc_wireless_dbm(name: str, path: str = "/proc/net/wireless") -> int | None
     return None
 
 
+
+
 def geoclue_pid(proc: str = "/proc") -> int | None:
     """A running GeoClue daemon's pid (its comm is "geoclue"), or None."""
     try:
@@ -531,7 +533,7 @@ async def record(bus: MessageBus, seconds: float, only: str | None,
     if recorder.unmatched_ends:
         rec.notes.append(f"Note: {recorder.unmatched_ends} scan(s) were already running when "
                          "the recording began; they are not counted.")
-    geoclue = geoclue_pid()
+    geoclue = await owner_pid(bus, GEOCLUE_NAME) or geoclue_pid()
     evidence = {}
     if running:
         _, _, props, _ = await guard_properties(bus)

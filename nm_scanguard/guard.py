@@ -13,9 +13,11 @@ import os
 import time
 import traceback
 from collections import deque
-from typing import Any, Coroutine, Protocol
+from typing import Any, Awaitable, Callable, Coroutine, Protocol, Sequence
 
+from . import attribution
 from . import policy as P
+from .attribution import Request
 from .config import Settings
 from .nm import WifiDevice
 from .policy import Policy
@@ -87,6 +89,8 @@ class SupplicantView(Protocol):
 
     async def abort_scan(self, iface_path: str) -> None: ...
 
+    async def current_ssid(self, iface_path: str) -> bytes | None: ...
+
 
 class GuardListener(Protocol):
     def guard_state_changed(self, guard: Guard, state: str, reason: str) -> None: ...
@@ -126,6 +130,11 @@ class Guard:
         # When we last asked for a roaming scan (wall clock), for `scanguardctl diagnose`.
         self.own_scans: deque[float] = deque(maxlen=OWN_SCANS_KEPT)
         self._own_scan_started = False  # ...and seen starting
+        # Scans the kernel announced on this interface, by who asked (attribution.SOURCES),
+        # and the newest one's label: the daemon's side of `scanguardctl diagnose`.
+        self.scans_by_source: dict[str, int] = {}
+        self.last_scan = ""
+        self._ssid: tuple[str, bytes | None] | None = None  # (iface path, SSID) last read
         self.state = P.IDLE
         self.reason = "connected"
         self.since = time.time()
@@ -455,6 +464,36 @@ class Guard:
             self.scans_idle += 1
         self._listener.guard_changed(self)
 
+    async def scan_started(self, ssids: tuple[bytes, ...] | None, at: float,
+                           requests: Sequence[Request],
+                           geoclue: Callable[[], Awaitable[int | None]]) -> None:
+        """The kernel announced a scan on this interface at `at` (wall clock), probing `ssids`:
+        label it from the evidence (attribution.py) and count it by who asked.  `geoclue`
+        finds GeoClue's pid, asked only for a scan a direct caller's could be."""
+        ssid = await self._current_ssid()
+        pid = None
+        if attribution.signature(ssids, ssid) == "current+wildcard":
+            pid = await geoclue()
+        label = attribution.attribute(ssids, at, attribution.Evidence(
+            current_ssid=ssid, own_scans=list(self.own_scans), client_requests=requests,
+            geoclue_pid=pid))
+        self.scans_by_source[label.source] = self.scans_by_source.get(label.source, 0) + 1
+        self.last_scan = label.text()
+        log.debug("%s: a scan by %s (%s)", self.ifname, self.last_scan, label.basis)
+        self._listener.guard_changed(self)
+
+    async def _current_ssid(self) -> bytes | None:
+        """The current access point's SSID, read once per interface object; None when it
+        cannot be read (the label then says what it can without it)."""
+        try:
+            iface = await self._iface()
+            if self._ssid is None or self._ssid[0] != iface:
+                self._ssid = (iface, await self._supplicant.current_ssid(iface))
+            return self._ssid[1]
+        except SupplicantError as e:
+            log.debug("%s: cannot read the current SSID to label a scan: %s", self.ifname, e)
+            return None
+
     def count_deferred_request(self, who: str) -> None:
         """The polkit rule refused a client's NetworkManager scan request while we deferred.
         The first of a guarded period is logged; the rest are counted and summed up when the
@@ -537,6 +576,8 @@ class Guard:
             scan_requests_deferred=self.scan_requests_deferred,
             scans_aborted=dict(self.scans_aborted),
             own_scans=list(self.own_scans),
+            scans_by_source=dict(self.scans_by_source),
+            last_scan=self.last_scan,
             connection_id=self.dev.connection_id,
             connection_uuid=self.dev.connection_uuid,
             error="; ".join(self._error[k] for k in _KINDS if k in self._error),

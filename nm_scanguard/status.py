@@ -94,6 +94,8 @@ class DeviceStatus:
     scan_requests_deferred: int = _typed("u", 0)
     scans_aborted: dict[str, int] = _typed("a{su}", {})
     own_scans: list[float] = _typed("ad", [])
+    scans_by_source: dict[str, int] = _typed("a{su}", {})
+    last_scan: str = _typed("s", "")
     connection_id: str = _typed("s", "")
     connection_uuid: str = _typed("s", "")
     error: str = _typed("s", "")

@@ -17,6 +17,7 @@ NAME = "fi.w1.wpa_supplicant1"
 PATH = "/fi/w1/wpa_supplicant1"
 IFACE = NAME + ".Interface"
 NETWORK = NAME + ".Network"
+BSS = NAME + ".BSS"
 # What wpa_supplicant answers for an interface it does not manage (GetInterface, RemoveInterface).
 INTERFACE_UNKNOWN = NAME + ".InterfaceUnknown"
 
@@ -153,6 +154,17 @@ class Supplicant:
             if e.name == SCAN_ERROR:
                 raise NoScanRunning(f"no scan to abort on {iface_path}: {e.text}", e.name) from None
             raise explain(e, f"aborting the scan on {iface_path}") from None
+
+    async def current_ssid(self, iface_path: str) -> bytes | None:
+        """The SSID of the access point the interface is with (its CurrentBSS), as the bytes
+        the air carries; None when it is with none."""
+        try:
+            bss = await get_property(self.bus, NAME, iface_path, IFACE, "CurrentBSS")
+            if bss in ("", "/"):
+                return None
+            return bytes(await get_property(self.bus, NAME, bss, BSS, "SSID"))
+        except BusError as e:
+            raise explain(e, f"reading the SSID of {iface_path}'s access point") from None
 
     async def signal(self, iface_path: str) -> int | None:
         """RSSI in dBm, or None when wpa_supplicant cannot tell: not associated, or the driver

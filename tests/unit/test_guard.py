@@ -57,6 +57,9 @@ class FakeView(FakeSupplicant):
         self.is_scanning = False  # what the Scanning property reads
         self.aborts: list[str] = []
         self.abort_error: str | None = None  # an error name AbortScan answers
+        self.ssid: bytes | None = "Café ☕".encode()  # the current access point's
+        self.ssid_error: str | None = None
+        self.ssid_reads = 0
 
     async def signal(self, iface_path: str) -> int | None:
         self.polls += 1
@@ -74,6 +77,12 @@ class FakeView(FakeSupplicant):
     async def scanning(self, iface_path: str) -> bool:
         self.calls.append(("scanning", iface_path))
         return self.is_scanning
+
+    async def current_ssid(self, iface_path: str) -> bytes | None:
+        self.ssid_reads += 1
+        if self.ssid_error:
+            fail(self.ssid_error, f"reading the SSID of {iface_path}'s access point")
+        return self.ssid
 
     async def abort_scan(self, iface_path: str) -> None:
         self.aborts.append(iface_path)
