@@ -27,8 +27,8 @@ from pathlib import Path
 
 from .lab import PING_INTERVAL, Lab
 from .measure import AIR_LIMITED
-from .scenario import (GUARD_SETTINGS, SIMULATION_NOTE, WEAK_LINK_BGSCAN, Guardd, MeasuredRun,
-                       arm_weak_link, measured_transfer, wait_bgscan)
+from .scenario import (GUARD_SETTINGS, SIMULATION_NOTE, WEAK_LINK_BGSCAN, Diagnose, Guardd,
+                       MeasuredRun, arm_weak_link, measured_transfer, wait_bgscan)
 from .vm import REPO
 
 # What the demo judges a guarded run by; every verdict it prints is one the project holds itself
@@ -273,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{total / 60:.0f} min in all")
     lab = Lab.start(log=print)
     runs: dict[tuple[str, str], MeasuredRun] = {}
+    diagnosed: dict[str, str] = {}  # mode -> what `scanguardctl diagnose` printed
     guardd = Guardd(lab)
     try:
         original = lab.bgscan()
@@ -290,10 +291,18 @@ def main(argv: list[str] | None = None) -> int:
                 if mode == "guard on":
                     wait_bgscan(lab, WEAK_LINK_BGSCAN, GUARD_SETTINGS["release_after"] + 20)
                 arm_weak_link(lab)
+                # What a user would see on a laptop: `scanguardctl diagnose` as a desktop user
+                # (group netdev, as Debian's first user) beside the upload.
+                diagnose = (Diagnose(lab, seconds - 5, as_user="netdev", text=True, plot=True,
+                                     label=f"diagnose-{mode.replace(' ', '-')}")
+                            if direction == "upload" else None)
                 m = measured_transfer(lab, direction, seconds, f"{direction}, {mode}",
                                       progress=say)
                 runs[direction, mode] = m
                 say(m.report())
+                if diagnose is not None:
+                    diagnosed[mode] = diagnose.report(
+                        args.out / f"diagnose-{mode.replace(' ', '-')}.png")
         say("waiting for the guard to restore bgscan after the transfer")
         wait_bgscan(lab, WEAK_LINK_BGSCAN, GUARD_SETTINGS["release_after"] + 20)
         guardd.stop()
@@ -328,6 +337,14 @@ def main(argv: list[str] | None = None) -> int:
         texts.append(warning)
     summary["host_limited"] = warning
     summary["table"] = "\n\n".join(texts)
+    for mode, text in diagnosed.items():
+        head = (f"scanguardctl diagnose, run as a desktop user beside the upload, {mode} "
+                f"(plot: {args.out / ('diagnose-' + mode.replace(' ', '-') + '.png')}):")
+        print(head)
+        print(textwrap.indent(text.rstrip("\n"), "  "))
+        print()
+        (args.out / f"diagnose-{mode.replace(' ', '-')}.txt").write_text(text)
+    summary["diagnose"] = diagnosed
     (args.out / "summary.json").write_text(strict_json(summary))
     (args.out / "table.txt").write_text(summary["table"] + "\n")
     png = args.out / "demo.png"

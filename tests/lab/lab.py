@@ -427,6 +427,9 @@ class Lab:
 
     def _bring_up(self) -> None:
         self.check("mkdir -p /run/lab /run/dbus /run/wpa_supplicant")
+        # What systemd's /usr/lib/sysctl.d/50-default.conf sets on every Debian desktop (this
+        # guest has no systemd): unprivileged ICMP echo, which `scanguardctl diagnose` uses.
+        self.check("sysctl -q -w net.ipv4.ping_group_range='0 2147483647'")
         self._step("udev running, mac80211_hwsim loaded (wlan0, wlan1, hwsim0)", self._radios)
         self._step(f"medium registered with hwsim (AP-station signal {self.signals['ap', 'sta']}"
                    f" dBm)", self._medium)

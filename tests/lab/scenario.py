@@ -16,6 +16,7 @@ import shlex
 import signal
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from nm_scanguard.names import IFACE as SCANGUARD_IFACE, PATH as SCANGUARD_PATH
@@ -389,3 +390,81 @@ def measured_transfer(lab: Lab, direction: str, seconds: float, label: str,
     engaged = m.engaged_at()
     summary["guard_engaged_after_s"] = None if engaged is None else round(engaged - run.t0, 2)
     return m
+
+
+# ---- scanguardctl diagnose as a desktop user (issue 23) ------------------------------------------
+# A desktop user has no privileges; Debian's installer puts the first user into group netdev,
+# which Debian's wpa_supplicant policy lets read the bgscan string.  `nobody` stands in for both.
+DIAGNOSE_USERS = {
+    "user": "setpriv --reuid=nobody --regid=nogroup --clear-groups",
+    "netdev": "setpriv --reuid=nobody --regid=nogroup --groups=netdev",
+}
+
+
+class Diagnose:
+    """`scanguardctl diagnose --json` run as an unprivileged user in the guest, beside a check;
+    `result()` waits for it and gives its JSON, with each scan's start and end on the guest's
+    clock (`t0`, `t1`) for comparison with what the lab knows independently."""
+
+    count = 0
+
+    def __init__(self, lab: Lab, seconds: float, as_user: str = "user", label: str = "diagnose",
+                 text: bool = False, plot: bool = False):
+        Diagnose.count += 1
+        self.lab, self.seconds, self.text = lab, seconds, text
+        self.label = f"{label}-{Diagnose.count}"
+        self.path = f"/run/lab/{self.label}.{'txt' if text else 'json'}"
+        self.plot = f"/run/lab/plots/{self.label}.png" if plot else None
+        options = "" if text else " --json"
+        if self.plot:
+            lab.check("mkdir -p -m 1777 /run/lab/plots", 10)  # the user writes the plot there
+            options += f" --plot {self.plot}"
+        self.t_spawned = lab.guest_time()
+        self.proc = lab.spawn(
+            f"cd {shlex.quote(str(REPO))} && PYTHONDONTWRITEBYTECODE=1 exec "
+            f"{DIAGNOSE_USERS[as_user]} {SCANGUARDCTL} diagnose --seconds {seconds:g}{options} "
+            f"--interface {STA_IF} > {self.path}", name=self.label)
+
+    def recording(self) -> bool:
+        """Whether it records yet (its python and NetworkManager queries take seconds in the
+        TCG guest): it opens its ICMP socket, owned by nobody (uid 65534), after subscribing to
+        the kernel's scan events, just before the first echo."""
+        return self.lab.run("awk 'NR > 1 && $8 == 65534' /proc/net/icmp | grep -q .", 10)[0] == 0
+
+    def wait_recording(self, timeout: float = 60) -> float:
+        wait_until(self.recording, timeout, f"{self.label} to start recording", interval=0.5)
+        return self.lab.guest_time()
+
+    def _finished(self, timeout: float | None) -> bytes:
+        rc = self.proc.wait(timeout if timeout is not None else self.seconds + 90)
+        if rc is None:
+            self.proc.stop()
+            raise AssertionError(f"diagnose did not finish: {self.proc.output()[-2000:]}")
+        assert rc == 0, f"diagnose exited {rc}: {self.proc.output()[-2000:]}"
+        return self.lab.read_file(self.path)
+
+    def result(self, timeout: float | None = None) -> dict:
+        doc = json.loads(self._finished(timeout).decode("utf-8"))
+        for link in doc["links"]:
+            for scan in link["scans"]:
+                scan["t0"] = doc["started_at"] + scan["start"]
+                scan["t1"] = None if scan["end"] is None else doc["started_at"] + scan["end"]
+        (self.lab.vm.rundir / f"{self.label}.json").write_text(json.dumps(doc, indent=1))
+        return doc
+
+    def report(self, plot_to: Path | None = None, timeout: float | None = None) -> str:
+        """The text a user sees; the plot copied to `plot_to` when one was asked for."""
+        text = self._finished(timeout).decode("utf-8")
+        if self.plot and plot_to is not None:
+            plot_to.write_bytes(self.lab.read_file(self.plot))
+        return text
+
+
+def diagnose_link(doc: dict) -> dict:
+    (link,) = [entry for entry in doc["links"] if entry["interface"] == STA_IF]
+    return link
+
+
+def matching_scan(scans: list[measure.Scan], t0: float, slack: float = 0.5) -> measure.Scan | None:
+    """The kernel scan (`iw event`, the lab's own record) that started at t0 (guest clock)."""
+    return next((s for s in scans if abs(s.start - t0) <= slack), None)

@@ -11,7 +11,8 @@ from . import measure
 from .lab import (AP_ADDR, CONNECTION, COUNTRY, PING_INTERVAL, SCAN_FREQS_MHZ, SSID, STA_IF,
                   STRONG_SIGNAL_DBM, WEAK_SIGNAL_DBM)
 from .demo import strict_json
-from .scenario import NM_DEFAULT_BGSCAN, arm_weak_link, measured_transfer, transfer_problems
+from .scenario import (NM_DEFAULT_BGSCAN, Diagnose, arm_weak_link, diagnose_link, matching_scan,
+                       measured_transfer, transfer_problems)
 
 pytestmark = pytest.mark.lab
 
@@ -57,12 +58,18 @@ def test_medium_sets_the_signal_the_station_sees(lab):
 
 
 def test_baseline_upload_bgscan_scans_disturb_the_link(lab):
-    """Guard not running: bgscan scans during an upload, with PM=1 Null frames and RTT spikes."""
+    """Guard not running: bgscan scans during an upload, with PM=1 Null frames and RTT spikes.
+    `scanguardctl diagnose`, run beside it as a desktop user, finds the scan, names bgscan and
+    finds the latency spikes inside it (issue 23 (a))."""
     network = lab.network_path()
     original = lab.bgscan(network)
     try:
         arm_weak_link(lab)
+        # As a user of group netdev, as Debian's installer makes the first user: wpa_supplicant
+        # lets it read the bgscan string.  It records while bgscan's scan comes (≈27 s in).
+        diagnose = Diagnose(lab, BASELINE_SECONDS - 5, as_user="netdev", label="diagnose-a")
         m = measured_transfer(lab, "upload", BASELINE_SECONDS, "baseline upload, guard off")
+        doc = diagnose.result()
     finally:
         lab.set_bgscan(original, network)
     assert lab.bgscan(network) == original
@@ -107,6 +114,54 @@ def test_baseline_upload_bgscan_scans_disturb_the_link(lab):
         f"answered {answered_during:.0%} during scans vs {answered_outside:.0%} outside", summary)
     # No link losses in the baseline: its scans are bgscan's, not a reconnect's.
     assert summary["link_losses"] == 0, summary["link_loss_events"]
+    check_diagnose_found_bgscan(lab, doc, m)
     # The transfer itself ran for the whole time (judged by the time iperf3's intervals cover).
     problems = transfer_problems(m, BASELINE_SECONDS)
     assert not problems, "; ".join(problems) + "\n" + m.report()
+
+
+def spike_rates(link: dict) -> tuple[float, float]:
+    """The share of diagnose's echoes that were spikes, inside scans and outside them."""
+    limit = link["summary"]["spike_threshold_ms"]
+    spans = [(s["start"], s["end"] if s["end"] is not None else float("inf")) for s in link["scans"]]
+    inside = [0, 0]
+    outside = [0, 0]
+    for sent, rtt in link["echoes"]:
+        spike = rtt is None or (limit is not None and rtt >= limit)
+        end = sent + (1.0 if rtt is None else rtt / 1000)
+        bucket = inside if any(a < end and sent < b for a, b in spans) else outside
+        bucket[0] += spike
+        bucket[1] += 1
+    return (inside[0] / inside[1] if inside[1] else 0.0, outside[0] / outside[1] if outside[1] else 0.0)
+
+
+def check_diagnose_found_bgscan(lab, doc: dict, m) -> None:
+    """Issue 23 (a): what diagnose said, against what the lab knows independently: the kernel's
+    scans (`iw event`, run as root) and bgscan's own requests (wpa_supplicant's debug log)."""
+    link = diagnose_link(doc)
+    summary = link["summary"]
+    since = doc["started_at"] - 10
+    kernel, asked_all = lab.scans(since), lab.bgscan_requests(since)
+    bgscan = [s for s in link["scans"] if s["source"] == "bgscan"]
+    assert bgscan, f"diagnose labelled no scan bgscan: {link['scans']}"
+    for scan in link["scans"]:
+        assert matching_scan(kernel, scan["t0"]) is not None, \
+            f"diagnose's scan at {scan['t0']:.2f} is not among iw event's: {kernel}"
+        asked = [t for t in asked_all if 0 <= scan["t0"] - t <= 2.0]
+        assert (scan["source"] == "bgscan") == bool(asked), (
+            f"diagnose labelled the scan at {scan['t0']:.2f} {scan['source']}; bgscan asked for "
+            f"one at {asked}")
+    window = [s for s in kernel if doc["started_at"] + 1 <= s.start <= doc["started_at"] + doc["duration"] - 1]
+    assert len(link["scans"]) >= len(window), (link["scans"], window)
+    assert link["bgscan"] == NM_DEFAULT_BGSCAN and "wpa_supplicant" in link["bgscan_source"], link
+    assert "every 30 s below it" in link["bgscan_explained"]
+    assert not link["guard"]["running"]
+    inside, outside = spike_rates(link)
+    assert summary["spikes_in_scans"] >= 1 and inside > outside, (summary, inside, outside)
+    assert link["ssid"] == SSID
+    lab.say(f"diagnose (a), guard off, as a netdev user: {summary['scans']} scan(s) "
+            f"({', '.join(s['source'] for s in link['scans'])}), {summary['spikes']} spikes "
+            f"(median {summary['median_rtt_ms']:.1f} ms, threshold "
+            f"{summary['spike_threshold_ms']:.0f} ms), {summary['spikes_in_scans']} inside scans; "
+            f"echoes that were spikes: {inside:.0%} inside scans, {outside:.0%} outside; "
+            f"throughput inside/outside {summary['inside_share']}; verdict: {link['verdict'][0]}")

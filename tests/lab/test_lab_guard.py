@@ -19,8 +19,9 @@ import pytest
 from . import measure
 from .lab import AP_ADDR, AP_NS, CONNECTION, SSID, STA_IF, WEAK_SIGNAL_DBM, WPAS, wait_until
 from .scenario import (FADED_SIGNAL_DBM, GUARD_SETTINGS, NM_DEFAULT_BGSCAN, SCANGUARDCTL,
-                       WEAK_LINK_BGSCAN, Guardd, arm_weak_link, bgscan_changes, lab_problems, measured_transfer,
-                       params, strong_link, wait_bgscan_off, wait_bgscan_on, wait_scan)
+                       WEAK_LINK_BGSCAN, Diagnose, Guardd, arm_weak_link, bgscan_changes, diagnose_link,
+                       lab_problems, matching_scan, measured_transfer, params, strong_link,
+                       wait_bgscan_off, wait_bgscan_on, wait_scan)
 from .vm import REPO, GuestCommandError
 
 pytestmark = pytest.mark.lab
@@ -162,7 +163,11 @@ def test_guard_keeps_bgscan_off_during_upload_and_download(lab, guardd):
                 readings.append((lab.guest_time(), value))
                 lab.say(f"{msg}; bgscan {readings[-1][1]!r}")
 
+            # Issue 23 (b): diagnose as a desktop user beside the guarded upload.
+            diagnose = (Diagnose(lab, seconds - 4, label="diagnose-b")
+                        if direction == "upload" else None)
             m = measured_transfer(lab, direction, seconds, f"{direction}, guard on", progress)
+            doc = diagnose.result() if diagnose is not None else None
             report = m.report()
             lab.say(report)
             spoiled = lab_problems(m, seconds, quiet_limit=RELEASE_AFTER - SAMPLE)
@@ -233,8 +238,31 @@ def test_guard_keeps_bgscan_off_during_upload_and_download(lab, guardd):
                     f"{off['outside_scans']['p99_ms']:.1f} ms, during scans p99 "
                     f"{off['during_scans']['p99_ms']:.1f} / max {off['during_scans']['max_ms']:.1f}")
         lab.results[m.label] = s
+        if doc is not None:
+            _diagnose_saw_the_guard(lab, doc, engaged)
     took(lab, "check 2", t, "upload and download guarded, no bgscan scan after engagement"
                             + (f"; measured again after: {'; '.join(retried)}" if retried else ""))
+
+
+def _diagnose_saw_the_guard(lab, doc: dict, engaged: float) -> None:
+    """Issue 23 (b): with the guard on, diagnose finds no scan, says so without blaming scans,
+    and says the guard was guarding (the check above established 0 scans independently)."""
+    link = diagnose_link(doc)
+    after = [sc for sc in link["scans"] if sc["t0"] >= engaged]
+    assert after == [], f"diagnose saw scans after the guard engaged: {after}"
+    assert "guarding" in link["guard"]["states_seen"], link["guard"]
+    verdict = " ".join(link["verdict"])
+    if not link["scans"]:
+        assert "No Wi-Fi scan ran" in verdict and "nm-scanguard was guarding" in verdict, verdict
+        assert "Scans cause" not in verdict, verdict
+    # As a user outside netdev it cannot read wpa_supplicant; the guard says what it suspended
+    # (if it had engaged when diagnose looked: both start with the upload), else it says why not.
+    assert (link["bgscan"] == "" and WEAK_LINK_BGSCAN in link["bgscan_source"]) or (
+        link["bgscan"] is None and "group netdev" in link["bgscan_source"]), link
+    lab.say(f"diagnose (b), guard on, as a plain user: {len(link['scans'])} scans, guard states "
+            f"{link['guard']['states_seen']}, {link['summary']['spikes']} spikes (median "
+            f"{link['summary']['median_rtt_ms']} ms); bgscan: {link['bgscan_source']}; "
+            f"verdict: {verdict}")
 
 
 # ---- 3 --------------------------------------------------------------------------------------------
@@ -650,8 +678,11 @@ def test_geoclue_scans_are_aborted_while_guarding_and_go_on_afterwards(lab, guar
     procs = _start_geoclue(lab)
     try:
         t_idle = lab.guest_time()
+        # Issue 23 (d): diagnose as a desktop user while only GeoClue scans.
+        diagnose = Diagnose(lab, 40, label="diagnose-d")
         before = _geoclue_scans(lab, t_idle, t_idle + 60, 3, "GeoClue's scans while idle "
                                 "(journalctl -u geoclue in the guest says why not)")
+        doc = diagnose.result()
         gaps = [round(b.start - a.start, 1) for a, b in zip(before, before[1:])]
         aborted_before = guardd.status()["scans_aborted"] or {}
         traffic = lab.start_traffic("upload", 40, ping_interval=None)
@@ -674,11 +705,27 @@ def test_geoclue_scans_are_aborted_while_guarding_and_go_on_afterwards(lab, guar
     assert sum(counted.values()) >= len(guarded), counted
     assert all(not s.aborted for s in after)
     assert "WiFi scan failed" not in journal, journal[-2000:]
+    _diagnose_named_geoclue(lab, doc)
     lab.say(f"check 9c: GeoClue idle scans every {gaps} s; while guarding {len(guarded)} scans, "
             f"all aborted after {[round(s.duration, 2) for s in guarded]} s; afterwards "
             f"{len(after)} scans in a row, not aborted; {requests} location requests")
     took(lab, "check 9c", t, f"GeoClue's {len(guarded)} scans while guarding aborted "
          f"(longest {max(s.duration for s in guarded):.2f} s); it scanned on afterwards")
+
+
+def _diagnose_named_geoclue(lab, doc: dict) -> None:
+    """Issue 23 (d): at a strong signal bgscan waits a day and no client asks, so every scan in
+    the window is GeoClue's (what the lab knows); diagnose must call each a direct caller's and
+    name GeoClue, from the probed SSIDs and GeoClue running."""
+    link = diagnose_link(doc)
+    kernel = lab.scans(doc["started_at"] - 10)
+    assert link["scans"], "diagnose saw none of GeoClue's scans"
+    for scan in link["scans"]:
+        assert matching_scan(kernel, scan["t0"]) is not None, (scan, kernel)
+        assert (scan["source"], scan["name"]) == ("direct", "GeoClue"), scan
+        assert "GeoClue" in scan["basis"] and "pid" in scan["basis"], scan["basis"]
+    lab.say(f"diagnose (d), GeoClue alone: {len(link['scans'])} scans, each "
+            f"'{link['scans'][0]['label']}' ({link['scans'][0]['basis']})")
 
 
 # ---- 11 -------------------------------------------------------------------------------------------

@@ -22,8 +22,9 @@ import time
 import pytest
 
 from .lab import AP2_OFF_DBM, STRONG_SIGNAL_DBM, WEAK_SIGNAL_DBM, Traffic, wait_until
-from .scenario import (FADED_SIGNAL_DBM, GUARD_SETTINGS, NM_DEFAULT_BGSCAN, Guardd,
-                       arm_weak_link, link_losses, params, wait_bgscan_off, wait_bgscan_on)
+from .scenario import (FADED_SIGNAL_DBM, GUARD_SETTINGS, NM_DEFAULT_BGSCAN, Diagnose, Guardd,
+                       arm_weak_link, diagnose_link, link_losses, matching_scan, params,
+                       wait_bgscan_off, wait_bgscan_on)
 
 pytestmark = pytest.mark.lab
 
@@ -127,6 +128,9 @@ def test_with_the_floor_the_guard_releases_the_station_roams_and_guards_again(la
     traffic = None
     try:
         traffic, engaged = guarded_upload_on_ap1(lab, ap1, ROAM_TIMEOUT + 60)
+        # Issue 23 (e): diagnose as a desktop user across the fade and the roam.
+        diagnose = Diagnose(lab, 45, label="diagnose-e")
+        diagnose.wait_recording()
         faded = fade_ap1_and_raise_ap2(lab)
         released = wait_bgscan_on(lab, faded, params(NM_DEFAULT_BGSCAN), 30)
         st = d.status()
@@ -149,6 +153,16 @@ def test_with_the_floor_the_guard_releases_the_station_roams_and_guards_again(la
         assert st["state"] == "guarding", st
         assert traffic.iperf.running(), "the upload ended before the guard engaged again"
         scans = lab.scans(released, roamed)
+        doc = diagnose.result()
+        link = diagnose_link(doc)
+        ours = next((sc for sc in link["scans"] if abs(sc["t0"] - scanned) <= 0.5), None)
+        assert ours is not None, (scanned, link["scans"])
+        assert ours["source"] == "guard" and "nm-scanguard recorded" in ours["basis"], ours
+        assert matching_scan(lab.scans(released), ours["t0"]) is not None
+        others = [sc["source"] for sc in link["scans"] if sc is not ours]
+        assert "guard" not in others, link["scans"]
+        lab.say(f"diagnose (e): the scan {scanned - released:.1f} s after the release labelled "
+                f"'{ours['label']}' ({ours['basis']}); the others: {others}")
         lab.say(f"roam with the floor: engaged t0+{engaged - traffic.t0:.1f} s; AP1 faded to "
                 f"{FADED_SIGNAL_DBM} dBm -> released after {released - faded:.1f} s; first "
                 f"scan {scanned - released:.1f} s after the release, {len(scans)} in all; "
