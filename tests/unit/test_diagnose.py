@@ -247,7 +247,7 @@ def test_report_leads_with_the_verdict_and_shows_users_text(ssid):
     assert "every 5 min while the signal is at or above -65 dBm" in text
     assert "how we know: it probed only the current network's SSID" in text
     assert f"probed '{ssid.decode()}'" in text
-    assert "Spike: a spike is an echo that took at least 3 times the median" in text
+    assert "Spike: a spike is an echo that took at least 2 times the median" in text
 
 
 def test_json_is_strict_and_complete(ssid):
