@@ -33,6 +33,7 @@ from .findings import ECHO_TIMEOUT, Echo, Guard, Link, Recording, Scan, Second, 
 from .names import BUS_NAME, IFACE as GUARD_IFACE, PATH as GUARD_PATH
 from .nl80211 import Nl80211Error, ScanEvent, ScanEvents
 from .supplicant import Supplicant, SupplicantError
+from .text import clipped, quoted
 
 NM = "org.freedesktop.NetworkManager"
 NM_PATH = "/org/freedesktop/NetworkManager"
@@ -90,18 +91,27 @@ async def find_targets(bus: MessageBus, only: str | None) -> tuple[list[Target],
         except OSError:
             continue
         target = Target(interface=name, ifindex=index)
-        await _read_access_point(bus, path, target)
+        await _read_access_point(bus, path, str(dev.get("ActiveConnection", "/")), target)
         target.gateway = await _gateway(bus, dev, name)
         targets.append(target)
     if only and only not in seen:
-        raise LookupError(f"NetworkManager has no Wi-Fi interface '{only}'"
+        raise LookupError(f"NetworkManager has no Wi-Fi interface {quoted(only)}"
                           + (f" (it has: {', '.join(seen)})" if seen else " (it has none)"))
     return targets, notes
 
 
-async def _read_access_point(bus: MessageBus, path: str, target: Target) -> None:
+async def _read_access_point(bus: MessageBus, path: str, connection: str, target: Target) -> None:
+    """The access point's SSID and strength, and how many of the network's NetworkManager
+    lists.  The device's ActiveAccessPoint, else the active connection's SpecificObject (which
+    NetworkManager also sets to the access point)."""
     try:
         active = await get_property(bus, NM, path, WIRELESS, "ActiveAccessPoint")
+    except BusError:
+        active = "/"
+    try:
+        if active in ("", "/") and connection not in ("", "/"):
+            active = await get_property(bus, NM, connection, NM + ".Connection.Active",
+                                        "SpecificObject")
         if active in ("", "/"):
             return
         ap = await get_all(bus, NM, active, ACCESS_POINT)
@@ -338,9 +348,12 @@ async def read_supplicant(bus: MessageBus, target: Target, guard_status: dict[st
         if net is not None:
             link.bgscan = await sup.get_bgscan(net)
             link.bgscan_source = "read from wpa_supplicant"
-            link.bgscan_words = explain_bgscan(
-                link.bgscan, access_points=target.access_points,
-                suspended_by_guard=bool(guard_status.get("suspended_bgscan")))
+            saved = str(guard_status.get("suspended_bgscan") or "")
+            link.bgscan_words = explain_bgscan(link.bgscan, access_points=target.access_points,
+                                               suspended_by_guard=bool(saved))
+            if link.bgscan == "" and saved:
+                link.bgscan_words += (f"; NetworkManager's '{clipped(saved)}' means "
+                                      + explain_bgscan(saved, access_points=target.access_points))
         try:
             dbm = await sup.signal(iface)
         except SupplicantError:
@@ -358,7 +371,9 @@ async def read_supplicant(bus: MessageBus, target: Target, guard_status: dict[st
             link.bgscan = ""
             link.bgscan_source = f"nm-scanguard reports it suspended NetworkManager's '{suspended}'"
             link.bgscan_words = (explain_bgscan("", suspended_by_guard=True)
-                                 + f"; NetworkManager's value means {explain_bgscan(suspended)}")
+                                 + f"; NetworkManager's '{clipped(str(suspended))}' means "
+                                 + explain_bgscan(str(suspended),
+                                                  access_points=target.access_points))
         else:
             link.bgscan_source = f"not read ({why})"
     if link.signal_dbm is None:

@@ -242,9 +242,9 @@ def advice(source: str, figures: SourceFigures, guard: Guard) -> str:
             return ADVICE_GUARD_OFF["not-installed"]
         if not guard.running:
             return ADVICE_GUARD_OFF["not-running"]
-        if guard.state in ("guarding", "held"):
-            return ("nm-scanguard was guarding and bgscan still scanned: see `scanguardctl "
-                    "status` for its error")
+        if guarded(guard):
+            return ("nm-scanguard guarded during the run and bgscan still scanned (before it "
+                    "engaged, or after it let go); see `scanguardctl status` for an error")
         return ("nm-scanguard suspends bgscan only while the link is busy; for a call that "
                 "moves little data, hold it: scanguardctl hold --reason call -- COMMAND, or "
                 "lower busy_bps (scanguard.conf(5))")
@@ -264,6 +264,11 @@ def advice(source: str, figures: SourceFigures, guard: Guard) -> str:
     return "nothing in the evidence says who asked for these scans"
 
 
+def guarded(guard: Guard) -> bool:
+    """Whether the guard guarded (or held) the interface at some time during the run."""
+    return any(state in ("guarding", "held") for state in [*guard.states_seen, guard.state])
+
+
 def verdict(a: Analysis, guard: Guard) -> list[str]:
     """Sentences a person can act on, most important first."""
     lines: list[str] = []
@@ -276,8 +281,9 @@ def verdict(a: Analysis, guard: Guard) -> list[str]:
                          "power saving), not scans.")
         else:
             lines.append(f"No Wi-Fi scan ran on {a.interface}, and latency stayed steady.")
-        if guard.state in ("guarding", "held"):
-            lines.append("nm-scanguard was guarding this interface: bgscan was suspended.")
+        if guarded(guard):
+            lines.append("nm-scanguard was guarding this interface during the run: bgscan was "
+                         "suspended.")
         return lines
     share = a.spikes_in_scans / a.spikes if a.spikes else 0.0
     if a.spikes and share >= CAUSE_SHARE:

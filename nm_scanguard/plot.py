@@ -79,8 +79,8 @@ def draw(rec: Recording, path: str, pyplot: Any) -> None:
             for ax in (lat, thr):
                 ax.axvspan(scan.start, scan.until(rec.duration), color=colour, alpha=0.25,
                            label=label if ax is thr else None)
-        lat.legend(loc="upper right", fontsize=8)
-        thr.legend(loc="upper right", fontsize=8)
+        lat.legend(loc="lower left", fontsize=8, framealpha=0.9)
+        thr.legend(loc="lower left", fontsize=8, framealpha=0.9)
     axes[-1][0].set_xlabel("seconds since the start")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

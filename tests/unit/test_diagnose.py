@@ -389,3 +389,12 @@ def test_plot_is_drawn(tmp_path, ssid):
     out = tmp_path / "diagnose.png"
     plot.draw(recording(link), str(out), plot.require())
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+
+
+def test_a_guard_that_guarded_and_let_go_during_the_run_is_said_to_have_guarded():
+    link = recorded(HOME, [])
+    g = guard(installed=True, running=True, state="idle", states_seen=["guarding", "idle"])
+    lines = F.verdict(F.analyse(link, 60.0), g)
+    assert lines[1] == ("nm-scanguard was guarding this interface during the run: bgscan was "
+                        "suspended.")
+    assert "guarding then idle during the run" in F.guard_line(g)

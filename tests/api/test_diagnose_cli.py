@@ -1,0 +1,100 @@
+"""`scanguardctl diagnose` as user nobody on the private bus: NetworkManager's mock, the real
+daemon (idle), wpa_supplicant's mock.  What only a bus shows: the interface and SSID found
+through NetworkManager, the guard's state read without privileges, strict JSON, Ctrl-C, and
+the errors a person sees.  This host has no cfg80211 and the mocked link no gateway: the
+report must say that scans and latency could not be seen, and why, not invent them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+
+import dbus
+import pytest
+
+from tests.api.harness import scanguardctl
+from tests.conftest import ALLOW_ALL_POLICY, PrivateBus, start_private_bus
+from tests.peers import REPO, env_for
+
+AP_IFACE = "org.freedesktop.NetworkManager.AccessPoint"
+
+
+@pytest.fixture
+def system_bus(monkeypatch: pytest.MonkeyPatch):
+    """The allow-all private bus of tests/conftest.py, which other users may also connect to:
+    diagnose runs as nobody here (whom the real NetworkManager's policy lets read it too)."""
+    bus: PrivateBus = start_private_bus(ALLOW_ALL_POLICY.replace(
+        '<policy context="default">', '<policy context="default">\n    <allow user="*"/>'))
+    monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", bus.address)
+    try:
+        yield bus
+    finally:
+        bus.stop()
+
+
+def strict(text: str):
+    def refuse(name: str):
+        raise ValueError(f"not strict JSON: {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("ssid", ["Home", "Café ☕"])
+async def test_diagnose_as_nobody_finds_the_link_and_the_guard(scenario, ssid):
+    s = scenario
+    if ssid != "Home":
+        s.nm.mock_object(s.ap).UpdateProperties(AP_IFACE, {"Ssid": dbus.ByteArray(ssid.encode())})
+    r = await asyncio.to_thread(scanguardctl, s.address, "diagnose", "--seconds", "3", "--json",
+                                user="nobody", timeout=90)
+    assert r.returncode == 0, r.stderr
+    doc = strict(r.stdout)
+    (link,) = doc["links"]
+    assert (link["interface"], link["ssid"]) == (s.ifname, ssid)
+    guard = link["guard"]
+    assert guard["installed"] and guard["running"] and guard["state"] == "idle", guard
+    assert guard["states_seen"] == ["idle"]
+    # Without cfg80211 nothing is seen, and the report says so instead of "no scans".
+    assert doc["scan_events"].startswith(("seen in the kernel", "not seen: this kernel has no Wi-Fi"))
+    assert "no IPv4 default gateway" in link["latency_method"]
+    assert link["verdict"][0].startswith("Latency could not be measured")
+    assert doc["duration"] >= 2.5 and not doc["interrupted"]
+    assert link["bgscan_source"], link
+
+
+async def test_diagnose_ctrl_c_ends_early_and_still_reports(scenario):
+    s = scenario
+    cmd = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable,
+           "-m", "nm_scanguard.cli", "diagnose", "--seconds", "120"]
+    p = subprocess.Popen(cmd, env=env_for(s.address), cwd=REPO, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        await asyncio.sleep(5)
+        p.send_signal(signal.SIGINT)
+        out, err = await asyncio.to_thread(p.communicate, timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    assert "(ended early by Ctrl-C)" in out.splitlines()[0], out
+    assert f"== {s.ifname} ('Home')" in out
+    assert "nm-scanguard: installed, running, idle during the run" in out
+    assert "Spike: a spike is an echo" in out
+
+
+@pytest.mark.parametrize("name", ["wlan9", "Café☕"])
+async def test_an_unknown_interface_is_named_with_the_ones_there_are(scenario, name):
+    s = scenario
+    r = await asyncio.to_thread(scanguardctl, s.address, "diagnose", "--seconds", "1",
+                                "--interface", name, user="nobody", timeout=60)
+    assert r.returncode == 1 and r.stdout == ""
+    assert f"NetworkManager has no Wi-Fi interface '{name}'" in r.stderr
+    assert s.ifname in r.stderr
+
+
+async def test_without_networkmanager_it_says_so(system_bus):
+    r = await asyncio.to_thread(scanguardctl, system_bus.address, "diagnose", "--seconds", "1",
+                                user="nobody", timeout=60)
+    assert r.returncode == 1
+    assert "NetworkManager could not be asked" in r.stderr and "is it running?" in r.stderr
