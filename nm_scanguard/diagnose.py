@@ -30,7 +30,7 @@ from .attribution import GEOCLUE_NAME, Evidence, Request
 from .bus import BusError, call, get_all, get_property, name_has_owner, owner_pid, unwrap
 from .dbuslib import MessageBus
 from .findings import ECHO_TIMEOUT, Echo, Guard, Link, Recording, Scan, Second, explain_bgscan
-from .names import BUS_NAME, IFACE as GUARD_IFACE, PATH as GUARD_PATH
+from .names import ACCESS_DENIED, BUS_NAME, IFACE as GUARD_IFACE, PATH as GUARD_PATH
 from .nl80211 import Nl80211Error, ScanEvent, ScanEvents
 from .supplicant import Supplicant, SupplicantError
 from .text import clipped, quoted
@@ -342,6 +342,7 @@ async def read_supplicant(bus: MessageBus, target: Target, guard_status: dict[st
     link = target.link
     sup = Supplicant(bus)
     denied = ""
+    refused = False
     try:
         iface = await sup.interface(target.interface)
         net = await sup.current_network(iface)
@@ -362,11 +363,11 @@ async def read_supplicant(bus: MessageBus, target: Target, guard_status: dict[st
             link.signal_dbm, link.signal_source = dbm, "wpa_supplicant"
     except SupplicantError as e:
         denied = str(e)
+        refused = e.bus_error == ACCESS_DENIED
     if link.bgscan_source == "":
         suspended = guard_status.get("suspended_bgscan")
-        why = ("wpa_supplicant lets only root and group netdev read it"
-               if "AccessDenied" in denied or "denied" in denied.lower() else
-               f"wpa_supplicant could not be asked: {denied or 'no current network'}")
+        why = ("wpa_supplicant lets only root and group netdev read it" if refused else
+               f"wpa_supplicant could not be asked: {clipped(denied or 'no current network', 200)}")
         if suspended:
             link.bgscan = ""
             link.bgscan_source = f"nm-scanguard reports it suspended NetworkManager's '{suspended}'"

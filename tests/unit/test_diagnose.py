@@ -398,3 +398,33 @@ def test_a_guard_that_guarded_and_let_go_during_the_run_is_said_to_have_guarded(
     assert lines[1] == ("nm-scanguard was guarding this interface during the run: bgscan was "
                         "suspended.")
     assert "guarding then idle during the run" in F.guard_line(g)
+
+
+class RefusingSupplicant:
+    """wpa_supplicant's Debian policy to a user outside netdev: every call refused."""
+
+    def __init__(self, _bus) -> None:
+        pass
+
+    async def interface(self, ifname: str) -> str:
+        from nm_scanguard.supplicant import SupplicantError
+        raise SupplicantError("wpa_supplicant refused GetInterface(wlan0): Rejected send message",
+                              "org.freedesktop.DBus.Error.AccessDenied")
+
+
+@pytest.mark.parametrize("suspended", ["", "simple:30:-65:300"])
+async def test_a_user_outside_netdev_is_told_why_bgscan_was_not_read(monkeypatch, tmp_path, suspended):
+    monkeypatch.setattr(D, "Supplicant", RefusingSupplicant)
+    monkeypatch.setattr(D, "proc_wireless_dbm", lambda name: None)
+    t = target(CAFE)
+    t.strength, t.access_points = 64, 2
+    await D.read_supplicant(None, t, {"suspended_bgscan": suspended, "signal_dbm": -61})
+    link = t.link
+    if suspended:  # the guard's record stands in
+        assert link.bgscan == "" and "reports it suspended NetworkManager's" in link.bgscan_source
+        assert "every 5 min" in link.bgscan_words and "2 access points" in link.bgscan_words
+    else:
+        assert link.bgscan is None
+        assert link.bgscan_source == ("not read (wpa_supplicant lets only root and group netdev "
+                                      "read it)")
+    assert (link.signal_dbm, link.signal_source) == (-61, "nm-scanguard")
