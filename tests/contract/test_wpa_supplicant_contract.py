@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from nm_scanguard.dbuslib import BusType, DBusError, MessageBus, Variant
+from nm_scanguard.dbuslib import BusType, MessageBus, Variant
 from nm_scanguard.supplicant import SCAN_ERROR, NoScanRunning, Supplicant
 from tests.conftest import (DEFAULT_DENY_POLICY, MOCK_TEMPLATE, MockSupplicant, assert_eventually,
                             call_failed, start_private_bus, stop_process)
 from tests.contract.wpaclient import (INTERFACE_IFACE, NETWORK_IFACE, ROOT_IFACE, ROOT_PATH,
-                                      WpaClient)
+                                      WpaClient, error_of)
 
 WPA_SUPPLICANT = "/sbin/wpa_supplicant"
 NM_BGSCAN = "simple:30:-70:86400"  # what NetworkManager writes by default
@@ -86,19 +86,13 @@ async def wpa(request, system_bus, tmp_path):
             print(f"--- {kind} wpa_supplicant log ({log}) ---\n{log.read_text(errors='replace')}")
 
 
-async def _error_of(coro) -> DBusError:
-    with pytest.raises(DBusError) as info:
-        await coro
-    return info.value
-
-
 # --- the root object ---------------------------------------------------------------------
 
 async def test_get_interface_known_and_unknown(wpa):
     assert re.fullmatch(r"/fi/w1/wpa_supplicant1/Interfaces/\d+", wpa.iface)
     assert await wpa.get_interface("lo") == wpa.iface
 
-    err = await _error_of(wpa.get_interface("nosuch0"))
+    err = await error_of(wpa.get_interface("nosuch0"))
     assert err.type == "fi.w1.wpa_supplicant1.InterfaceUnknown"
     assert err.text == "wpa_supplicant knows nothing about this interface."
 
@@ -115,13 +109,13 @@ async def test_interface_added_is_announced(wpa):
 
 
 async def test_create_interface_errors(wpa):
-    err = await _error_of(wpa.create_interface("lo"))
+    err = await error_of(wpa.create_interface("lo"))
     assert (err.type, err.text) == ("fi.w1.wpa_supplicant1.InterfaceExists",
                                     "wpa_supplicant already controls this interface.")
-    err = await _error_of(wpa.create_interface("nosuch0"))
+    err = await error_of(wpa.create_interface("nosuch0"))
     assert (err.type, err.text) == ("fi.w1.wpa_supplicant1.UnknownError",
                                     "wpa_supplicant couldn't grab this interface.")
-    err = await _error_of(wpa.call(ROOT_PATH, ROOT_IFACE, "CreateInterface", "a{sv}",
+    err = await error_of(wpa.call(ROOT_PATH, ROOT_IFACE, "CreateInterface", "a{sv}",
                                    [{"Driver": Variant("s", "none")}]))
     assert err.type == "fi.w1.wpa_supplicant1.InvalidArgs"
 
@@ -133,7 +127,7 @@ async def test_remove_interface_removes_networks_first(wpa):
              if s.member in ("NetworkRemoved", "InterfaceRemoved")]
     assert order == [("NetworkRemoved", net), ("InterfaceRemoved", wpa.iface)]
 
-    err = await _error_of(wpa.get_interface("lo"))
+    err = await error_of(wpa.get_interface("lo"))
     assert err.type == "fi.w1.wpa_supplicant1.InterfaceUnknown"
     again = await wpa.create_interface("lo")
     assert again != wpa.iface, "interface paths are not reused"
@@ -157,7 +151,7 @@ async def test_interface_properties_when_not_connected(wpa):
 
 
 async def test_signal_poll_fails_when_not_associated(wpa):
-    err = await _error_of(wpa.call(wpa.iface, INTERFACE_IFACE, "SignalPoll"))
+    err = await error_of(wpa.call(wpa.iface, INTERFACE_IFACE, "SignalPoll"))
     assert (err.type, err.text) == ("org.freedesktop.DBus.Error.Failed", "Failed to read signal")
 
 
@@ -171,7 +165,7 @@ async def test_scan_is_followed_by_scan_done(wpa):
     await assert_eventually(lambda: len(wpa.signals_of("ScanDone", wpa.iface, INTERFACE_IFACE)) == 2)
     assert wpa.signals_of("ScanDone", wpa.iface, INTERFACE_IFACE)[1].body == [False]
 
-    err = await _error_of(wpa.call(wpa.iface, INTERFACE_IFACE, "Scan", "a{sv}",
+    err = await error_of(wpa.call(wpa.iface, INTERFACE_IFACE, "Scan", "a{sv}",
                                    [{"Type": Variant("s", "bogus")}]))
     assert (err.type, err.text) == ("fi.w1.wpa_supplicant1.InvalidArgs",
                                     "Did not receive correct message arguments.")
@@ -181,7 +175,7 @@ async def test_abort_scan_without_a_scan_running(wpa):
     """AbortScan with nothing to abort (on driver "none" a scan never runs): the ScanError that
     Supplicant.abort_scan turns into NoScanRunning, a race and not a failure.  The answer with a
     scan running needs a radio: the lab checks it against the same binary (test_lab_abort)."""
-    err = await _error_of(wpa.call(wpa.iface, INTERFACE_IFACE, "AbortScan"))
+    err = await error_of(wpa.call(wpa.iface, INTERFACE_IFACE, "AbortScan"))
     assert (err.type, err.text) == ("fi.w1.wpa_supplicant1.Interface.ScanError",
                                     "Abort failed or no scan in progress")
     with pytest.raises(NoScanRunning) as info:
@@ -191,7 +185,7 @@ async def test_abort_scan_without_a_scan_running(wpa):
     # Right after a (failing) scan request the interface says it is not scanning, either.
     await wpa.call(wpa.iface, INTERFACE_IFACE, "Scan", "a{sv}", [{"Type": Variant("s", "passive")}])
     await assert_eventually(lambda: wpa.signals_of("ScanDone", wpa.iface, INTERFACE_IFACE))
-    err = await _error_of(wpa.call(wpa.iface, INTERFACE_IFACE, "AbortScan"))
+    err = await error_of(wpa.call(wpa.iface, INTERFACE_IFACE, "AbortScan"))
     assert err.type == SCAN_ERROR
 
 
@@ -204,10 +198,10 @@ async def test_network_paths_take_highest_id_plus_one(wpa):
 
 
 async def test_remove_network_errors(wpa):
-    err = await _error_of(wpa.call(wpa.iface, INTERFACE_IFACE, "RemoveNetwork", "o", ["/bogus"]))
+    err = await error_of(wpa.call(wpa.iface, INTERFACE_IFACE, "RemoveNetwork", "o", ["/bogus"]))
     assert (err.type, err.text) == ("fi.w1.wpa_supplicant1.InvalidArgs",
                                     "Did not receive correct message arguments.")
-    err = await _error_of(wpa.call(wpa.iface, INTERFACE_IFACE, "RemoveNetwork", "o",
+    err = await error_of(wpa.call(wpa.iface, INTERFACE_IFACE, "RemoveNetwork", "o",
                                    [f"{wpa.iface}/Networks/77"]))
     assert (err.type, err.text) == ("fi.w1.wpa_supplicant1.NetworkUnknown",
                                     "There is no such a network in this interface.")
@@ -309,13 +303,13 @@ async def test_set_properties_value_types_and_errors(wpa):
                 {"bgscan": Variant("b", True)},       # only s, i, u, ay are accepted
                 {"nosuchkey": Variant("s", "x")},
                 {"psk": Variant("s", "short")}):
-        err = await _error_of(wpa.set_network_properties(net, bad))
+        err = await error_of(wpa.set_network_properties(net, bad))
         assert (err.type, err.text) == ("org.freedesktop.DBus.Error.InvalidArgs",
                                         "invalid message format"), bad
 
     # Not atomic: keys before the bad one are applied.
     before = await wpa.network_properties(net)
-    await _error_of(wpa.set_network_properties(
+    await error_of(wpa.set_network_properties(
         net, {"bgscan": Variant("s", "simple:1:-1:1"), "nosuchkey": Variant("s", "x")}))
     assert await wpa.network_properties(net) == {**before, "bgscan": '"simple:1:-1:1"'}
 
@@ -323,12 +317,12 @@ async def test_set_properties_value_types_and_errors(wpa):
 async def test_property_errors(wpa):
     net = await wpa.add_network(wpa.iface, ssid="myssid")
 
-    err = await _error_of(wpa.get(net, NETWORK_IFACE, "Nope"))
+    err = await error_of(wpa.get(net, NETWORK_IFACE, "Nope"))
     assert (err.type, err.text) == ("org.freedesktop.DBus.Error.InvalidArgs", "No such property")
-    err = await _error_of(wpa.set(wpa.iface, INTERFACE_IFACE, "State", Variant("s", "completed")))
+    err = await error_of(wpa.set(wpa.iface, INTERFACE_IFACE, "State", Variant("s", "completed")))
     assert (err.type, err.text) == ("org.freedesktop.DBus.Error.InvalidArgs",
                                     "Property is read-only")
-    err = await _error_of(wpa.set(net, NETWORK_IFACE, "Enabled", Variant("s", "yes")))
+    err = await error_of(wpa.set(net, NETWORK_IFACE, "Enabled", Variant("s", "yes")))
     assert (err.type, err.text) == ("org.freedesktop.DBus.Error.Failed", "wrong property type")
     assert await wpa.call(net, "org.freedesktop.DBus.Properties", "GetAll", "s",
                           ["fi.w1.wpa_supplicant1.Nope"]) == [{}]
@@ -339,9 +333,9 @@ async def test_property_errors(wpa):
 
     # A network removed between reading and writing (NM re-activated): UnknownMethod.
     await wpa.call(wpa.iface, INTERFACE_IFACE, "RemoveNetwork", "o", [net])
-    err = await _error_of(wpa.set_network_properties(net, {"bgscan": Variant("s", "")}))
+    err = await error_of(wpa.set_network_properties(net, {"bgscan": Variant("s", "")}))
     assert err.type == "org.freedesktop.DBus.Error.UnknownMethod"
-    err = await _error_of(wpa.get(net, NETWORK_IFACE, "Properties"))
+    err = await error_of(wpa.get(net, NETWORK_IFACE, "Properties"))
     assert err.type == "org.freedesktop.DBus.Error.UnknownMethod"
 
 

@@ -10,9 +10,9 @@ import asyncio
 
 import pytest
 
-from nm_scanguard.dbuslib import DBusError, MessageBus, Variant
+from nm_scanguard.dbuslib import MessageBus, Variant
 from tests.conftest import assert_eventually
-from tests.contract.wpaclient import INTERFACE_IFACE, NETWORK_IFACE, WpaClient
+from tests.contract.wpaclient import INTERFACE_IFACE, NETWORK_IFACE, WpaClient, error_of
 
 NM_BGSCAN = "simple:30:-70:86400"
 
@@ -106,7 +106,7 @@ async def test_long_scans_abort_scan_and_its_hang(wpa_supplicant_mock, client):
     control.StartScan(iface)
     await assert_eventually(lambda: client.announced(iface, INTERFACE_IFACE, "Scanning", True))
     assert (await client.get(iface, INTERFACE_IFACE, "Scanning")).value is True
-    err = await _error_of(client.call(iface, INTERFACE_IFACE, "Scan", "a{sv}",
+    err = await error_of(client.call(iface, INTERFACE_IFACE, "Scan", "a{sv}",
                                       [{"Type": Variant("s", "active")}]))
     assert (err.type, err.text) == (INTERFACE_IFACE + ".ScanError", "Scan request rejected")
 
@@ -114,7 +114,7 @@ async def test_long_scans_abort_scan_and_its_hang(wpa_supplicant_mock, client):
     await assert_eventually(lambda: client.signals_of("ScanDone", iface))
     assert client.signals_of("ScanDone", iface)[0].body == [True]  # its requester sees it done
     await assert_eventually(lambda: client.announced(iface, INTERFACE_IFACE, "Scanning", False))
-    err = await _error_of(client.call(iface, INTERFACE_IFACE, "AbortScan"))
+    err = await error_of(client.call(iface, INTERFACE_IFACE, "AbortScan"))
     assert (err.type, err.text) == (INTERFACE_IFACE + ".ScanError",
                                     "Abort failed or no scan in progress")
 
@@ -126,12 +126,6 @@ async def test_long_scans_abort_scan_and_its_hang(wpa_supplicant_mock, client):
     control.SetAbortHang(False)
     await asyncio.wait_for(pending, 5)
     assert (await client.get(iface, INTERFACE_IFACE, "Scanning")).value is False
-
-
-async def _error_of(coro) -> DBusError:
-    with pytest.raises(DBusError) as info:
-        await coro
-    return info.value
 
 
 async def test_set_calls_are_recorded(wpa_supplicant_mock, client):

@@ -6,7 +6,9 @@ exactly what is on the wire (error names, variant signatures, signal order).
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Awaitable, Iterable
+
+import pytest
 
 from nm_scanguard.dbuslib import DBusError, Message, MessageBus, MessageType, Variant
 
@@ -17,6 +19,13 @@ INTERFACE_IFACE = "fi.w1.wpa_supplicant1.Interface"
 NETWORK_IFACE = "fi.w1.wpa_supplicant1.Network"
 PROPS_IFACE = "org.freedesktop.DBus.Properties"
 WPA_INTERFACES = (ROOT_IFACE, INTERFACE_IFACE, NETWORK_IFACE, PROPS_IFACE)
+
+
+async def error_of(call: Awaitable[Any]) -> DBusError:
+    """The error a call must end in (the test fails if it succeeds)."""
+    with pytest.raises(DBusError) as info:
+        await call
+    return info.value
 
 
 class WpaClient:

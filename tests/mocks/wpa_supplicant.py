@@ -802,18 +802,22 @@ def SetSetDelay(self, ms):
 def SetAbortHang(self, hang):
     self.wpa_abort_hang = bool(hang)
     if not self.wpa_abort_hang:
-        waiting, self.wpa_abort_hung = self.wpa_abort_hung, []
-        for connection, message in waiting:
-            _carry_out(self, connection, message)
+        _release_hung(self, "wpa_abort_hung")
 
 
 @dbus.service.method(MOCK_IFACE, in_signature="b", out_signature="")
 def SetHang(self, hang):
     self.wpa_hang = bool(hang)
     if not self.wpa_hang:
-        waiting, self.wpa_hung = self.wpa_hung, []
-        for connection, message in waiting:
-            _carry_out(self, connection, message)
+        _release_hung(self, "wpa_hung")
+
+
+def _release_hung(self, queue):
+    """Carry out, in order, the calls held back in the list attribute `queue`."""
+    waiting = getattr(self, queue)
+    setattr(self, queue, [])
+    for connection, message in waiting:
+        _carry_out(self, connection, message)
 
 
 @dbus.service.method(MOCK_IFACE, in_signature="su", out_signature="")
