@@ -55,11 +55,14 @@ def draw(rec: Recording, path: str, pyplot: Any) -> None:
             lat.plot([t for t, _ in answered], [r for _, r in answered], lw=0.8, color="black",
                      label="round trip to the gateway")
         spikes = [e for e in link.echoes if is_spike(e, a.spike_threshold_ms)]
+        slow = [e for e in spikes if e.rtt_ms is not None]
+        lost = [e for e in spikes if e.rtt_ms is None]
         top = max([r for _, r in answered], default=10.0)
-        if spikes:
-            lat.scatter([e.sent for e in spikes],
-                        [e.rtt_ms if e.rtt_ms is not None else top for e in spikes],
-                        s=14, color="#ff7f0e", zorder=3, label="spike (x: lost)")
+        if spikes:  # one legend entry for both kinds
+            lat.scatter([e.sent for e in slow], [e.rtt_ms for e in slow], s=14, color="#ff7f0e",
+                        zorder=3, label="spike (x: lost)")
+            lat.scatter([e.sent for e in lost], [top] * len(lost), s=22, marker="x",
+                        color="#ff7f0e", zorder=3)
         if a.spike_threshold_ms is not None:
             lat.axhline(a.spike_threshold_ms, ls="--", lw=0.7, color="#ff7f0e")
         lat.set_yscale("log")

@@ -8,8 +8,8 @@ costs is paid by every program on the system that asks polkit anything.  This st
 polkitd (as root: a private bus and a private mount namespace, see tests/policy/realpolkit.py)
 once without and once with our rule, and times CheckAuthorization over D-Bus for a process of
 user nobody: an unrelated action (our rule must return at once) and wifi.scan (our rule spawns
-its helper), while not deferring and while deferring (the helper then also starts busctl in the
-background).  A test-only rule after ours says yes to wifi.scan (an active session).  Prints
+its helper), with no daemon, while it watches (the helper allows and starts busctl in the
+background to report who asked) and while it defers (refuses, and reports the same way).  A test-only rule after ours says yes to wifi.scan (an active session).  Prints
 median and p95 in milliseconds; asserts nothing.
 """
 
@@ -71,15 +71,17 @@ def main() -> int:
     sleeper = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
                                 "sleep", "3600"])
     rows: list[tuple[str, float, float, bool]] = []
-    cases = (("without our rule", False, False), ("with our rule, idle", True, False),
-             ("with our rule, deferring", True, True))
+    # idle: no daemon (no state file); watching: the daemon runs and does not defer (the
+    # helper allows and reports in the background); deferring: it refuses and reports.
+    cases = (("without our rule", False, None), ("with our rule, no daemon", True, None),
+             ("with our rule, watching", True, "watch"), ("with our rule, deferring", True, "defer"))
     instances: list[RealPolkit] = []
     try:
         time.sleep(0.2)
-        for _label, with_rule, defer in cases:
+        for _label, with_rule, mode in cases:
             instances.append(RealPolkit(with_rule=with_rule))
-            if defer:
-                instances[-1].defer()
+            if mode:
+                instances[-1].defer(mode=mode)
         actions = [UNRELATED, SCAN]
         asyncio.run(timings(instances, actions, 5, sleeper.pid))  # warm up
         results = asyncio.run(timings(instances, actions, args.n, sleeper.pid))

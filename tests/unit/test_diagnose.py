@@ -386,6 +386,7 @@ def test_plot_is_drawn(tmp_path, ssid):
     from nm_scanguard import plot
     link = recorded(ssid, [(20.0, started((ssid,))), (27.0, ended()),
                            (40.0, started((b"",))), (41.0, ended("aborted"))])
+    link.echoes.append(F.Echo(21.0, None))  # a lost echo: drawn as an x at the top
     out = tmp_path / "diagnose.png"
     plot.draw(recording(link), str(out), plot.require())
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000

@@ -116,11 +116,13 @@ def test_the_link_check_finds_missing_files_and_headings_also_in_non_ascii(tmp_p
 def test_readme_is_short_and_in_the_order_an_installer_needs():
     text = README.read_text(encoding="utf-8")
     assert len(text.splitlines()) <= 150
-    order = ["Install", "Check that it works", "Everyday use", "What it cannot stop", "Uninstall",
-             "The two commands", "Read more"]
+    order = ["Is it scanning?", "Install", "Check that it works", "Everyday use",
+             "What it cannot stop", "Uninstall", "The two commands", "Read more"]
     top = [h for h in headings(text) if not h.startswith("Settings")][1:]
     assert [next((o for o in order if h.startswith(o)), h) for h in top] == order
     assert "](tests/lab/demo-example.png)" in text.split("## Install")[0]  # the lab's plot first
+    scanning = text.split("## Is it scanning?")[1].split("\n## ")[0]  # issue 23: near the top
+    assert "scanguardctl diagnose" in scanning and "](docs/diagnose-example.png)" in scanning
 
 
 def test_the_two_commands_are_make_demo_and_make_test():
