@@ -166,6 +166,21 @@ def _rtnetlink_socket() -> _Socket:
     return sock
 
 
+def wait_readable(fileno: int, deadline: float) -> bool:
+    """Wait until `fileno` can be read or the deadline (time.monotonic()) passes; False if it
+    had passed already.  A signal ends the wait early: the caller reads, and asks again."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return False
+    poller = select.poll()
+    poller.register(fileno, select.POLLIN)
+    try:
+        poller.poll(left * 1000)
+    except InterruptedError:
+        pass
+    return True
+
+
 class LinkCounters:
     """Reads interface counters; one rtnetlink socket, opened at the first read.
 
@@ -229,15 +244,8 @@ class LinkCounters:
             except InterruptedError:
                 continue
             except BlockingIOError:
-                left = deadline - time.monotonic()
-                if left <= 0:
+                if not wait_readable(sock.fileno(), deadline):
                     raise NetlinkError(errno.ETIMEDOUT, "no answer from the kernel") from None
-                poller = select.poll()
-                poller.register(sock.fileno(), select.POLLIN)
-                try:
-                    poller.poll(left * 1000)
-                except InterruptedError:
-                    pass
                 continue
             if flags & socket.MSG_TRUNC:
                 raise NetlinkError(errno.EMSGSIZE, f"an answer over {RECV_BUFFER} bytes")

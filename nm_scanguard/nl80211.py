@@ -41,12 +41,13 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import select
 import socket
 import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal, Protocol
+
+from .netlink import wait_readable
 
 # include/uapi/linux/netlink.h
 NETLINK_GENERIC = 16
@@ -434,16 +435,9 @@ class ScanEvents:
             except InterruptedError:
                 continue
             except BlockingIOError:
-                left = deadline - time.monotonic()
-                if left <= 0:
+                if not wait_readable(sock.fileno(), deadline):
                     raise Nl80211Error(errno.ETIMEDOUT, "no answer from the kernel's "
                                                         "generic-netlink controller") from None
-                poller = select.poll()
-                poller.register(sock.fileno(), select.POLLIN)
-                try:
-                    poller.poll(left * 1000)
-                except InterruptedError:
-                    pass
 
     def _readable(self) -> None:
         for _ in range(MAX_BATCH):

@@ -134,30 +134,24 @@ def helper(state: Path, tmp_path: Path, user: str = "alice", pid: str = "1") -> 
 
 
 @pytest.mark.parametrize("user", ["alice", CAFE])
-def test_helper_defers_while_the_named_process_runs_and_tells_the_daemon(tmp_path, user):
+@pytest.mark.parametrize("mode, answer, refused", [("defer", "defer\n", "true"),
+                                                   ("watch", "allow\n", "false")])
+def test_helper_answers_for_the_named_process_and_tells_the_daemon_who_asked(
+        tmp_path, user, mode, answer, refused):
+    """While the daemon that the file names runs: "defer" refuses, "watch" allows; either way
+    the helper reports who asked, whether refused, and when (polkit's moment)."""
     state = tmp_path / "defer-scans"
-    state.write_text(f"defer {os.getpid()} {start_time(os.getpid())}\n")
-    answer, called = helper(state, tmp_path, user=user, pid=str(os.getpid()))
-    assert answer == "defer\n"
+    state.write_text(f"{mode} {os.getpid()} {start_time(os.getpid())}\n")
+    got, called = helper(state, tmp_path, user=user, pid=str(os.getpid()))
+    assert got == answer
     comm = Path(f"/proc/{os.getpid()}/comm").read_text().rstrip("\n")
-    assert called[-7:-1] == ["ScanRequestSeen", "susbd", user, str(os.getpid()), comm, "true"]
+    assert called[-7:-1] == ["ScanRequestSeen", "susbd", user, str(os.getpid()), comm, refused]
     up = float(Path("/proc/uptime").read_text().split()[0])
     assert 0 < up - float(called[-1]) < 5  # when polkit asked, on the boot-time clock
     # it waits for the reply (the daemon must still be able to ask the bus who called), but in
     # the background; and it never starts the daemon by bus activation
     assert "--expect-reply=no" not in called and "--auto-start=no" in called
     assert "--timeout=5" in called
-
-
-@pytest.mark.parametrize("user", ["alice", CAFE])
-def test_helper_allows_while_the_daemon_watches_and_reports_who_asked(tmp_path, user):
-    state = tmp_path / "defer-scans"
-    state.write_text(f"watch {os.getpid()} {start_time(os.getpid())}\n")
-    answer, called = helper(state, tmp_path, user=user, pid=str(os.getpid()))
-    assert answer == "allow\n"
-    comm = Path(f"/proc/{os.getpid()}/comm").read_text().rstrip("\n")
-    assert called[-7:-1] == ["ScanRequestSeen", "susbd", user, str(os.getpid()), comm, "false"]
-    assert float(called[-1]) > 0
 
 
 def test_helper_reports_pid_zero_and_no_program_for_a_strange_pid(tmp_path):
