@@ -30,19 +30,16 @@ from .attribution import GEOCLUE_NAME, Evidence, Request
 from .bus import BusError, call, get_all, get_property, name_has_owner, owner_pid, unwrap
 from .dbuslib import MessageBus
 from .findings import ECHO_TIMEOUT, Echo, Guard, Link, Recording, Scan, Second, explain_bgscan
+from .nm import (ACTIVE, DEVICE, DEVICE_TYPE_WIFI, NAME as NM, PATH as NM_PATH,
+                 STATE_ACTIVATED)
 from .names import ACCESS_DENIED, BUS_NAME, IFACE as GUARD_IFACE, PATH as GUARD_PATH
 from .nl80211 import Nl80211Error, ScanEvent, ScanEvents
 from .supplicant import Supplicant, SupplicantError
 from .text import clipped, quoted
 
-NM = "org.freedesktop.NetworkManager"
-NM_PATH = "/org/freedesktop/NetworkManager"
-DEVICE = NM + ".Device"
 WIRELESS = NM + ".Device.Wireless"
 ACCESS_POINT = NM + ".AccessPoint"
 IP4CONFIG = NM + ".IP4Config"
-DEVICE_TYPE_WIFI = 2
-STATE_ACTIVATED = 100
 
 ECHO_INTERVAL = 0.2  # seconds between echoes: five a second
 SAMPLE_INTERVAL = 1.0  # counters, the guard's state
@@ -110,8 +107,7 @@ async def _read_access_point(bus: MessageBus, path: str, connection: str, target
         active = "/"
     try:
         if active in ("", "/") and connection not in ("", "/"):
-            active = await get_property(bus, NM, connection, NM + ".Connection.Active",
-                                        "SpecificObject")
+            active = await get_property(bus, NM, connection, ACTIVE, "SpecificObject")
         if active in ("", "/"):
             return
         ap = await get_all(bus, NM, active, ACCESS_POINT)

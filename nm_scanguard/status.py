@@ -121,12 +121,10 @@ FIELDS: dict[str, str] = {f.name: f.metadata["dbus"] for f in dataclasses.fields
 
 
 def _variant(signature: str, value: Any) -> Variant:
-    if signature == "a{su}":
-        return Variant("a{su}", {str(k): int(v) for k, v in value.items()})
-    if signature == "ad":
-        return Variant("ad", [float(v) for v in value])
-    if signature in ("a{sv}", "a{ss}"):
+    if signature in ("a{sv}", "a{ss}", "a{su}"):
         return _dict_variant(signature, tuple(value.items()))
+    if signature == "ad":
+        return _list_variant(tuple(value))
     if signature == "b":
         return Variant("b", bool(value))
     if signature in ("i", "u"):
@@ -138,11 +136,19 @@ def _variant(signature: str, value: Any) -> Variant:
 
 @functools.lru_cache(maxsize=32)
 def _dict_variant(signature: str, items: tuple[tuple[Any, Any], ...]) -> Variant:
-    """A device's settings and their sources, which change only on a reload or a profile
-    change: built once, not on every Devices update (each sample while the link is busy)."""
+    """A device's settings and their sources, its scan counts: they change on a reload, a
+    profile change or a scan, not on every Devices update (each sample while the link is
+    busy), so each is built once."""
     if signature == "a{sv}":
         return Variant("a{sv}", {str(k): _setting(v) for k, v in items})
+    if signature == "a{su}":
+        return Variant("a{su}", {str(k): int(v) for k, v in items})
     return Variant("a{ss}", {str(k): cut(str(v)) for k, v in items})
+
+
+@functools.lru_cache(maxsize=8)
+def _list_variant(values: tuple[float, ...]) -> Variant:
+    return Variant("ad", [float(v) for v in values])
 
 
 def _setting(value: Any) -> Variant:
