@@ -240,3 +240,24 @@ def test_the_busy_check_waits_for_the_journal_retry_after_a_silent_peer():
         state.bgscan_is_safe()
     finally:
         state.teardown()
+
+
+def test_a_restart_while_a_start_with_a_bad_file_restores_stops_that_process_first():
+    """Found 2026-11-25 by the model rung in make test (a fault of the model): `systemctl
+    restart` while a start with a bad settings file waited on wpa_supplicant (a lost reply)
+    stopped nothing, so the new instance found the name taken and the settled end still had our
+    "".  SIGTERM ends such a process at once (service.main installs no handler on that path)."""
+    state = Machine()
+    try:
+        state.busy_for_a_while()
+        state.lose_bus(then=0.0)
+        state.fault(count=1, error="org.freedesktop.DBus.Error.Failed", kind="lost", member=None,
+                    t=0.001, then=0.0)
+        state.reload(config=f"[scanguard]\nthreshold_mbit = {CAFE}\n", then=0.0)
+        state.busy_for_a_while()
+        state.reload(config="", then=0.0)
+        state.systemctl_restart(then=0.01)
+        assert "stop:restoring" in state.world.events, "the restart met the restoring process"
+        state.bgscan_is_safe()
+    finally:
+        state.teardown()

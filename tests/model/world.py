@@ -110,6 +110,7 @@ class World:
         self.instance: Instance | None = None
         # A start with a bad file: the process that restores what is left and exits 1.
         self.restoring: asyncio.Task[Any] | None = None
+        self.restoring_by: tuple[str, Conn] | None = None  # that process's label and connection
         self.generation = 0
         self.clients: dict[int, Client] = {}
         self.crashes = self.stops = self.lost_buses = self.journal_crashes = 0
@@ -177,6 +178,7 @@ class World:
             # service.main: restore what a previous instance left, then exit 1.
             self.events.append("bad-config-start")
             self.restoring = self.bus.run_as(label, self._restore_only(conn))
+            self.restoring_by = (label, conn)
             return
         daemon = Daemon(settings, self.config_path, self.state_dir, tasks=Supervisor())
         daemon.counters = self.link  # type: ignore[assignment]
@@ -220,6 +222,7 @@ class World:
 
     async def stop_daemon(self) -> None:
         """SIGTERM: service.serve()'s `finally`: daemon.stop(), then close the bus."""
+        self._stop_restoring()
         inst = self.instance
         if inst is None or not inst.alive:
             return
@@ -240,6 +243,21 @@ class World:
                         self.problems.append(
                             f"{inst.label} stopped cleanly with wpa_supplicant answering, and "
                             f"left its \"\" on {net.path} ({net.ifname}, object {net.oid})")
+
+    def _stop_restoring(self) -> None:
+        """SIGTERM to a process that only restores (a start with a bad settings file):
+        service.main installs no handler on that path, so it ends at once, as if killed, and
+        what it had not restored stays in the journal for the next start.  (Found by the model
+        rung on 2026-11-25: `systemctl restart` while such a process waited on wpa_supplicant
+        left it running, and the new instance found the name taken.)"""
+        if self.restoring is None or self.restoring.done() or self.restoring_by is None:
+            return
+        label, conn = self.restoring_by
+        self.events.append("stop:restoring")
+        self.bus.drop(conn, killed=True)
+        for task in self.bus.tasks_of(label):
+            task.cancel()
+        self.restoring = self.restoring_by = None
 
     def peers_healthy(self) -> bool:
         return self.wpa.alive and not self.wpa.stalled and not self.wpa.faults \
