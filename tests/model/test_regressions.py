@@ -261,3 +261,40 @@ def test_a_restart_while_a_start_with_a_bad_file_restores_stops_that_process_fir
         state.bgscan_is_safe()
     finally:
         state.teardown()
+
+
+# Found by the model rung in make test on 2026-11-25 at 00:25 UTC; both sequences fail the same
+# way on 9cdcd79 (the tree before that session), so neither comes from issue 23's change.  Not
+# analysed yet: marked, not hidden, and strict, so that the fix turns them into plain passes.
+@pytest.mark.xfail(strict=True, reason="open model-rung finding of 2026-11-25 (fails on 9cdcd79 "
+                   "too): after wlan1's interface object is re-created while a hold is on and the "
+                   "signal was below the floor, the busy check finds bgscan on; daemon liveness "
+                   "defect or model fault, not yet told apart")
+def test_a_recreated_interface_after_a_weak_signal_is_guarded_again():
+    state = Machine()
+    try:
+        state.signal(ifname="wlan1", rssi=-78, then=0.0)
+        state.hold(client=0, interface="", reason=CAFE, then=0.01)
+        state.recreate_interface(ifname="wlan1", then=0.0)
+        state.busy_for_a_while()
+    finally:
+        state.teardown()
+
+
+@pytest.mark.xfail(strict=True, reason="open model-rung finding of 2026-11-25 (fails on 9cdcd79 "
+                   "too): after a wpa_supplicant restart and a second one raced into a Set, the "
+                   "clean stop's restore timed out and kept wlan1's entry in the journal, while "
+                   "the model judged wpa_supplicant healthy; likely the model's health judgement, "
+                   "not yet proven")
+def test_a_stop_after_a_restart_raced_into_a_set_restores_or_keeps_the_journal():
+    state = Machine()
+    try:
+        state.busy_for_a_while()
+        state.restart_supplicant(gap=0.01, then=0.0)
+        state.advance(t=0.01)
+        state.advance(t=1.5)
+        state.race(bgscan="simple:30:-70:86400", ifname="wlan0", member="Set", then=3.0,
+                   what="wpa-restart")
+        state.bgscan_is_safe()
+    finally:
+        state.teardown()
