@@ -135,7 +135,7 @@ async def test_a_refusal_reaches_the_daemon_through_busctl(polkitd):
         (user, pid, program, refused, uptime), caller_uid = got[0]
         assert (user, program, refused) == ("nobody", "pkcheck", True) and pid > 1
         now = float(Path("/proc/uptime").read_text().split()[0])
-        assert 0 < now - uptime < 10  # when polkit asked, on the boot-time clock
+        assert 0 <= now - uptime < 10  # when polkit asked, on the boot-time clock (10 ms steps)
         import pwd
         assert caller_uid == pwd.getpwnam("polkitd").pw_uid  # still on the bus when asked
         polkitd.watch()  # the daemon runs and does not guard: allowed, and reported
