@@ -171,6 +171,9 @@ class Service(Endpoint):
         self._held: list[Message] | None = None
 
     def start(self) -> None:
+        # Started again while it runs, it would answer under a new unique name while the
+        # well-known one stays with the old: the bus would drop every reply (a model fault).
+        assert not self.alive, f"{self.name} started while it already runs"
         self.bus.attach(self)
 
     def stop(self) -> None:

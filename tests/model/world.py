@@ -117,6 +117,9 @@ class World:
         self.problems: list[str] = []
         self._journal_os = _JournalOs(self)
         self._restarting = asyncio.Lock()
+        # The pending return of a restarted peer (restart_supplicant, restart_nm): one at a time.
+        self._wpa_back: asyncio.TimerHandle | None = None
+        self._nm_back: asyncio.TimerHandle | None = None
         self.wpa.after_call = self._after_wpa_call
         self._time = use_virtual_time(self.loop)
 
@@ -339,25 +342,37 @@ class World:
     # ---- peers ----------------------------------------------------------------------------
 
     def restart_supplicant(self, gap: float) -> None:
+        """wpa_supplicant stops and is back after `gap`.  A restart asked for while it is still
+        down (settle's "bring it back now") replaces the pending return: one process comes
+        back, not two (found 2026-11-25, a fault of the model: settle restarted it 5 ms before
+        a raced restart's return, which then started it a second time; the second start took a
+        new unique name while the well-known name stayed with the first, so the bus dropped
+        every reply and the daemon's calls timed out while the model judged it healthy)."""
         self.events.append("wpa-restart")
         self.wpa.stop()
         self.nm.supplicant_gone()
+        if self._wpa_back is not None:
+            self._wpa_back.cancel()
 
         def back() -> None:
+            self._wpa_back = None
             self.wpa.start()
             if self.nm.alive:  # else NetworkManager does it when it is back (restart_nm)
                 self.nm.supplicant_back()
-        self.loop.call_later(gap, back)
+        self._wpa_back = self.loop.call_later(gap, back)
 
     def restart_nm(self, gap: float) -> None:
         self.events.append("nm-restart")
         self.nm.stop()
+        if self._nm_back is not None:
+            self._nm_back.cancel()
 
         def back() -> None:
+            self._nm_back = None
             self.nm.start()
             if self.wpa.alive and not self.wpa.ifaces:  # wpa_supplicant restarted meanwhile
                 self.nm.supplicant_back()
-        self.loop.call_later(gap, back)
+        self._nm_back = self.loop.call_later(gap, back)
 
     # ---- holds ----------------------------------------------------------------------------
 
@@ -511,9 +526,12 @@ class World:
         self._journal_os.armed = False
         self.wpa.recover()
         if not self.nm.alive:
+            if self._nm_back is not None:  # back now, not a second time when its gap ends
+                self._nm_back.cancel()
+                self._nm_back = None
             self.nm.start()
         if not self.wpa.alive:
-            self.restart_supplicant(0.0)  # stopped and never back: bring it back now
+            self.restart_supplicant(0.0)  # stopped, or not back yet: bring it back now
         elif not self.wpa.ifaces:
             self.nm.supplicant_back()
         for n in list(self.clients):
