@@ -252,8 +252,13 @@ class Guard:
     async def kick(self) -> bool:
         """Read the signal if the policy needs it, then act.  Also used when a hold changes."""
         if self.policy.signal_poll_due(time.monotonic()):
+            known = self.iface_path is not None
             rssi = await self._signal()
-            self.policy.observe_signal(time.monotonic(), rssi)
+            if not (known and self.iface_path is None):
+                self.policy.observe_signal(time.monotonic(), rssi)
+            # else the object polled was gone (NetworkManager re-created the interface): no
+            # reading, so the new object is polled at the next sample, not a poll interval
+            # later while the old object's reading (a weak one, say) keeps deciding.
         return await self.reconcile()
 
     async def _signal(self) -> int | None:

@@ -264,13 +264,19 @@ def test_a_restart_while_a_start_with_a_bad_file_restores_stops_that_process_fir
 
 
 # Found by the model rung in make test on 2026-11-25 at 00:25 UTC; both sequences fail the same
-# way on 9cdcd79 (the tree before that session), so neither comes from issue 23's change.  Not
-# analysed yet: marked, not hidden, and strict, so that the fix turns them into plain passes.
-@pytest.mark.xfail(strict=True, reason="open model-rung finding of 2026-11-25 (fails on 9cdcd79 "
-                   "too): after wlan1's interface object is re-created while a hold is on and the "
-                   "signal was below the floor, the busy check finds bgscan on; daemon liveness "
-                   "defect or model fault, not yet told apart")
+# way on 9cdcd79 (the tree before that session), so neither comes from issue 23's change.  The
+# first was a daemon liveness defect, the second a fault of the model.
 def test_a_recreated_interface_after_a_weak_signal_is_guarded_again():
+    """Found 2026-11-25 by the busy check.  The hold reads wlan1 at -78 dBm (released for a
+    weak signal); NetworkManager re-creates wlan1's interface object in the same instant
+    (gapless: the guard is kept, with its policy); the busy check sets the new object's signal
+    to -20 dBm.  The daemon learns of the new object only from a failing call: its next
+    SignalPoll, 5 s later, on the old path (ObjectGone).  Guard._signal resets the path but
+    Policy.observe_signal(now, None) records that failure as the poll, so the new object is
+    read a poll interval later still (here 6 s: 12.008 - 7.008000000000001 < 5 in virtual time)
+    and the guard stays released-weak-signal on the removed object's -78 dBm until 13.01,
+    past the check at 12.01.  Fixed in Guard.kick: a poll of a gone object is no reading, so
+    the new object is read at the next sample."""
     state = Machine()
     try:
         state.signal(ifname="wlan1", rssi=-78, then=0.0)
@@ -281,12 +287,14 @@ def test_a_recreated_interface_after_a_weak_signal_is_guarded_again():
         state.teardown()
 
 
-@pytest.mark.xfail(strict=True, reason="open model-rung finding of 2026-11-25 (fails on 9cdcd79 "
-                   "too): after a wpa_supplicant restart and a second one raced into a Set, the "
-                   "clean stop's restore timed out and kept wlan1's entry in the journal, while "
-                   "the model judged wpa_supplicant healthy; likely the model's health judgement, "
-                   "not yet proven")
 def test_a_stop_after_a_restart_raced_into_a_set_restores_or_keeps_the_journal():
+    """Found 2026-11-25 by the model rung in make test (a fault of the model): the raced
+    wpa_supplicant restart (gap 0.5 s) was still down when the sequence ended, and settling
+    brought it back at once, 5 ms before the raced restart's own return started it a second
+    time.  That second start took a new unique name while the well-known name stayed with the
+    first, so the bus dropped every reply: the daemon's calls timed out (it kept wlan1's entry
+    in the journal, rightly) while peers_healthy() saw a running wpa_supplicant.  A restart now
+    replaces the pending return, and a peer started while it runs is an error of the model."""
     state = Machine()
     try:
         state.busy_for_a_while()
