@@ -47,7 +47,7 @@ define step
 	exit $$rc
 endef
 
-.PHONY: all test lint demo bench bench-medium deb deps-test deps-lab deps-deb unit dbus fault contract lab package clean \
+.PHONY: all test lint demo paper bench bench-medium deb deps-test deps-lab deps-deb unit dbus fault contract lab package clean \
         fault-model fault-long fault-mutants
 
 all:
@@ -129,6 +129,12 @@ bench: deps-test
 
 demo: deps-lab
 	$(PYTHON) -m tests.lab.demo
+
+# The paper's experiment matrix in the lab, guard off and on (issue 24; docs/paper.md).  Not part
+# of `make test`: about 25 minutes.  PAPER_ARGS='--cells upload-tsq --seconds 60' for a part;
+# `make paper-trixie` runs it on Debian 13.
+paper: deps-lab
+	$(PYTHON) -m tests.lab.paper $(PAPER_ARGS)
 
 bench-medium: deps-lab
 	$(PYTHON) -m tests.lab.bench_medium

@@ -33,7 +33,7 @@ TRIXIE_CACHE ?= /var/cache/nm-scanguard
 TRIXIE_FAULT_EXAMPLES ?= $(or $(SCANGUARD_FAULT_EXAMPLES),10)
 TRIXIE       = TRIXIE_CACHE=$(TRIXIE_CACHE) $(PYTHON) tests/release/trixie.py
 
-.PHONY: trixie-root test-trixie trixie-shell trixie-deps lab-trixie
+.PHONY: trixie-root test-trixie trixie-shell trixie-deps lab-trixie paper-trixie
 
 # The guard checks issue 10 names (baseline scans, guard on, restore, reconnect, kill -9, hold,
 # dispatcher), the non-ASCII check that starts the daemon, config set against NetworkManager
@@ -59,3 +59,8 @@ trixie-shell: trixie-deps
 lab-trixie: trixie-deps deps-lab deps-deb
 	SCANGUARD_LAB_RELEASE=trixie TRIXIE_CACHE=$(TRIXIE_CACHE) \
 	  $(PYTEST) -v -s tests/lab -k '$(LAB_TRIXIE_SELECT)'
+
+# `make paper` on Debian 13 (kernel 6.12), into paper-results-trixie/.
+paper-trixie: trixie-deps deps-lab
+	SCANGUARD_LAB_RELEASE=trixie TRIXIE_CACHE=$(TRIXIE_CACHE) \
+	  $(PYTHON) -m tests.lab.paper --out paper-results-trixie $(PAPER_ARGS)

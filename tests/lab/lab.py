@@ -188,7 +188,8 @@ class TrafficRun:
 class Traffic:
     """A transfer in progress (see Lab.start_traffic); `wait()` gives its TrafficRun."""
 
-    def __init__(self, lab: "Lab", direction: str, seconds: float, ping_interval: float | None):
+    def __init__(self, lab: "Lab", direction: str, seconds: float, ping_interval: float | None,
+                 netns: str | None = None, congestion: str | None = None):
         self.lab, self.direction, self.seconds = lab, direction, seconds
         self.started = time.monotonic()
         self.t0 = lab.guest_time()
@@ -196,8 +197,13 @@ class Traffic:
         self.ping = lab.start_ping(seconds + 2, ping_interval, name=f"ping-{direction}-{n}") \
             if ping_interval else None
         reverse = "-R " if direction == "download" else ""
-        self.iperf = lab.spawn(f"exec iperf3 -c {AP_ADDR} {reverse}-t {seconds:g} -i 1 -J "
-                               f"--get-server-output", name=f"iperf3-{direction}-{n}")
+        # -C: the congestion control of both ends' sockets (iperf3 hands it to the server,
+        # which is the sender of a download); the result's sender_tcp_congestion says which ran
+        algorithm = f"-C {shlex.quote(congestion)} " if congestion else ""
+        where = f"ip netns exec {shlex.quote(netns)} " if netns else ""
+        self.iperf = lab.spawn(f"exec {where}iperf3 -c {AP_ADDR} {reverse}{algorithm}"
+                               f"-t {seconds:g} -i 1 -J --get-server-output",
+                               name=f"iperf3-{direction}-{n}")
 
     def stop(self) -> None:
         """End the transfer early, its figures unread (a check that needs only the load)."""
@@ -750,11 +756,14 @@ class Lab:
         return measure.parse_ping(proc.output())
 
     def start_traffic(self, direction: str, seconds: float,
-                      ping_interval: float | None = PING_INTERVAL) -> Traffic:
-        """Start iperf3 ('upload' = station -> AP, 'download' = AP -> station) plus ping."""
+                      ping_interval: float | None = PING_INTERVAL, netns: str | None = None,
+                      congestion: str | None = None) -> Traffic:
+        """Start iperf3 ('upload' = station -> AP, 'download' = AP -> station) plus ping; the
+        station's iperf3 in network namespace `netns` if given, with TCP congestion control
+        `congestion` at both ends if given (the kernel's default otherwise)."""
         if direction not in ("upload", "download"):
             raise ValueError(direction)
-        return Traffic(self, direction, seconds, ping_interval)
+        return Traffic(self, direction, seconds, ping_interval, netns, congestion)
 
     def upload(self, seconds: float, ping_interval: float | None = PING_INTERVAL) -> TrafficRun:
         return self.start_traffic("upload", seconds, ping_interval).wait()

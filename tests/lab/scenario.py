@@ -353,16 +353,18 @@ class MeasuredRun:
 
 
 def measured_transfer(lab: Lab, direction: str, seconds: float, label: str,
-                      progress: Callable[[str], None] | None = None) -> MeasuredRun:
+                      progress: Callable[[str], None] | None = None, netns: str | None = None,
+                      congestion: str | None = None) -> MeasuredRun:
     """Capture the air, run iperf3 (`direction`) with ping alongside, and summarise: scans
     (kernel `iw event`), bgscan's own requests and starts/stops (wpa_supplicant log), the
-    station's PM=1 Null frames, per-second throughput at both ends, ping RTT."""
+    station's PM=1 Null frames, per-second throughput at both ends, ping RTT.  `netns` and
+    `congestion`: see Lab.start_traffic."""
     phases = {}
     t = time.monotonic()
     cap = lab.start_capture(re.sub(r"[^A-Za-z0-9]+", "-", label).strip("-"))
     phases["start capture"] = time.monotonic() - t
     t = time.monotonic()
-    traffic = lab.start_traffic(direction, seconds)
+    traffic = lab.start_traffic(direction, seconds, netns=netns, congestion=congestion)
     while traffic.iperf.wait(min(15.0, seconds + 60)) is None:
         if progress:
             elapsed = time.monotonic() - t
