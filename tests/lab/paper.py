@@ -189,8 +189,8 @@ def judge(cell: Cell, off: dict, on: dict, upload_tsq_off: dict | None = None) -
                                                     else "shows the upload with TSQ only") + ")")
     elif on["scans"] == 0 and _finite(flat):
         out.append(f"guard on: 0 scans, yet the worst second is {flat:.0%} of the median "
-                   f"(target >= {FLAT:.0%}) with {on['retransmits']} retransmissions: stalls that "
-                   "are not the scans', which the guard cannot remove")
+                   f"(target >= {FLAT:.0%}; {on['retransmits']} retransmissions): no scan's "
+                   "doing, so nothing the guard can remove")
     else:
         scans = on["scans"] - on["scans_aborted"]
         out.append(f"guard on: {on['scans']} scan(s) ({scans} not aborted), worst second "

@@ -61,8 +61,7 @@ def test_a_guarded_run_with_scans_or_a_deep_worst_second_is_not_called_flat():
     # no scan and still a stall (the no-TSQ queue overflowing): said to be no scan's doing
     v = judge(CELLS_BY_KEY["upload-no-tsq"], figures(), figures(scans=0, worst=0.0, retrans=900))
     assert v[-1] == ("guard on: 0 scans, yet the worst second is 0% of the median (target >= "
-                     "90%) with 900 retransmissions: stalls that are not the scans', which the "
-                     "guard cannot remove")
+                     "90%; 900 retransmissions): no scan's doing, so nothing the guard can remove")
 
 
 @pytest.mark.parametrize("share, retrans, held", [(0.2, 40, True), (0.7, 40, False),
