@@ -131,7 +131,7 @@ demo: deps-lab
 	$(PYTHON) -m tests.lab.demo
 
 # The paper's experiment matrix in the lab, guard off and on (issue 24; docs/paper.md).  Not part
-# of `make test`: about 25 minutes.  PAPER_ARGS='--cells upload-tsq --seconds 60' for a part;
+# of `make test`: about 20 minutes.  PAPER_ARGS='--cells upload-tsq --seconds 60' for a part;
 # `make paper-trixie` runs it on Debian 13.
 paper: deps-lab
 	$(PYTHON) -m tests.lab.paper $(PAPER_ARGS)

@@ -36,7 +36,7 @@ from .vm import REPO, LabError
 # TSQ counts, falls as soon as a segment crosses the veth: TSQ never throttles, and the queue
 # between TCP and the air (wlan1's fq_codel, hwsim's frames awaiting the medium) is filled by
 # congestion control alone, as before Linux 3.6.  tcp_limit_output_bytes cannot do this: TSQ's
-# limit is the smaller of it and the pacing rate's few milliseconds (check 10 of the lab).
+# limit is the smaller of it and the pacing rate's few milliseconds (test_lab_paper.py).
 NO_TSQ_NS = "notsq"
 NO_TSQ_NET = ("10.77.0.1", "10.77.0.2", "10.77.0.0/30")  # station's end, sender's end, net
 NO_TSQ_LINK = ("sgv0", "sgv1")  # NetworkManager leaves them alone (NM_CONF: only wlan1)

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from . import measure
+from .measure import percentile
 from .lab import (AP_ADDR, CONNECTION, COUNTRY, PING_INTERVAL, SCAN_FREQS_MHZ, SSID, STA_IF,
                   STRONG_SIGNAL_DBM, WEAK_SIGNAL_DBM)
 from .demo import strict_json
@@ -135,6 +136,17 @@ def spike_rates(link: dict) -> tuple[float, float]:
     return (inside[0] / inside[1] if inside[1] else 0.0, outside[0] / outside[1] if outside[1] else 0.0)
 
 
+def rtt_medians(link: dict) -> tuple[float, float]:
+    """The median RTT of diagnose's answered echoes inside scans and outside them."""
+    spans = [(s["start"], s["end"] if s["end"] is not None else float("inf")) for s in link["scans"]]
+    inside, outside = [], []
+    for sent, rtt in link["echoes"]:
+        if rtt is not None:
+            end = sent + rtt / 1000
+            (inside if any(a < end and sent < b for a, b in spans) else outside).append(rtt)
+    return percentile(inside, 50), percentile(outside, 50)
+
+
 def check_diagnose_found_bgscan(lab, doc: dict, m) -> None:
     """Issue 23 (a): what diagnose said, against what the lab knows independently: the kernel's
     scans (`iw event`, run as root) and bgscan's own requests (wpa_supplicant's debug log)."""
@@ -157,11 +169,17 @@ def check_diagnose_found_bgscan(lab, doc: dict, m) -> None:
     assert "every 30 s below it" in link["bgscan_explained"]
     assert not link["guard"]["running"]
     inside, outside = spike_rates(link)
-    assert summary["spikes_in_scans"] >= 1 and inside > outside, (summary, inside, outside)
+    rtt_in, rtt_out = rtt_medians(link)
+    # On 6.1 mac80211 goes back to the channel between channels while frames wait, so a scan
+    # under load raises the RTT (≈36 -> 64-76 ms) usually, not always, past diagnose's spike
+    # threshold (2x the median): make test on 2026-11-26 02:59 drew a scan with none.  What must
+    # hold every time: latency rose inside the scan, and spikes were no likelier outside it.
+    assert rtt_in > rtt_out and inside >= outside, (summary, rtt_in, rtt_out, inside, outside)
     assert link["ssid"] == SSID
     lab.say(f"diagnose (a), guard off, as a netdev user: {summary['scans']} scan(s) "
             f"({', '.join(s['source'] for s in link['scans'])}), {summary['spikes']} spikes "
             f"(median {summary['median_rtt_ms']:.1f} ms, threshold "
             f"{summary['spike_threshold_ms']:.0f} ms), {summary['spikes_in_scans']} inside scans; "
-            f"echoes that were spikes: {inside:.0%} inside scans, {outside:.0%} outside; "
+            f"echoes that were spikes: {inside:.0%} inside scans, {outside:.0%} outside; median "
+            f"RTT {rtt_in:.0f} ms inside scans, {rtt_out:.0f} ms outside; "
             f"throughput inside/outside {summary['inside_share']}; verdict: {link['verdict'][0]}")
