@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import shlex
 import sys
 import textwrap
@@ -310,7 +311,6 @@ class QueueSample:
 def parse_queue_samples(text: str) -> list[QueueSample]:
     """queue_sampler's output: per reading, the busiest socket (the most bytes acknowledged:
     iperf3's data connection, not its control one).  Readings without one are left out."""
-    import re
     out: list[QueueSample] = []
     t: float | None = None
     best: dict[str, float] | None = None

@@ -121,30 +121,33 @@ def test_baseline_upload_bgscan_scans_disturb_the_link(lab):
     assert not problems, "; ".join(problems) + "\n" + m.report()
 
 
+def _echoes_by_scan(link: dict) -> tuple[list, list]:
+    """diagnose's echoes (sent, rtt or None) that overlapped a scan, and the others; a lost
+    echo counts as waiting 1 s."""
+    spans = [(s["start"], s["end"] if s["end"] is not None else float("inf")) for s in link["scans"]]
+    inside, outside = [], []
+    for sent, rtt in link["echoes"]:
+        end = sent + (1.0 if rtt is None else rtt / 1000)
+        (inside if any(a < end and sent < b for a, b in spans) else outside).append(rtt)
+    return inside, outside
+
+
 def spike_rates(link: dict) -> tuple[float, float]:
     """The share of diagnose's echoes that were spikes, inside scans and outside them."""
     limit = link["summary"]["spike_threshold_ms"]
-    spans = [(s["start"], s["end"] if s["end"] is not None else float("inf")) for s in link["scans"]]
-    inside = [0, 0]
-    outside = [0, 0]
-    for sent, rtt in link["echoes"]:
-        spike = rtt is None or (limit is not None and rtt >= limit)
-        end = sent + (1.0 if rtt is None else rtt / 1000)
-        bucket = inside if any(a < end and sent < b for a, b in spans) else outside
-        bucket[0] += spike
-        bucket[1] += 1
-    return (inside[0] / inside[1] if inside[1] else 0.0, outside[0] / outside[1] if outside[1] else 0.0)
+
+    def rate(rtts: list) -> float:
+        spikes = [r is None or (limit is not None and r >= limit) for r in rtts]
+        return sum(spikes) / len(spikes) if spikes else 0.0
+    inside, outside = _echoes_by_scan(link)
+    return rate(inside), rate(outside)
 
 
 def rtt_medians(link: dict) -> tuple[float, float]:
     """The median RTT of diagnose's answered echoes inside scans and outside them."""
-    spans = [(s["start"], s["end"] if s["end"] is not None else float("inf")) for s in link["scans"]]
-    inside, outside = [], []
-    for sent, rtt in link["echoes"]:
-        if rtt is not None:
-            end = sent + rtt / 1000
-            (inside if any(a < end and sent < b for a, b in spans) else outside).append(rtt)
-    return percentile(inside, 50), percentile(outside, 50)
+    inside, outside = _echoes_by_scan(link)
+    return (percentile([r for r in inside if r is not None], 50),
+            percentile([r for r in outside if r is not None], 50))
 
 
 def check_diagnose_found_bgscan(lab, doc: dict, m) -> None:

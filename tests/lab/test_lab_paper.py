@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from .lab import AP_ADDR, STA_IF, wait_until
+from .lab import STA_IF, wait_until
 from .measure import percentile
 from .paper import (QueueSample, parse_queue_samples, queue_sampler, remove_sender_without_tsq,
                     sender_without_tsq)
@@ -30,15 +30,14 @@ RAISED = 16  # tcp_limit_output_bytes x 16
 
 def _upload_with_a_scan(lab, label: str, netns: str | None) -> tuple[list[QueueSample], list]:
     where = f"ip netns exec {shlex.quote(netns)} " if netns else ""
-    iperf = lab.spawn(f"exec {where}iperf3 -c {AP_ADDR} -t {UPLOAD_SECONDS} -i 1",
-                      name=f"paper-check-iperf3-{label}")
+    upload = lab.start_traffic("upload", UPLOAD_SECONDS, ping_interval=None, netns=netns)
     sampler = lab.spawn(f"{where}sh -c {shlex.quote(queue_sampler(UPLOAD_SECONDS))}",
                         name=f"paper-check-ss-{label}")
     time.sleep(SCAN_AFTER)
     t_scan = lab.guest_time()
     wait_until(lambda: lab.run(f"iw dev {STA_IF} scan trigger", 30)[0] == 0, 20,
                "the kernel to take a scan request (busy while one runs)", interval=1)
-    assert iperf.wait(UPLOAD_SECONDS + 60) is not None, iperf.output()[-2000:]
+    upload.wait()  # raises LabError naming iperf3's log if it did not finish
     assert sampler.wait(60) is not None
     scans = [s for s in lab.scans(t_scan - 1) if s.end is not None]
     samples = parse_queue_samples(sampler.output())
