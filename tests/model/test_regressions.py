@@ -306,3 +306,25 @@ def test_a_stop_after_a_restart_raced_into_a_set_restores_or_keeps_the_journal()
         state.bgscan_is_safe()
     finally:
         state.teardown()
+
+
+# Found by the model rung in make test on 2026-11-26 at 03:50 UTC (first failing sequence 352 of
+# a worker); it fails the same way on 80a1782, before that session's changes.  Not analysed yet:
+# marked, not hidden, and strict, so that the fix turns it into a plain pass.
+@pytest.mark.xfail(strict=True, reason="open model-rung finding of 2026-11-26 (fails on 80a1782 "
+                   "too): after a NetworkManager restart, wlan0 below the floor and a Set whose "
+                   "reply is lost, the busy check (which waits out the call timeout and the "
+                   "journal's retry) finds wlan0's bgscan on; liveness only (bgscan is on, not "
+                   "left off); daemon defect or model fault not yet told apart")
+def test_a_lost_set_after_a_weak_signal_is_guarded_again_once_the_signal_is_back():
+    state = Machine()
+    try:
+        state.busy_for_a_while()
+        state.restart_nm(gap=0.0, then=0.0)
+        state.signal(ifname="wlan0", rssi=-78, then=0.0)
+        state.fault(count=1, error="org.freedesktop.DBus.Error.Failed", kind="lost", member="Set",
+                    t=0.001, then=0.0)
+        state.signal(ifname="wlan1", rssi=-40, then=4.0)
+        state.busy_for_a_while()
+    finally:
+        state.teardown()
