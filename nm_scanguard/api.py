@@ -99,7 +99,8 @@ class Api:
              "DeviceEvent": self._device_event, "ScanRequestDeferred": self._scan_request_deferred,
              "ScanRequestSeen": self._scan_request_seen},
             self.property_values, LOG_HINT)
-        self._watched: set[str] = set()  # callers whose NameOwnerChanged we subscribed to
+        # Callers whose NameOwnerChanged we subscribe to, each with its AddMatch (maybe in flight).
+        self._watched: dict[str, asyncio.Future[None]] = {}
         self._devices_sent: list[Any] | None = None
         self._devices = Throttle(DEVICES_EVERY, self._send_devices)
         self._active_holds = Throttle(HOLDS_EVERY, lambda: self.object.emit_properties(["ActiveHolds"]))
@@ -175,6 +176,7 @@ class Api:
 
     async def _hold(self, msg: Message) -> Message:
         reason, app_id, interface = msg.body
+        hold: Hold | None = None
         try:
             check_text("reason", reason)
             check_text("application_id", app_id)
@@ -188,11 +190,15 @@ class Api:
                 await self._authorize(msg, uid, ACTION_HOLD, "suspend Wi-Fi background scanning")
                 await self._watch(msg.sender)
                 if not await self._has_owner(msg.sender):
-                    self._unwatch(msg.sender)
                     raise CallError(ERROR_FAILED, "the caller left the bus before the hold was taken")
                 hold = slot.commit(reason, app_id, interface, time.time())
         except HoldError as e:
             raise CallError(_HOLD_ERRORS[e.kind], e.text) from None
+        finally:
+            # Any way out without a hold (the slot is given back by now): stop watching, unless
+            # the caller holds or is taking another (callers() counts reservations).
+            if hold is None:
+                self._unwatch(msg.sender)
         log.info("hold %d taken by %s (uid %d, %s) on %s: %s", hold.cookie,
                  quoted(app_id) if app_id else "an application", uid, msg.sender,
                  interface or "every interface", quoted(reason, 80) if reason else "no reason given")
@@ -308,20 +314,36 @@ class Api:
             return False
 
     async def _watch(self, sender: str) -> None:
-        if sender not in self._watched:
-            self._watched.add(sender)
-            await add_match(self.bus, _owner_rule(sender))
+        """Return once the bus tells us when `sender` leaves.  Concurrent Holds of one caller
+        share one AddMatch and all wait for it: a second Hold must not go on to commit while
+        the first one's match is still on its way (the caller could leave unseen meanwhile)."""
+        adding = self._watched.get(sender)
+        if adding is None:
+            adding = self._watched[sender] = asyncio.ensure_future(
+                add_match(self.bus, _owner_rule(sender)))
+        try:
+            await asyncio.shield(adding)
+        except BusError:
+            if self._watched.get(sender) is adding:
+                del self._watched[sender]  # not watched: the next Hold asks again
+            raise
 
     def _unwatch(self, sender: str) -> None:
-        if sender in self._watched and sender not in self.holds.callers():
-            self._watched.discard(sender)
-            self.daemon.spawn(self._remove_match(_owner_rule(sender)))
+        adding = self._watched.get(sender)
+        if adding is not None and sender not in self.holds.callers():
+            del self._watched[sender]
+            self.daemon.spawn(self._remove_match(_owner_rule(sender), adding))
 
-    async def _remove_match(self, rule: str) -> None:
+    async def _remove_match(self, rule: str, added: asyncio.Future[None]) -> None:
+        try:
+            await added  # a RemoveMatch sent before its AddMatch would leave the rule behind
+        except BusError:
+            return  # it was never added
         try:
             await call(self.bus, *DBUS, "RemoveMatch", "s", [rule])
         except BusError as e:
             log.debug("RemoveMatch failed: %s", e)
+
 
     def _on_signal(self, msg: Message) -> None:
         if (msg.message_type == MessageType.SIGNAL and msg.member == "NameOwnerChanged"

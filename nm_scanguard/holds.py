@@ -293,8 +293,9 @@ class Holds:
         return sorted(self._holds.values(), key=_order)
 
     def callers(self) -> set[str]:
-        """Clients holding at least one hold: whose leaving the bus must be watched."""
-        return {h.caller for h in self._holds.values()}
+        """Clients holding at least one hold or taking one (a reservation not yet committed or
+        given back): whose leaving the bus must be watched."""
+        return {h.caller for h in self._holds.values()} | {r.caller for r in self._pending}
 
     def __len__(self) -> int:
         return len(self._holds)

@@ -150,3 +150,98 @@ def test_the_xml_documents_exactly_the_device_status_fields():
     comment = text[text.index("Devices: one dictionary"):text.index('<property name="Devices"')]
     documented = dict(re.findall(r"^ {8}([a-z_]+) +([a-z{}()]+) {2,}", comment, re.M))
     assert documented == FIELDS
+
+
+class MatchBus:
+    """AddMatch and RemoveMatch as the API sends them (through bus.add_match and bus.call),
+    each answered when the test says so."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.answers: list[asyncio.Future[None]] = []
+        monkeypatch.setattr(api, "add_match", self._add_match)
+        monkeypatch.setattr(api, "call", self._call)
+
+    async def _add_match(self, _bus, rule: str) -> None:
+        self.calls.append(("AddMatch", rule))
+        answer = asyncio.get_running_loop().create_future()
+        self.answers.append(answer)
+        await answer
+
+    async def _call(self, _bus, _dest, _path, _iface, member: str, _sig: str, body: list) -> list:
+        self.calls.append((member, body[0]))
+        return []
+
+
+class SpawningDaemon(FakeDaemon):
+    def __init__(self) -> None:
+        super().__init__()
+        self.spawned: list[asyncio.Task] = []
+
+    def spawn(self, coro, guard=None) -> asyncio.Task:
+        task = asyncio.ensure_future(coro)
+        self.spawned.append(task)
+        return task
+
+
+async def turns(n: int = 10) -> None:
+    """Let the tasks started so far run as far as they can."""
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def watching(monkeypatch):
+    matches = MatchBus(monkeypatch)
+    daemon = SpawningDaemon()
+    a = Api(daemon, FakeBus())
+    a.start()
+    return matches, daemon, a
+
+
+async def test_concurrent_holds_of_one_caller_share_one_add_match_and_all_wait_for_it(monkeypatch):
+    matches, _, a = watching(monkeypatch)
+    first = asyncio.ensure_future(a._watch(":1.7"))
+    second = asyncio.ensure_future(a._watch(":1.7"))
+    await turns()
+    assert [m for m, _ in matches.calls] == ["AddMatch"]
+    assert not first.done() and not second.done(), "no Hold may commit before the match is in place"
+    matches.answers[0].set_result(None)
+    await asyncio.gather(first, second)
+    assert "arg0=':1.7'" in matches.calls[0][1]
+
+
+async def test_a_failed_add_match_is_not_remembered_as_a_watch(monkeypatch):
+    matches, _, a = watching(monkeypatch)
+    first = asyncio.ensure_future(a._watch(":1.7"))
+    await turns()
+    matches.answers[0].set_exception(api.BusError("org.freedesktop.DBus.Error.LimitsExceeded",
+                                                  "Café ☕: too many matches"))
+    try:
+        await first
+    except api.BusError:
+        pass
+    else:
+        raise AssertionError("the Hold that asked must see the failure")
+    second = asyncio.ensure_future(a._watch(":1.7"))
+    await turns()
+    assert [m for m, _ in matches.calls] == ["AddMatch", "AddMatch"], "the next Hold asks again"
+    matches.answers[1].set_result(None)
+    await second
+
+
+async def test_remove_match_waits_for_its_add_match_and_a_pending_hold_keeps_the_watch(monkeypatch):
+    matches, daemon, a = watching(monkeypatch)
+    slot = daemon.holds.reserve(":1.7")  # a Hold still being authorised
+    watch = asyncio.ensure_future(a._watch(":1.7"))
+    await turns()
+    a._unwatch(":1.7")
+    assert ":1.7" in a._watched and not daemon.spawned, "a caller taking a hold stays watched"
+    slot.cancel()
+    a._unwatch(":1.7")
+    (remove,) = daemon.spawned
+    await turns()
+    assert [m for m, _ in matches.calls] == ["AddMatch"], "RemoveMatch before AddMatch's answer"
+    matches.answers[0].set_result(None)
+    await asyncio.gather(watch, remove)
+    assert [m for m, _ in matches.calls] == ["AddMatch", "RemoveMatch"]
+    assert matches.calls[0][1] == matches.calls[1][1]

@@ -311,6 +311,22 @@ def test_a_stop_after_a_restart_raced_into_a_set_restores_or_keeps_the_journal()
 # Found by the model rung in make test on 2026-11-26 at 03:50 UTC (first failing sequence 352 of
 # a worker); it fails the same way on 80a1782, before that session's changes.  Not analysed yet:
 # marked, not hidden, and strict, so that the fix turns it into a plain pass.
+def test_a_hold_being_taken_keeps_its_holder_watched_when_another_is_released():
+    """Found 2026-11-26 by CI's model rung (a daemon defect; bgscan stayed off on both
+    interfaces): one client asked for two holds, and released the first while the second was
+    still being authorised.  The release stopped watching the client's leaving, since only
+    committed holds counted; the second hold then committed unwatched and outlived its holder.
+    Reservations count now, and concurrent Holds of one client share one AddMatch."""
+    state = Machine()
+    try:
+        state.hold(client=1, interface="", reason=CAFE, then=0.001)
+        state.hold(client=1, interface="", reason=CAFE, then=0.001)
+        state.release(client=1, then=0.0003, which=0)
+        state.bgscan_is_safe()
+    finally:
+        state.teardown()
+
+
 @pytest.mark.xfail(strict=True, reason="open model-rung finding of 2026-11-26 (fails on 80a1782 "
                    "too): after a NetworkManager restart, wlan0 below the floor and a Set whose "
                    "reply is lost, the busy check (which waits out the call timeout and the "

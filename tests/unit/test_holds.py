@@ -337,6 +337,24 @@ def test_counts_and_callers():
     assert len(holds) == 3 and pending_count(holds) == 1
 
 
+def test_a_caller_taking_a_hold_is_among_the_callers_until_its_slot_ends():
+    """The API stops watching a caller's leaving when it is no longer among callers(); a Hold
+    still being authorised must keep that watch (found by the model rung, 2026-11-26: two Holds
+    of one client, the first released while the second was pending, the second committed
+    unwatched and outlived its holder, bgscan stayed off)."""
+    holds = Holds()
+    first = take(holds, ":1.1")
+    second = holds.reserve(":1.1")
+    holds.release(first.cookie, ":1.1", caller_is_root=False)
+    assert holds.callers() == {":1.1"}
+    second.cancel()
+    assert holds.callers() == set()
+    holds.reserve(":1.2")
+    assert holds.callers() == {":1.2"}
+    holds.caller_left(":1.2")
+    assert holds.callers() == set()
+
+
 def test_hold_records_are_frozen():
     hold = take(Holds(), ":1.1")
     with pytest.raises(dataclasses.FrozenInstanceError):
