@@ -283,6 +283,7 @@ class Guard:
             was = self.state
             try:
                 await self._release_if_interface_replaced()
+                await self._recheck_if_in_doubt()
                 if self.policy.want_engaged and not self.engaged and not self._stopping:
                     # Once stopped, nothing restores what it would suspend (a kick spawned for
                     # a hold can still be on its way when the interface stops being guarded).
@@ -308,6 +309,17 @@ class Guard:
         if self.suspended is not None and self.iface_path is None \
                 and interface_of(self.suspended.network) != await self._iface():
             await self._release("wpa_supplicant re-created the interface")
+
+    async def _recheck_if_in_doubt(self) -> None:
+        """A release whose Set went unanswered, and whose read-back failed, leaves the
+        suspension in doubt: the Set may have landed.  Before counting ourselves engaged again,
+        read bgscan (Suspender.recheck); if it is no longer "", the suspension ends here and the
+        caller suspends anew.  (While the policy wants bgscan on, the release is simply tried
+        again, and restoring reads first anyway.)"""
+        suspended = self.suspended
+        if suspended is not None and self.policy.want_engaged \
+                and self._suspender.in_doubt(suspended.network):
+            await self._suspender.recheck(suspended, self.ifname)
 
     def hold_changed(self, held: bool) -> None:
         self.policy.set_held(held)
@@ -458,7 +470,12 @@ class Guard:
     def count_scan(self) -> None:
         if self.engaged:
             self.scans_guarding += 1
-            if self.deferring:
+            if self._own_scan():
+                # Not somebody else's: ours, asked for when the signal faded, and guarding
+                # resumed before it ran (found by the model rung, which blamed root or GeoClue).
+                log.info("%s: the scan the guard asked for to roam ran after guarding resumed",
+                         self.ifname)
+            elif self.deferring:
                 log.info("%s: a scan ran while guarding, though client scan requests are "
                          "refused; it was asked for by %s", self.ifname, who_scanned(True))
             else:

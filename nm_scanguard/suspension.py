@@ -107,6 +107,8 @@ class Suspender:
         # same path with a fresh bgscan: a generation that moved between our read and our Set
         # means the Set hit the new object.
         self._generations: dict[str, int] = {}
+        # Live suspensions whose restore went unanswered and could not be read back.
+        self._doubtful: set[str] = set()
 
     def network_removed(self, network: str) -> Suspended | None:
         """Call at once when NetworkRemoved arrives (before other queued replies are handled):
@@ -116,6 +118,7 @@ class Suspender:
         generations), so its journal entry stays until then."""
         self._generations[network] = self.generation(network) + 1
         gone = self._live.pop(network, None)
+        self._doubtful.discard(network)
         if gone is not None or network not in self._pending | self._unsettled:
             self._forget(network, gone.ifname if gone else "")
         return gone
@@ -219,6 +222,49 @@ class Suspender:
             return False
         return value != ""
 
+    async def _restore_landed(self, s: Suspended, ifname: str, err: UncertainOutcome) -> bool:
+        """After a restoring Set with no answer: True if reading bgscan back shows something
+        other than "" at the path, i.e. the Set landed (or NetworkManager's new object is
+        there); the caller then forgets the entry as after a confirmed restore.  False keeps
+        it: the read shows our "" (the Set did not land), or it failed too, and then the
+        suspension is left in doubt (`in_doubt`), so that a guard wanting bgscan off again
+        reads it before counting itself engaged.  (Found by the model rung: a release for a
+        weak signal whose Set landed but whose reply was lost left the guard counting itself
+        engaged; when the signal came back it did not suspend again, and bgscan ran while the
+        link was busy.)"""
+        try:
+            value = await self.supplicant.get_bgscan(s.network)
+        except SupplicantError as e:
+            self._doubtful.add(s.network)
+            log.warning("%s: wpa_supplicant did not confirm restoring bgscan on %s (%s), and "
+                        "reading it back failed too (%s); keeping it to restore again",
+                        ifname, s.network, err, e)
+            return False
+        if value == "":
+            return False
+        log.info("%s: wpa_supplicant did not confirm restoring bgscan on %s (%s), but it reads "
+                 "back as \"%s\": restored", ifname, s.network, err, value)
+        return True
+
+    def in_doubt(self, network: str) -> bool:
+        """Whether a restore on `network` went unanswered and could not be read back: the live
+        suspension there may no longer carry our ""."""
+        return network in self._doubtful
+
+    async def recheck(self, s: Suspended, ifname: str) -> bool:
+        """Settle a suspension left in doubt: True if bgscan still reads "" (still ours, and
+        still suspended), False if it reads anything else (the restore landed after all: the
+        suspension and its entry end, so the caller suspends anew).  Raises SupplicantError if
+        the read fails again."""
+        value = await self.supplicant.get_bgscan(s.network)
+        self._doubtful.discard(s.network)
+        if value == "":
+            return True
+        log.info("%s: bgscan on %s reads \"%s\": the restore that went unanswered landed",
+                 ifname, s.network, value)
+        self._forget(s.network, ifname)
+        return False
+
     async def _put_back(self, net: str, ifname: str, value: str) -> bool:
         """NetworkManager removed the network and added a new one at the same path between our
         read and our Set (wpa_supplicant sends the signal before it handles our Set, so it is
@@ -265,6 +311,7 @@ class Suspender:
     def _forget(self, net: str, ifname: str) -> None:
         self._live.pop(net, None)
         self._unsettled.discard(net)
+        self._doubtful.discard(net)
         try:
             self.journal.forget(net)
         except OSError as e:
@@ -299,6 +346,9 @@ class Suspender:
                 log.debug("%s: network %s went away while restoring", ifname, s.network)
                 self._forget(s.network, ifname)
                 return
+            except UncertainOutcome as e:
+                if not await self._restore_landed(s, ifname, e):
+                    raise
             if self.generation(s.network) != generation:
                 # wpa_supplicant's API has no compare-and-set: NetworkManager removed the
                 # network and added a new one at the same path between our read and our Set,
@@ -354,6 +404,7 @@ class Suspender:
         """wpa_supplicant restarted: its networks, and every "" we set, are gone."""
         self._live.clear()
         self._unsettled.clear()
+        self._doubtful.clear()
         nets = list(self.journal.entries())
         if not nets:
             return

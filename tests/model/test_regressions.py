@@ -308,9 +308,6 @@ def test_a_stop_after_a_restart_raced_into_a_set_restores_or_keeps_the_journal()
         state.teardown()
 
 
-# Found by the model rung in make test on 2026-11-26 at 03:50 UTC (first failing sequence 352 of
-# a worker); it fails the same way on 80a1782, before that session's changes.  Not analysed yet:
-# marked, not hidden, and strict, so that the fix turns it into a plain pass.
 def test_a_hold_being_taken_keeps_its_holder_watched_when_another_is_released():
     """Found 2026-11-26 by CI's model rung (a daemon defect; bgscan stayed off on both
     interfaces): one client asked for two holds, and released the first while the second was
@@ -327,12 +324,14 @@ def test_a_hold_being_taken_keeps_its_holder_watched_when_another_is_released():
         state.teardown()
 
 
-@pytest.mark.xfail(strict=True, reason="open model-rung finding of 2026-11-26 (fails on 80a1782 "
-                   "too): after a NetworkManager restart, wlan0 below the floor and a Set whose "
-                   "reply is lost, the busy check (which waits out the call timeout and the "
-                   "journal's retry) finds wlan0's bgscan on; liveness only (bgscan is on, not "
-                   "left off); daemon defect or model fault not yet told apart")
+# Found by the model rung in make test on 2026-11-26 at 03:50 UTC (first failing sequence 352 of
+# a worker); it failed the same way on 80a1782, so it did not come from that session's changes.
 def test_a_lost_set_after_a_weak_signal_is_guarded_again_once_the_signal_is_back():
+    """A daemon defect (liveness: bgscan on while the link was busy).  wlan0 fell below the
+    floor; the release's restoring Set landed but its reply was lost, so the suspension stayed
+    live and the guard counted itself engaged; when the signal came back it did not suspend
+    again.  Suspender.restore now reads back after an unanswered Set, and a suspension whose
+    read-back failed too is read again before the guard counts itself engaged."""
     state = Machine()
     try:
         state.busy_for_a_while()

@@ -15,7 +15,7 @@ from nm_scanguard.nm import WifiDevice
 from nm_scanguard.rates import Counters
 from nm_scanguard.supplicant import SCAN_ERROR, NoScanRunning
 from nm_scanguard.suspension import ALREADY_OFF, Suspender
-from tests.unit.test_suspension import IFACE0, NET0, NM_BGSCAN, FakeSupplicant, fail
+from tests.unit.test_suspension import IFACE0, NET0, NM_BGSCAN, TIMEOUT, FakeSupplicant, fail
 
 ACCESS_DENIED = "org.freedesktop.DBus.Error.AccessDenied"
 SETTINGS = Settings(threshold_mbit=1.0, threshold_pps=0, engage_after=2, release_below_mbit=0.5,
@@ -231,6 +231,37 @@ async def test_a_release_for_a_weak_signal_asks_for_one_scan_so_the_station_roam
     assert sup.scans == [IFACE0, IFACE0]
 
 
+@pytest.mark.parametrize("read_back", ["works", "fails"])
+async def test_a_release_whose_set_landed_unanswered_does_not_keep_the_guard_engaged(
+        guard, parts, caplog, read_back):
+    """Found by the model rung (2026-11-26): the restoring Set for a weak signal landed, its
+    reply was lost; the guard kept counting itself engaged, and when the signal came back it
+    did not suspend again: bgscan ran while the link was busy."""
+    sup, counters = parts["sup"], parts["counters"]
+    await guard.step()
+    await run(guard, counters, 8, 2)
+    assert guard.engaged
+    sup.set_errors, sup.late = [TIMEOUT], True  # the restore lands; its answer does not come
+    if read_back == "fails":
+        original_set = sup.set_bgscan
+
+        async def set_bgscan(net_path, value):
+            sup.get_errors = [TIMEOUT]  # the read right after the Set fails too
+            sup.set_bgscan = original_set
+            await original_set(net_path, value)
+        sup.set_bgscan = set_bgscan
+    caplog.set_level("INFO", "scanguard")
+    await _fade(guard, parts, -80)
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN
+    assert guard.engaged is (read_back == "fails")  # in doubt: it cannot tell yet
+    await _fade(guard, parts, -60)  # the signal is back while the link is busy
+    assert guard.state == P.GUARDING and guard.engaged
+    assert sup.networks[NET0]["bgscan"] == "", "suspended again"
+    assert parts["journal"].get(NET0).bgscan == NM_BGSCAN
+    await run(guard, counters, 0, 3)
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and parts["journal"].entries() == {}
+
+
 async def test_a_quiet_release_asks_for_no_scan_and_a_refused_scan_changes_nothing(
         guard, parts, caplog):
     sup, counters = parts["sup"], parts["counters"]
@@ -347,6 +378,22 @@ async def test_scans_are_counted_by_whether_bgscan_was_suspended(guard, parts):
     guard.count_scan()
     assert (guard.scans_idle, guard.scans_guarding) == (1, 2)
     assert "2 scans while guarding" in guard.status_line()
+
+
+async def test_the_guards_own_roaming_scan_running_after_it_re_engaged_is_not_blamed(
+        guard, parts, caplog):
+    """Found by the model rung (2026-11-26): the signal came back before the scan the guard
+    asked for to roam ran, and the log blamed root or GeoClue for it."""
+    await guard.step()
+    await run(guard, parts["counters"], 8, 2)
+    await _fade(guard, parts, -80)
+    assert parts["sup"].scans == [IFACE0]
+    await _fade(guard, parts, -60)
+    assert guard.engaged
+    caplog.set_level("INFO", "scanguard")
+    guard.count_scan()
+    assert "the scan the guard asked for to roam ran after guarding resumed" in caplog.text
+    assert "asked for by" not in caplog.text
 
 
 async def test_a_vanished_interface_is_reported_once(guard, parts, caplog):

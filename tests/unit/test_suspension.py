@@ -228,14 +228,55 @@ async def test_uncertain_outcome_raised_directly_counts_too(sup, journal, suspen
     sup.set_bgscan = late_set
     s = await suspender.suspend(IFACE0, "wlan0")
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
-    # The restoring Set is late as well: it is applied, but unconfirmed, so the entry stays...
+    # The restoring Set is late as well: applied but unconfirmed; reading back shows it landed.
+    await suspender.restore(s, "wlan0")
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN
+    assert on_disk(journal) == {} and suspender.suspended_on("wlan0") is None
+
+
+@pytest.mark.parametrize("error", [TIMEOUT, NO_REPLY])
+@pytest.mark.parametrize("saved", [NM_BGSCAN, "simple:30:-65:300"])
+async def test_a_restore_that_landed_unanswered_is_read_back_and_done(sup, journal, suspender,
+                                                                      error, saved):
+    """Found by the model rung (2026-11-26): a release whose Set landed but whose reply was
+    lost left the suspension live, so a guard wanting bgscan off again counted itself engaged
+    and never suspended; bgscan ran while the link was busy.  The read after the Set (one
+    client's calls are answered in order) tells."""
+    sup.networks[NET0]["bgscan"] = saved
+    s = await suspended(suspender)
+    sup.set_errors, sup.late = [error], True
+    await suspender.restore(s, "wlan0")
+    assert sup.networks[NET0]["bgscan"] == saved
+    assert on_disk(journal) == {} and suspender.suspended_on("wlan0") is None
+    assert not suspender.in_doubt(NET0)
+
+
+@pytest.mark.parametrize("landed", [True, False])
+async def test_a_restore_unanswered_and_unreadable_is_left_in_doubt_until_read(
+        sup, journal, suspender, landed):
+    s = await suspended(suspender)
+    sup.set_errors, sup.late = [TIMEOUT], landed
+    original_set = sup.set_bgscan
+
+    async def set_bgscan(net_path, value):
+        sup.get_errors = [TIMEOUT]  # the read after this Set fails too
+        await original_set(net_path, value)
+    sup.set_bgscan = set_bgscan
     with pytest.raises(UncertainOutcome):
         await suspender.restore(s, "wlan0")
-    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN
-    assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
-    # ...until the retry finds the value back and forgets it without writing again.
-    await suspender.restore(s, "wlan0")
-    assert on_disk(journal) == {}
+    assert suspender.in_doubt(NET0) and suspender.suspended_on("wlan0") == s
+    assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}  # cannot tell: kept
+    sup.set_bgscan = original_set
+    assert await suspender.recheck(s, "wlan0") is (not landed)
+    assert not suspender.in_doubt(NET0)
+    if landed:  # it was restored: the suspension and its entry end, a new suspend may come
+        assert suspender.suspended_on("wlan0") is None and on_disk(journal) == {}
+        s2 = await suspended(suspender)
+        assert s2.saved == NM_BGSCAN and sup.networks[NET0]["bgscan"] == ""
+    else:  # still our "": still suspended, and restored on release
+        assert suspender.suspended_on("wlan0") == s
+        await suspender.restore(s, "wlan0")
+    assert sup.networks[NET0]["bgscan"] == ("" if landed else NM_BGSCAN)
 
 
 async def test_after_a_lost_suspension_the_next_one_takes_it_over(sup, journal, suspender):
