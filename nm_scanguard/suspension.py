@@ -107,8 +107,10 @@ class Suspender:
         # same path with a fresh bgscan: a generation that moved between our read and our Set
         # means the Set hit the new object.
         self._generations: dict[str, int] = {}
-        # Live suspensions whose restore went unanswered and could not be read back.
-        self._doubtful: set[str] = set()
+        # Live suspensions that may no longer carry our "": a restore went unanswered and could
+        # not be read back, or wpa_supplicant restarted while the suspend was under way.
+        self._doubtful: dict[str, str] = {}  # network -> what made it doubtful, in words
+        self._restarts = 0  # how many times forget_all ran (wpa_supplicant restarted)
 
     def network_removed(self, network: str) -> Suspended | None:
         """Call at once when NetworkRemoved arrives (before other queued replies are handled):
@@ -118,7 +120,7 @@ class Suspender:
         generations), so its journal entry stays until then."""
         self._generations[network] = self.generation(network) + 1
         gone = self._live.pop(network, None)
-        self._doubtful.discard(network)
+        self._doubtful.pop(network, None)
         if gone is not None or network not in self._pending | self._unsettled:
             self._forget(network, gone.ifname if gone else "")
         return gone
@@ -152,6 +154,7 @@ class Suspender:
         if net in self._live or net in self._pending:
             raise SupplicantError(f"bgscan on {net} is already suspended or being suspended "
                                   "for another interface; not suspending it twice")
+        restarts = self._restarts
         self._pending.add(net)
         try:
             s = await self._suspend(net, ifname)
@@ -164,12 +167,29 @@ class Suspender:
             raise
         finally:
             self._pending.discard(net)
+        if self._restarts != restarts:
+            return self._across_a_restart(s)
         if self.generation(net) != s.generation:
             # Removed while a put-back was on its way: our "" went with that object.
             self._forget(net, ifname)
             raise SupplicantError(f"network {net} was re-created while bgscan was being "
                                   "suspended; trying again on the next sample")
         self._live[net] = s
+        return s
+
+    def _across_a_restart(self, s: Suspended) -> Suspended:
+        """wpa_supplicant restarted while this suspend was under way (forget_all ran, and
+        dropped its entry).  Our "" most likely went with the old process, and the new one's
+        network at this path has NetworkManager's value; but a Set routed to the new process
+        would have landed there.  Keep it journaled and live, but in doubt: the guard reads it
+        before counting itself engaged, and a release reads before it writes.  (Found by the
+        model rung, 2026-11-26: such a suspend, its answer late, became a live suspension of
+        the old process's network, and the guard never suspended the new one.)"""
+        log.warning("%s: wpa_supplicant restarted while bgscan on %s was being suspended; "
+                    "reading it again at the next sample", s.ifname, s.network)
+        self._record(s.network, s.ifname, s.saved)
+        self._live[s.network] = s
+        self._doubtful[s.network] = "the new wpa_supplicant has NetworkManager's value there"
         return s
 
     async def _suspend(self, net: str, ifname: str) -> Suspended:
@@ -235,7 +255,7 @@ class Suspender:
         try:
             value = await self.supplicant.get_bgscan(s.network)
         except SupplicantError as e:
-            self._doubtful.add(s.network)
+            self._doubtful[s.network] = "the restore that went unanswered landed"
             log.warning("%s: wpa_supplicant did not confirm restoring bgscan on %s (%s), and "
                         "reading it back failed too (%s); keeping it to restore again",
                         ifname, s.network, err, e)
@@ -247,8 +267,8 @@ class Suspender:
         return True
 
     def in_doubt(self, network: str) -> bool:
-        """Whether a restore on `network` went unanswered and could not be read back: the live
-        suspension there may no longer carry our ""."""
+        """Whether the live suspension on `network` may no longer carry our "" (a restore went
+        unanswered and could not be read back, or wpa_supplicant restarted during the suspend)."""
         return network in self._doubtful
 
     async def recheck(self, s: Suspended, ifname: str) -> bool:
@@ -257,11 +277,11 @@ class Suspender:
         suspension and its entry end, so the caller suspends anew).  Raises SupplicantError if
         the read fails again."""
         value = await self.supplicant.get_bgscan(s.network)
-        self._doubtful.discard(s.network)
+        why = self._doubtful.pop(s.network, "")
         if value == "":
             return True
-        log.info("%s: bgscan on %s reads \"%s\": the restore that went unanswered landed",
-                 ifname, s.network, value)
+        log.info("%s: bgscan on %s reads \"%s\", not our \"\"%s; it is not suspended",
+                 ifname, s.network, value, f" ({why})" if why else "")
         self._forget(s.network, ifname)
         return False
 
@@ -311,7 +331,7 @@ class Suspender:
     def _forget(self, net: str, ifname: str) -> None:
         self._live.pop(net, None)
         self._unsettled.discard(net)
-        self._doubtful.discard(net)
+        self._doubtful.pop(net, None)
         try:
             self.journal.forget(net)
         except OSError as e:
@@ -402,6 +422,7 @@ class Suspender:
 
     def forget_all(self) -> None:
         """wpa_supplicant restarted: its networks, and every "" we set, are gone."""
+        self._restarts += 1
         self._live.clear()
         self._unsettled.clear()
         self._doubtful.clear()

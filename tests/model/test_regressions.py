@@ -343,3 +343,23 @@ def test_a_lost_set_after_a_weak_signal_is_guarded_again_once_the_signal_is_back
         state.busy_for_a_while()
     finally:
         state.teardown()
+
+
+def test_a_suspend_answered_late_across_two_wpa_supplicant_restarts_is_not_kept():
+    """Found 2026-11-26 by `make fault-long SEQUENCES=10000` (a daemon defect; liveness:
+    bgscan on while the link was busy).  wpa_supplicant restarted; the guard's suspend of the
+    new process's network got its Set answer 11 s late, and a second restart came meanwhile;
+    the read-back went to the third process, which had no network yet, so the Set was taken
+    for applied, and the suspension became live on a network that was gone: the guard counted
+    itself engaged and never suspended the new one.  A suspend that spans a restart is now
+    journaled again and read before the guard counts itself engaged."""
+    state = Machine()
+    try:
+        state.busy_for_a_while()
+        state.fault(count=1, error="org.freedesktop.DBus.Error.Failed", kind="late", member="Set",
+                    t=11.0, then=0.0)
+        state.restart_supplicant(gap=0.0003, then=11.0)
+        state.restart_supplicant(gap=0.0, then=0.0003)
+        state.busy_for_a_while()
+    finally:
+        state.teardown()

@@ -279,6 +279,39 @@ async def test_a_restore_unanswered_and_unreadable_is_left_in_doubt_until_read(
     assert sup.networks[NET0]["bgscan"] == ("" if landed else NM_BGSCAN)
 
 
+@pytest.mark.parametrize("case", ["unanswered, read back", "unanswered, unreadable",
+                                  "landed on the new process"])
+async def test_a_suspend_across_a_wpa_supplicant_restart_is_journaled_and_read_again(
+        sup, journal, suspender, case):
+    """Found by the model rung (2026-11-26): a Set answered late, wpa_supplicant restarted
+    meanwhile, the read-back failed, and the suspend became a live suspension of the old
+    process's network; the guard counted itself engaged and never suspended the new one."""
+    def restart_during_the_set(net, value):
+        suspender.forget_all()  # what the daemon does when wpa_supplicant leaves the bus
+        sup.on_set = None
+        if case == "unanswered, unreadable":
+            sup.get_errors = [TIMEOUT]
+    sup.on_set = restart_during_the_set
+    if case != "landed on the new process":
+        sup.set_errors = [TIMEOUT]  # went to the old process: never answered, not applied here
+    if case == "unanswered, read back":  # the read after it settles it: nothing of ours here
+        with pytest.raises(SupplicantError, match="reading it back shows no"):
+            await suspender.suspend(IFACE0, "wlan0")
+        assert suspender.suspended_on("wlan0") is None and on_disk(journal) == {}
+        return
+    s = await suspender.suspend(IFACE0, "wlan0")
+    assert suspender.suspended_on("wlan0") == s and suspender.in_doubt(NET0)
+    assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}  # "" may be there
+    landed = case == "landed on the new process"
+    assert await suspender.recheck(s, "wlan0") is landed
+    assert not suspender.in_doubt(NET0)
+    if landed:
+        await suspender.restore(s, "wlan0")
+    else:
+        assert suspender.suspended_on("wlan0") is None
+    assert on_disk(journal) == {} and sup.networks[NET0]["bgscan"] == NM_BGSCAN
+
+
 async def test_after_a_lost_suspension_the_next_one_takes_it_over(sup, journal, suspender):
     """A suspend cancelled in flight (or by a crash) leaves "" and the entry: the next suspend
     must not report "already off" and leave it so, but adopt it so that release restores."""
