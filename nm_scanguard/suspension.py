@@ -187,9 +187,11 @@ class Suspender:
         the old process's network, and the guard never suspended the new one.)"""
         log.warning("%s: wpa_supplicant restarted while bgscan on %s was being suspended; "
                     "reading it again at the next sample", s.ifname, s.network)
-        self._record(s.network, s.ifname, s.saved)
         self._live[s.network] = s
         self._doubtful[s.network] = "the new wpa_supplicant has NetworkManager's value there"
+        # Live before the write: if the journal cannot be written (raised, and shown), a
+        # release still restores.
+        self._record(s.network, s.ifname, s.saved)
         return s
 
     async def _suspend(self, net: str, ifname: str) -> Suspended:

@@ -110,6 +110,21 @@ MUTANTS = (
            "nm_scanguard/guard.py",
            "self._aborting or self._stopping or self._own_scan():",
            "self._aborting or self._stopping:"),
+    Mutant("pending-hold-unwatched", "a Hold still being authorised does not keep its caller "
+           "watched (a release of another hold stops watching)",
+           "nm_scanguard/holds.py",
+           " | {r.caller for r in self._pending}",
+           ""),
+    Mutant("restore-trusts-no-answer", "an unanswered restoring Set is not read back (the guard "
+           "stays engaged on a bgscan that is back on)",
+           "nm_scanguard/suspension.py",
+           "            except UncertainOutcome as e:\n                if not await self._restore_landed(s, ifname, e):\n                    raise\n",
+           ""),
+    Mutant("suspend-across-restart-kept", "a suspend that spans a wpa_supplicant restart "
+           "counts as a live suspension of the new process's network",
+           "nm_scanguard/suspension.py",
+           "        if self._restarts != restarts:\n            return self._across_a_restart(s)\n",
+           ""),
 )
 
 FIRST = re.compile(r"first failing sequence: number (\d+)")

@@ -312,6 +312,24 @@ async def test_a_suspend_across_a_wpa_supplicant_restart_is_journaled_and_read_a
     assert on_disk(journal) == {} and sup.networks[NET0]["bgscan"] == NM_BGSCAN
 
 
+async def test_a_suspend_across_a_restart_whose_journal_write_fails_is_still_restored(
+        sup, journal, suspender, monkeypatch):
+    def restart_during_the_set(net, value):
+        suspender.forget_all()
+        sup.on_set = None
+
+        def full(*_args):
+            raise OSError(28, "No space left on device")
+        monkeypatch.setattr(journal, "record", full)
+    sup.on_set = restart_during_the_set  # and the Set reaches the new process
+    with pytest.raises(SupplicantError, match="cannot write"):
+        await suspender.suspend(IFACE0, "wlan0")
+    s = suspender.suspended_on("wlan0")
+    assert s is not None and suspender.in_doubt(NET0), "live, so that a release restores it"
+    await suspender.restore(s, "wlan0")
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and suspender.suspended_on("wlan0") is None
+
+
 async def test_after_a_lost_suspension_the_next_one_takes_it_over(sup, journal, suspender):
     """A suspend cancelled in flight (or by a crash) leaves "" and the entry: the next suspend
     must not report "already off" and leave it so, but adopt it so that release restores."""
