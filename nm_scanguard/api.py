@@ -344,7 +344,6 @@ class Api:
         except BusError as e:
             log.debug("RemoveMatch failed: %s", e)
 
-
     def _on_signal(self, msg: Message) -> None:
         if (msg.message_type == MessageType.SIGNAL and msg.member == "NameOwnerChanged"
                 and msg.sender == DBUS[0]):

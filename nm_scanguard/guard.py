@@ -311,11 +311,12 @@ class Guard:
             await self._release("wpa_supplicant re-created the interface")
 
     async def _recheck_if_in_doubt(self) -> None:
-        """A release whose Set went unanswered, and whose read-back failed, leaves the
-        suspension in doubt: the Set may have landed.  Before counting ourselves engaged again,
-        read bgscan (Suspender.recheck); if it is no longer "", the suspension ends here and the
-        caller suspends anew.  (While the policy wants bgscan on, the release is simply tried
-        again, and restoring reads first anyway.)"""
+        """A suspension can be in doubt (Suspender.in_doubt): a release whose Set went
+        unanswered and whose read-back failed (the Set may have landed), or a suspend that
+        spanned a wpa_supplicant restart (its "" most likely went with the old process).
+        Before counting ourselves engaged, read bgscan (Suspender.recheck); if it is no longer
+        "", the suspension ends here and the caller suspends anew.  (While the policy wants
+        bgscan on, the release is simply tried again, and restoring reads first anyway.)"""
         suspended = self.suspended
         if suspended is not None and self.policy.want_engaged \
                 and self._suspender.in_doubt(suspended.network):
