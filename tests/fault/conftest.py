@@ -162,8 +162,9 @@ class World:
     def acceptable(self, net: str) -> set[str | None]:
         """The quoted bgscan values `net` may end with (see restored())."""
         values = {_quoted(self.expected.get(net, BGSCAN))}
-        if self.daemon is not None and (f"re-created network {net} while bgscan was being "
-                                        "restored") in self.logs():
+        if self.daemon is not None and any(
+                f"re-created network {net} while bgscan was being {what}" in self.logs()
+                for what in ("restored", "suspended; putting back")):
             values |= {_quoted(v) for v in self.earlier.get(net, set())}
         return values
 
@@ -311,8 +312,13 @@ async def restored(world: World) -> bool:
 
     One documented exception: wpa_supplicant's API has no compare-and-set, so when
     NetworkManager re-creates a network (same path) between the daemon's read and its Set of a
-    restore, the Set lands on the new object.  The daemon then logs that it did; only in that
-    case may the new object carry the value NetworkManager gave the previous object there."""
+    restore, the Set lands on the new object; and when it does so between the read and the Set
+    of a suspend, the "" lands there, and the daemon puts back the value it read, the previous
+    object's (suspension.py, _put_back; the new object's own value is lost once overwritten).
+    The daemon logs either; only then may the new object carry the value NetworkManager gave
+    the previous object there.  (The put-back case was missing here until the Debian 13 fault
+    pass of 2026-11-26 drew it: two re-activations with different bgscan values while
+    guarding.)"""
     assert world.peers is not None
     try:
         nets = await asyncio.wait_for(world.peers.networks(), STEP_TIMEOUT)
