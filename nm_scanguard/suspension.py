@@ -178,10 +178,10 @@ class Suspender:
         return s
 
     def _across_a_restart(self, s: Suspended) -> Suspended:
-        """wpa_supplicant restarted while this suspend was under way (forget_all ran, and
-        dropped its entry).  Our "" most likely went with the old process, and the new one's
-        network at this path has NetworkManager's value; but a Set routed to the new process
-        would have landed there.  Keep it journaled and live, but in doubt: the guard reads it
+        """wpa_supplicant restarted while this suspend was under way (forget_all ran, and kept
+        its entry).  Our "" most likely went with the old process, and the new one's network
+        at this path has NetworkManager's value; but a Set routed to the new process would
+        have landed there.  Keep it journaled and live, but in doubt: the guard reads it
         before counting itself engaged, and a release reads before it writes.  (Found by the
         model rung, 2026-11-26: such a suspend, its answer late, became a live suspension of
         the old process's network, and the guard never suspended the new one.)"""
@@ -423,12 +423,17 @@ class Suspender:
             return False
 
     def forget_all(self) -> None:
-        """wpa_supplicant restarted: its networks, and every "" we set, are gone."""
+        """wpa_supplicant restarted: its networks, and every "" we set, are gone.  Except the
+        entry of a suspend under way: its Set may still reach the new process (sent once the
+        new one owned the name, and after NetworkManager gave it the network), so that entry
+        stays until the suspend ends and sorts it out (_across_a_restart).  (Found by the model
+        rung, 2026-11-26: the Set landed on the new process's network after its entry was
+        dropped, an unjournaled "".)"""
         self._restarts += 1
         self._live.clear()
         self._unsettled.clear()
         self._doubtful.clear()
-        nets = list(self.journal.entries())
+        nets = [net for net in self.journal.entries() if net not in self._pending]
         if not nets:
             return
         log.info("wpa_supplicant's networks are gone; forgetting %d suspended bgscan(s)",

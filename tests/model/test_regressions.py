@@ -363,3 +363,21 @@ def test_a_suspend_answered_late_across_two_wpa_supplicant_restarts_is_not_kept(
         state.busy_for_a_while()
     finally:
         state.teardown()
+
+
+def test_a_restart_while_a_suspend_is_under_way_keeps_its_journal_entry():
+    """Found 2026-11-26 by `make fault-long SEQUENCES=10000` (a daemon defect of the safety
+    kind; it fails the same way on 82b2be5): wpa_supplicant stalled on a read, the hold's Sets
+    were sent once it recovered, and it restarted before handling them; the new process, its
+    networks already added again, handled them.  forget_all had dropped every journal entry,
+    those of the suspends under way too, so their "" stood unjournaled.  It now keeps them."""
+    state = Machine()
+    try:
+        state.advance(t=0.0003)
+        state.fault(count=1, error="org.freedesktop.DBus.Error.Failed", kind="late", member=None,
+                    t=3.0, then=0.0)
+        state.hold(client=0, interface="", reason=CAFE, then=1.0)
+        state.recover(then=0.001)
+        state.restart_supplicant(gap=0.0003, then=0.0)
+    finally:
+        state.teardown()

@@ -286,20 +286,28 @@ async def test_a_suspend_across_a_wpa_supplicant_restart_is_journaled_and_read_a
     """Found by the model rung (2026-11-26): a Set answered late, wpa_supplicant restarted
     meanwhile, the read-back failed, and the suspend became a live suspension of the old
     process's network; the guard counted itself engaged and never suspended the new one."""
+    at_the_set = []
+
     def restart_during_the_set(net, value):
         suspender.forget_all()  # what the daemon does when wpa_supplicant leaves the bus
+        at_the_set.append(on_disk(journal))  # as the Set reaches the new process, if it does
         sup.on_set = None
         if case == "unanswered, unreadable":
             sup.get_errors = [TIMEOUT]
     sup.on_set = restart_during_the_set
     if case != "landed on the new process":
         sup.set_errors = [TIMEOUT]  # went to the old process: never answered, not applied here
+    # forget_all keeps the entry of the suspend under way (found by the model rung: the Set
+    # reached the new process after the entry was dropped, an unjournaled "").
+    kept = [{NET0: JournalEntry("wlan0", NM_BGSCAN)}]
     if case == "unanswered, read back":  # the read after it settles it: nothing of ours here
         with pytest.raises(SupplicantError, match="reading it back shows no"):
             await suspender.suspend(IFACE0, "wlan0")
+        assert at_the_set == kept
         assert suspender.suspended_on("wlan0") is None and on_disk(journal) == {}
         return
     s = await suspender.suspend(IFACE0, "wlan0")
+    assert at_the_set == kept
     assert suspender.suspended_on("wlan0") == s and suspender.in_doubt(NET0)
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}  # "" may be there
     landed = case == "landed on the new process"
