@@ -17,7 +17,7 @@ from typing import Any, Callable, Coroutine, Protocol
 import systemd.daemon as sd_daemon
 
 from .attribution import GEOCLUE_NAME, Request
-from .bus import BusError, add_match, name_has_owner, owner_pid
+from .bus import BusError, add_match, owner_pid
 from .config import ProfileWarnings, Settings, apply_profile, load_file
 from .dbuslib import Message, MessageBus, MessageType
 from .export import Throttle
@@ -147,8 +147,7 @@ class Daemon:
         self._retry = self.spawn(self._replay_journal())
 
     async def _replay(self) -> int:
-        running = await name_has_owner(self.bus, WPAS_NAME)
-        return await self.suspender.restore_journal(running=running)
+        return await self.suspender.restore_journal()
 
     async def _replay_journal(self) -> None:
         """Replay the journal; entries that could not be restored (wpa_supplicant refused or did
@@ -156,11 +155,8 @@ class Daemon:
         try:
             delay = JOURNAL_RETRY_FIRST
             while True:
-                try:
-                    if not await self._replay():
-                        return
-                except BusError as e:
-                    log.warning("cannot replay the crash journal yet (%s); trying again", e)
+                if not await self._replay():
+                    return
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, JOURNAL_RETRY_MAX)
         finally:

@@ -18,14 +18,14 @@ from typing import Any, Callable, Coroutine
 
 from . import __version__
 from .api import Api
-from .bus import BusError, call, close_bus, name_has_owner
+from .bus import BusError, call, close_bus
 from .config import DEFAULT_CONFIG_PATH, ConfigError, Settings, load_file
 from .daemon import Daemon
 from .guard import log_traceback_once, unexpected_line
 from .dbuslib import LIBRARY, SKIPPED, BusType, Message, MessageBus, MessageType
 from .journal import DEFAULT_STATE_DIR, Journal
 from .names import BUS_NAME, DBUS
-from .supplicant import NAME as WPAS_NAME, Supplicant, SupplicantError
+from .supplicant import Supplicant, SupplicantError
 from .suspension import Suspender
 
 log = logging.getLogger("scanguard")
@@ -183,8 +183,7 @@ async def restore_left_over(bus: MessageBus, state_dir: str) -> int:
     if problem:  # a running instance owns the journal
         log.error("%s; not touching %s", problem, journal.path)
         return 0
-    running = await name_has_owner(bus, WPAS_NAME)
-    kept = await Suspender(Supplicant(bus), journal).restore_journal(running=running)
+    kept = await Suspender(Supplicant(bus), journal).restore_journal()
     log.error("not guarding until the settings are fixed (scanguardd --check-config); what a "
               "previous instance left suspended was restored%s",
               f", except {kept} entr{'y' if kept == 1 else 'ies'} kept in {journal.path}"

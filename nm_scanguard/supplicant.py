@@ -10,7 +10,7 @@ Facts this module relies on (checked by tests/contract against the real binary):
 
 from __future__ import annotations
 
-from .bus import BusError, call, get_property, set_property, unwrap
+from .bus import BusError, call, get_property, name_has_owner, set_property, unwrap
 from .dbuslib import MessageBus, Variant
 
 NAME = "fi.w1.wpa_supplicant1"
@@ -102,6 +102,15 @@ class Supplicant:
         except BusError as e:
             raise explain(e, f"GetInterface({ifname})") from None
         return str(path)
+
+    async def running(self) -> bool:
+        """Whether a wpa_supplicant owns its name now, as the bus itself says (NameHasOwner):
+        the evidence that its networks are gone, which a call's ServiceUnknown only suggests."""
+        try:
+            return await name_has_owner(self.bus, NAME)
+        except BusError as e:
+            raise SupplicantError(f"the bus did not say whether wpa_supplicant is running ({e})",
+                                  e.name) from None
 
     async def current_network(self, iface_path: str) -> str | None:
         try:

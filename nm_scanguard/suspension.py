@@ -40,6 +40,8 @@ class SupplicantLike(Protocol):
     """What we need of nm_scanguard.supplicant.Supplicant; errors are SupplicantError or
     ObjectGone as it raises them."""
 
+    async def running(self) -> bool: ...
+
     async def interface(self, ifname: str, /) -> str: ...
 
     async def current_network(self, iface_path: str, /) -> str | None: ...
@@ -445,27 +447,30 @@ class Suspender:
                         self.journal.path, e)
 
     async def restore_journal(self, known: Callable[[str], Awaitable[str | None]] | None = None,
-                              *, running: bool = True, skip: Collection[str] = ()) -> int:
+                              *, skip: Collection[str] = ()) -> int:
         """Restore what a previous instance left suspended, with one journal write.
 
         `known(ifname)` gives wpa_supplicant's object path for an interface, or None if it does
         not manage it (default: Supplicant.interface).  An entry is restored only at a network
         path under that interface; others are forged or stale (wpa_supplicant restarted and
-        numbered its objects anew) and dropped.  With `running=False`, or when the bus says no
-        wpa_supplicant is there, every entry is dropped: its networks are gone with it.  Other
-        failures keep the entry for a later try; the number of those is returned.  Entries of
-        networks in `skip`, and those of live suspensions and of suspends under way (a running
-        guard's), are left alone."""
+        numbered its objects anew) and dropped.  When the bus says nobody owns wpa_supplicant's
+        name, every entry is dropped: its networks are gone with it.  A call answered as if
+        nobody owned it counts only once the bus confirms that.  Other failures keep the entry
+        for a later try; the number of those is returned.  Entries of networks in `skip`, and
+        those of live suspensions and of suspends under way (a running guard's), are left
+        alone."""
         mine = self._live.keys() | self._pending
         entries = {net: e for net, e in self.journal.load().items()
                    if net not in skip and net not in mine}
+        if not entries:
+            return 0
         lookup = known if known is not None else self._interface
         paths: dict[str, str | None | SupplicantError] = {}  # ifname -> its object, or why not
         counts = {RESTORED: 0, DROPPED: 0, KEPT: 0, TAKEN: 0}
         try:
             with self.journal.batch():
                 try:
-                    if entries and not running:
+                    if await self._confirmed_gone() is not None:
                         raise _NoSupplicant("wpa_supplicant is not running")
                     for net, entry in entries.items():
                         counts[await self._replay_one(net, entry, lookup, paths)] += 1
@@ -477,10 +482,30 @@ class Suspender:
         except OSError as e:  # the one write at the end of the batch
             log.warning("cannot update %s (%s); the next start will check its entries again",
                         self.journal.path, e)
-        if entries:
-            log.info("crash journal replayed: %d restored, %d dropped, %d kept for a later try",
-                     counts[RESTORED], counts[DROPPED], counts[KEPT])
+        log.info("crash journal replayed: %d restored, %d dropped, %d kept for a later try",
+                 counts[RESTORED], counts[DROPPED], counts[KEPT])
         return counts[KEPT]
+
+    async def _confirmed_gone(self) -> SupplicantError | None:
+        """None while wpa_supplicant owns its name or the bus will not say (no evidence);
+        otherwise the reason to drop what its networks carried."""
+        try:
+            if await self.supplicant.running():
+                return None
+        except SupplicantError as e:
+            log.warning("%s; keeping the crash journal's entries for a later try", e)
+            return None
+        return SupplicantError("the bus says nobody owns fi.w1.wpa_supplicant1")
+
+    async def _not_running(self, err: SupplicantError) -> bool:
+        """`err` said nobody owns wpa_supplicant's name, and the bus confirms it."""
+        if not is_not_running(err):
+            return False
+        if await self._confirmed_gone() is None:
+            log.warning("wpa_supplicant's call answered %s, but the bus says it owns its name; "
+                        "keeping the crash journal's entries for a later try", err.bus_error)
+            return False
+        return True
 
     async def _replay_one(self, net: str, entry: JournalEntry,
                           lookup: Callable[[str], Awaitable[str | None]],
@@ -493,7 +518,7 @@ class Suspender:
             try:
                 paths[ifname] = await lookup(ifname)
             except SupplicantError as e:
-                if is_not_running(e):
+                if await self._not_running(e):
                     raise _NoSupplicant(f"wpa_supplicant is not running ({e})") from None
                 paths[ifname] = e
         iface_path = paths[ifname]
@@ -519,7 +544,7 @@ class Suspender:
         try:
             await self.restore(Suspended(net, entry.bgscan), ifname)
         except SupplicantError as e:
-            if is_not_running(e):
+            if await self._not_running(e):
                 raise _NoSupplicant(f"wpa_supplicant left while restoring ({e})") from None
             self._kept(net, entry, e)
             return KEPT

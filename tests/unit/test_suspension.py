@@ -54,6 +54,13 @@ class FakeSupplicant:
         self.interface_error: str | None = None
         self.on_set = None
         self.calls: list[tuple] = []
+        self.owned: bool | str = True  # NameHasOwner's answer, or an error name the bus gives
+
+    async def running(self):
+        self.calls.append(("running",))
+        if isinstance(self.owned, str):
+            raise SupplicantError(f"the bus did not say ({self.owned})", self.owned)
+        return self.owned
 
     async def interface(self, ifname):
         self.calls.append(("interface", ifname))
@@ -587,23 +594,56 @@ async def test_replay_keeps_what_it_could_not_restore(sup, journal, suspender, w
     assert sup.networks == {NET0: {"bgscan": ""}, other: {"bgscan": OTHER}}
 
 
-@pytest.mark.parametrize("how", ["flag", "interface", "restore"])
+@pytest.mark.parametrize("how", ["owner", "interface", "restore"])
 async def test_wpa_supplicant_not_running_drops_everything_in_one_write(sup, journal, suspender,
                                                                         writes, how):
     nets = [IFACE0 + f"/Networks/{n}" for n in range(5)]
     sup.networks = {n: {"bgscan": ""} for n in nets}
     left_behind(journal, {n: ("wlan0", NM_BGSCAN) for n in nets})
-    if how == "flag":
-        await suspender.restore_journal(running=False)
-        assert sup.calls == []
-    elif how == "interface":
-        sup.interface_error = SERVICE_UNKNOWN
+    if how == "owner":
+        sup.owned = False
         await suspender.restore_journal()
+        assert sup.calls == [("running",)]
     else:
-        sup.set_errors = [SERVICE_UNKNOWN]
+        # The call says nobody owns the name (wpa_supplicant left just after the replay's
+        # first look); the bus, asked next, confirms it.
+        if how == "interface":
+            sup.interface_error = SERVICE_UNKNOWN
+            real = sup.interface
+
+            async def interface_then_gone(ifname):
+                sup.owned = False
+                return await real(ifname)
+            sup.interface = interface_then_gone
+        else:
+            sup.set_errors = [SERVICE_UNKNOWN]
+            sup.on_set = lambda net, value: setattr(sup, "owned", False)
         await suspender.restore_journal()
     assert writes["n"] == 1
     assert on_disk(journal) == {}
+
+
+@pytest.mark.parametrize("owner", [True, "org.freedesktop.DBus.Error.NoReply"])
+@pytest.mark.parametrize("where", ["interface", "restore"])
+async def test_not_running_from_a_call_drops_nothing_unless_the_bus_confirms(
+        sup, journal, suspender, where, owner, caplog):
+    """A call answered ServiceUnknown while the bus says the name is owned (or will not say)
+    is no evidence that the networks are gone: the entries stay for a later try."""
+    sup.networks = {NET0: {"bgscan": ""}}
+    left_behind(journal, {NET0: ("wlan0", NM_BGSCAN)})
+    if where == "interface":
+        sup.interface_error = SERVICE_UNKNOWN
+    else:
+        sup.set_errors = [SERVICE_UNKNOWN]
+    sup.owned = owner
+    kept = await suspender.restore_journal()
+    assert kept == 1
+    assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
+    assert sup.networks[NET0]["bgscan"] == ""
+    # The next try, with wpa_supplicant answering, restores it.
+    sup.interface_error, sup.set_errors, sup.owned = None, [], True
+    assert await suspender.restore_journal() == 0
+    assert on_disk(journal) == {} and sup.networks[NET0]["bgscan"] == NM_BGSCAN
 
 
 async def test_other_lookup_failures_keep_the_entries(sup, journal, suspender):
