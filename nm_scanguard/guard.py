@@ -19,6 +19,7 @@ from . import attribution
 from . import policy as P
 from .attribution import Request
 from .config import Settings
+from .netlink import NetlinkError
 from .nm import WifiDevice
 from .policy import Policy
 from .rates import Counters, RateMeter, Rates
@@ -36,11 +37,13 @@ ROAM_SCAN_GAP = 30.0
 # The kinds of problem a guard shows, each logged once per change and cleared by its own
 # success: STEP by a clean sample (the interface, engaging, releasing), SIGNAL by a signal
 # poll that got an answer, UNEXPECTED (a bug: its traceback is logged once per distinct error)
-# by a sample that ran through, SETTINGS by the profile being readable again (WifiDevice).
+# by a sample that ran through, SETTINGS by the profile being readable again (WifiDevice),
+# COUNTERS by a counter read the kernel answered.
 SETTINGS, STEP, SIGNAL, UNEXPECTED = "settings", "step", "signal", "unexpected"
+COUNTERS = "counters"
 # ABORT: an AbortScan that failed, cleared by the next one wpa_supplicant answered.
 ABORT = "abort"
-_KINDS = (SETTINGS, STEP, SIGNAL, ABORT, UNEXPECTED)
+_KINDS = (SETTINGS, STEP, COUNTERS, SIGNAL, ABORT, UNEXPECTED)
 # The states in which a scan hurts the transfer and is aborted (abort_scans): not WEAK, where
 # scans are what roaming needs, nor IDLE.
 GUARDED = (P.GUARDING, P.HELD, P.NO_BGSCAN)
@@ -237,7 +240,19 @@ class Guard:
     # ---- one sample -----------------------------------------------------------------------
 
     async def step(self) -> None:
-        counters = self._counters.read(self.ifname)
+        try:
+            counters = self._counters.read(self.ifname)
+        except NetlinkError as e:
+            # An expected failure (a timeout, a refusal): no sample this time, as when the
+            # interface vanished; the decisions wait for the next one the kernel answers.
+            self._fail(f"{self.ifname}: cannot read the interface's traffic counters over "
+                       f"rtnetlink ({e.strerror or e}); trying again at every sample", COUNTERS)
+            self.meter.reset()
+            self.rates = None
+            await self.kick()
+            self._clear(UNEXPECTED)
+            return
+        self._clear(COUNTERS)
         if counters is None:
             self._fail(f"{self.ifname}: interface has vanished; waiting for NetworkManager to notice")
             self.meter.reset()

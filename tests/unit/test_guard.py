@@ -3,6 +3,7 @@ journal.  No bus, no daemon: the guard's decisions and what it does with them, s
 
 from __future__ import annotations
 
+import errno
 from typing import Any, Coroutine, Iterator
 
 import pytest
@@ -11,6 +12,7 @@ from nm_scanguard import policy as P
 from nm_scanguard.config import Settings
 from nm_scanguard.guard import Guard
 from nm_scanguard.journal import Journal
+from nm_scanguard.netlink import NetlinkError
 from nm_scanguard.nm import WifiDevice
 from nm_scanguard.rates import Counters
 from nm_scanguard.supplicant import SCAN_ERROR, NoScanRunning
@@ -31,6 +33,7 @@ class FakeCounters:
         self.bytes = 0
         self.packets = 0
         self.gone = False
+        self.error: OSError | None = None  # what the next reads raise
 
     def traffic(self, mbit: float) -> None:
         self.now += 1.0
@@ -38,6 +41,8 @@ class FakeCounters:
         self.packets += int(mbit * 100)
 
     def read(self, ifname: str) -> Counters | None:
+        if self.error is not None:
+            raise self.error
         if self.gone:
             return None
         return Counters(time=self.now, rx_bytes=self.bytes, tx_bytes=0, rx_packets=self.packets,
@@ -406,6 +411,28 @@ async def test_a_vanished_interface_is_reported_once(guard, parts, caplog):
     await guard.step()
     await guard.step()
     assert guard.status().error == ""
+
+
+async def test_a_counter_read_the_kernel_fails_is_shown_once_and_sampling_goes_on(
+        guard, parts, caplog):
+    parts["counters"].error = NetlinkError(errno.ETIMEDOUT, "no answer from the kernel")
+    guard.hold_changed(True)  # holds still work while the counters cannot be read
+    for _ in range(3):
+        await guard.step()
+    error = guard.status().error
+    assert error == ("wlan0: cannot read the interface's traffic counters over rtnetlink (no "
+                     "answer from the kernel); trying again at every sample")
+    assert guard.status().state == "held"
+    assert caplog.text.count("cannot read the interface's traffic counters") == 1
+    assert "unexpected" not in caplog.text and "please report" not in caplog.text
+    assert not [r for r in caplog.records if r.exc_info]
+    parts["counters"].error = None
+    await guard.step()
+    assert guard.status().error == ""
+    parts["counters"].error = NetlinkError(errno.EBADMSG, "NLMSG_OVERRUN: the kernel lost messages")
+    await guard.step()
+    assert "NLMSG_OVERRUN" in guard.status().error  # a new failure is news again
+    assert caplog.text.count("cannot read the interface's traffic counters") == 2
 
 
 async def test_the_interface_is_looked_up_once(guard, parts):
