@@ -120,6 +120,65 @@ async def owner_pid(bus: MessageBus, name: str) -> int | None:
         return None
 
 
+NAME_HAS_NO_OWNER = "org.freedesktop.DBus.Error.NameHasNoOwner"
+
+
+class NameOwners:
+    """Who owns each of some well-known names now, so that a signal counts only from its real
+    sender.  Any local user may send a signal to any connection (Debian's system.conf allows
+    send_type="signal"), whatever its match rules say; the bus stamps every message with the
+    unique name of the connection that sent it, and only the bus itself sends as
+    org.freedesktop.DBus.  So a signal that claims to be a peer's counts when its sender owns
+    the peer's name, and NameOwnerChanged when the bus sent it.
+
+    `resolve()` after the NameOwnerChanged match rule is in place; then feed every
+    NameOwnerChanged to `changed()`."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self._owners: dict[str, str | None] = dict.fromkeys(names)
+        self._changes: dict[str, int] = dict.fromkeys(self._owners, 0)
+
+    async def resolve(self, bus: MessageBus) -> None:
+        """Ask the bus for each name's owner (GetNameOwner).  Raises BusError if it will not
+        say."""
+        for name in self._owners:
+            seen = self._changes[name]
+            try:
+                (owner,) = await call(bus, *DBUS, "GetNameOwner", "s", [name])
+            except BusError as e:
+                if e.name != NAME_HAS_NO_OWNER:
+                    raise
+                owner = None
+            # A NameOwnerChanged handled while the call was under way is at least as new as
+            # the reply (the bus sends both in the order it made the changes).
+            if self._changes[name] == seen:
+                self._owners[name] = str(owner) if owner else None
+
+    @staticmethod
+    def from_bus(msg: Message) -> bool:
+        return bool(msg.sender == DBUS[0])
+
+    def changed(self, msg: Message) -> tuple[str, str] | None:
+        """Take in a NameOwnerChanged signal: (name, new owner or "") if the bus sent it about
+        one of our names, else None (forged, or not ours)."""
+        if not self.from_bus(msg) or len(msg.body) != 3:
+            return None
+        name, _old, new = msg.body
+        if name not in self._owners:
+            return None
+        self._owners[name] = new or None
+        self._changes[name] += 1
+        return name, new
+
+    def sent_by(self, msg: Message, name: str) -> bool:
+        """Whether `msg` comes from the connection that owns `name` now."""
+        owner = self._owners.get(name)
+        return owner is not None and bool(msg.sender == owner)
+
+    def owner(self, name: str) -> str | None:
+        return self._owners.get(name)
+
+
 FLUSH_TIMEOUT = 2.0  # seconds a stopping daemon waits for its last messages to leave
 
 

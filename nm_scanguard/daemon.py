@@ -17,7 +17,7 @@ from typing import Any, Callable, Coroutine, Protocol
 import systemd.daemon as sd_daemon
 
 from .attribution import GEOCLUE_NAME, Request
-from .bus import BusError, add_match, owner_pid
+from .bus import BusError, NameOwners, add_match, owner_pid
 from .config import ProfileWarnings, Settings, apply_profile, load_file
 from .dbuslib import Message, MessageBus, MessageType
 from .export import Throttle
@@ -89,6 +89,7 @@ class Daemon:
         self.on_state_changed: list[Callable[[str, str, str], None]] = []
         self.on_changed: list[Callable[[], None]] = []
         self._bus: MessageBus | None = None
+        self._owners = NameOwners((NM_NAME, WPAS_NAME))
         self._nm: NetworkManager | None = None
         self._supplicant: Supplicant | None = None
         self._suspender: Suspender | None = None
@@ -134,6 +135,7 @@ class Daemon:
         bus.add_message_handler(self._on_message)
         for rule in MATCH_RULES:
             await add_match(bus, rule)
+        await self._owners.resolve(bus)
 
     async def start(self) -> None:
         """Guard, and restore what a previous instance left.  The caller owns the bus name
@@ -269,24 +271,35 @@ class Daemon:
     # ---- signals from the bus -------------------------------------------------------------
 
     def _on_message(self, msg: Message) -> None:
+        """The peers' signals, each trusted only from its real sender (NameOwners): anyone on
+        the bus can send a signal that looks like theirs."""
         if msg.message_type != MessageType.SIGNAL:
             return
         if msg.member == "NameOwnerChanged" and msg.interface == "org.freedesktop.DBus":
-            name, _old, new = msg.body
-            if name == NM_NAME:
-                log.info("NetworkManager %s", "appeared" if new else "left the bus")
-                if new:
-                    self.schedule_sync()
-            elif name == WPAS_NAME:
-                log.info("wpa_supplicant %s", "appeared" if new else "left the bus; its networks "
-                         "are gone, so is anything we suspended")
-                for each in self.guards.values():
-                    each.supplicant_restarted()
-                self.suspender.forget_all()
-                self.schedule_sync()
+            change = self._owners.changed(msg)
+            if change is not None:
+                self._owner_changed(*change)
         elif msg.interface and msg.interface.startswith(NM_NAME):
+            if self._owners.sent_by(msg, NM_NAME):
+                self.schedule_sync()
+        elif self._owners.sent_by(msg, WPAS_NAME):
+            self._on_supplicant_signal(msg)
+
+    def _owner_changed(self, name: str, new: str) -> None:
+        if name == NM_NAME:
+            log.info("NetworkManager %s", "appeared" if new else "left the bus")
+            if new:
+                self.schedule_sync()
+        elif name == WPAS_NAME:
+            log.info("wpa_supplicant %s", "appeared" if new else "left the bus; its networks "
+                     "are gone, so is anything we suspended")
+            for each in self.guards.values():
+                each.supplicant_restarted()
+            self.suspender.forget_all()
             self.schedule_sync()
-        elif msg.interface == WPAS_IFACE and msg.member == "ScanDone":
+
+    def _on_supplicant_signal(self, msg: Message) -> None:
+        if msg.interface == WPAS_IFACE and msg.member == "ScanDone":
             guard = self._guard_for(msg.path)
             if guard is not None:
                 guard.count_scan()

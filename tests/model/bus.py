@@ -401,6 +401,13 @@ class SimBus:
             reply()
         elif member == "NameHasOwner":
             reply("b", [self.owner_of(body[0]) is not None])
+        elif member == "GetNameOwner":
+            owner = self.owner_of(body[0])
+            if owner is None:
+                self._error_to(caller.unique, msg.serial, NAME_HAS_NO_OWNER,
+                               f"Could not get owner of name '{body[0]}': no such name")
+            else:
+                reply("s", [owner])
         elif member == "GetConnectionUnixUser":
             target = self.endpoints.get(self.owner_of(body[0]) or "")
             if target is None:

@@ -2,15 +2,34 @@
 
 Reads one JSON request per line on stdin: {"dest", "path", "iface", "member", "sig", "body"}, or
 {"own": NAME}; answers one JSON line: {"body": [...]} or {"error": NAME, "text": TEXT}.
+{"signal": true, ...} sends a signal instead (to "dest", which may be a unique name), answered
+{"sent": true} once the bus has it; a "props" field {name: [signature, value]} is appended to
+the body as an a{sv}, then an empty "as" (PropertiesChanged).
 The first line it prints is {"unique_name": ...}.
 """
 
 import asyncio
+import inspect
 import json
 import sys
 
 from nm_scanguard.bus import unwrap
-from nm_scanguard.dbuslib import BusType, Message, MessageBus, MessageType
+from nm_scanguard.dbuslib import BusType, Message, MessageBus, MessageType, Variant
+
+
+async def send_signal(bus: MessageBus, req: dict) -> None:
+    body = list(req.get("body", []))
+    if "props" in req:
+        body += [{k: Variant(sig, v) for k, (sig, v) in req["props"].items()}, []]
+    sent = bus.send(Message(message_type=MessageType.SIGNAL, destination=req["dest"],
+                            path=req["path"], interface=req["iface"], member=req["member"],
+                            signature=req.get("sig", ""), body=body))
+    if inspect.isawaitable(sent):
+        await sent
+    # The bus handles one connection's messages in order: once it answers this, it has routed
+    # the signal.
+    await bus.call(Message(destination="org.freedesktop.DBus", path="/org/freedesktop/DBus",
+                           interface="org.freedesktop.DBus.Peer", member="Ping"))
 
 
 async def main() -> None:
@@ -22,6 +41,10 @@ async def main() -> None:
         if not line:
             break
         req = json.loads(line)
+        if req.get("signal"):
+            await send_signal(bus, req)
+            print(json.dumps({"sent": True}), flush=True)
+            continue
         if "own" in req:
             req = {"dest": "org.freedesktop.DBus", "path": "/org/freedesktop/DBus",
                    "iface": "org.freedesktop.DBus", "member": "RequestName", "sig": "su",
