@@ -48,7 +48,7 @@ define step
 endef
 
 .PHONY: all test lint demo paper bench bench-medium deb deps-test deps-lab deps-deb unit dbus fault contract lab package clean \
-        fault-model fault-long fault-mutants
+        fault-model fault-long fault-mutants fault-explore
 
 all:
 	@echo "Use 'make demo' (the Wi-Fi lab, guard off vs on) or 'make test' (every test)."
@@ -116,6 +116,17 @@ fault-model: deps-test
 	$(PYTHON) -m tests.model.parallel $(if $(SEED),--seed $(SEED))
 fault-long: deps-test
 	$(PYTHON) -m tests.model.parallel --only-machine --sequences $(SEQUENCES) $(if $(SEED),--seed $(SEED))
+# The e2e fault rung with a fresh seed (make test's run derives its examples from the tests'
+# code and draws the same sequences every time): EXAMPLES sequences per D-Bus library; prints the
+# seed and the command that repeats the run.  SEED=N repeats one.  A sequence found here becomes
+# an @example in tests/fault in the commit that fixes it.
+EXAMPLES ?= 100
+fault-explore: deps-test
+	@seed=$${SEED:-$$($(PYTHON) -c 'import secrets; print(secrets.randbelow(2**31))')}; \
+	echo "==> e2e fault rung: $(EXAMPLES) sequences per D-Bus library, seed $$seed (repeat with: make fault-explore SEED=$$seed EXAMPLES=$(EXAMPLES))"; \
+	$(call with_lib,dbus_fast,SCANGUARD_FAULT_EXAMPLES=$(EXAMPLES) $(PYTEST) -v -s --hypothesis-seed=$$seed tests/fault/test_fault_injection.py) && \
+	$(call with_lib,dbus_next,SCANGUARD_FAULT_EXAMPLES=$(EXAMPLES) $(PYTEST) -v -s --hypothesis-seed=$$seed tests/fault/test_fault_injection.py); \
+	rc=$$?; echo "==> e2e fault rung, seed $$seed: $$( [ $$rc -eq 0 ] && echo passed || echo "FAILED (repeat with: make fault-explore SEED=$$seed EXAMPLES=$(EXAMPLES))")"; exit $$rc
 fault-mutants: deps-test
 	$(PYTHON) -m tests.model.mutants --sequences $(or $(MUTANT_SEQUENCES),2000)
 contract: deps-test

@@ -12,6 +12,12 @@
   test calls ``link.send(...)`` (tests/peers.py ``Link``).
 - ``assert_eventually(condition, timeout)``: poll instead of sleeping.
 
+Every Hypothesis test draws the same examples on every run of a commit: without
+``--hypothesis-seed`` the profile "gate" (``derandomize=True``: the examples derive from the
+test's own code) is loaded; with it, "seeded" (that seed, so a drawn seed repeats exactly).
+Neither keeps an example database, whose saved failures would change the next run's draws.  The
+exploration targets (``make fault-explore``, ``make fault-long``) pass a fresh seed and print it.
+
 Each test gets its own bus and mocks: nothing leaks between tests, and every process started
 here is stopped in teardown, also when the test fails; a mock's log is printed when the test
 failed.  ``call_failed(request)`` tells a fixture's teardown whether to print a log.
@@ -32,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Iterator, TypeVar, Union
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 if TYPE_CHECKING:
     from tests.peers import Link, NetworkManagerMock
@@ -301,6 +308,17 @@ async def assert_eventually(condition: Callable[[], Union[Any, Awaitable[Any]]],
             what = message or getattr(condition, "__name__", repr(condition))
             raise AssertionError(f"not true after {timeout} s: {what}")
         await asyncio.sleep(interval)
+
+
+hypothesis_settings.register_profile("gate", derandomize=True, database=None)
+hypothesis_settings.register_profile("seeded", derandomize=False, database=None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # derandomize=True would silently override a seed given on the command line, so a seed
+    # selects the profile that honours it.
+    seeded = config.getoption("--hypothesis-seed", default=None) is not None
+    hypothesis_settings.load_profile("seeded" if seeded else "gate")
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)

@@ -477,7 +477,7 @@ async def run_sequence(link: Any, workdir: Any, steps: list[Any]) -> None:
 PHASES = tuple(p for p in Phase if SHRINK or p != Phase.shrink)
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=False, database=None,
+@settings(max_examples=EXAMPLES, deadline=None,
           phases=PHASES, print_blob=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                  HealthCheck.data_too_large])
