@@ -100,7 +100,7 @@ class WpaIface:
 class Fault:
     kind: str  # error, lost, late, slow, hang-before, hang-after
     member: str | None  # Get, Set, GetInterface, Scan, AbortScan, SignalPoll; None: any call
-    error: str = "fi.w1.wpa_supplicant1.UnknownError"
+    error: str = "org.freedesktop.DBus.Error.AccessDenied"  # test_model.POSSIBLE_ERRORS
     seconds: float = 0.0
     count: int = 1  # for this many calls in a row (a failing streak)
 
