@@ -17,8 +17,13 @@ MAX_TEXT = 256
 
 # ZWNJ/ZWJ are format characters that scripts and emoji need; every other control, format,
 # separator, surrogate, private-use or unassigned character, and every space but " " (a no-break
-# space is why "5 " is not a number), is shown as an escape.
-_KEEP_FORMAT = {"\u200c", "\u200d"}
+# space is why "5 " is not a number), is shown as an escape.  Controls include ESC and the C1
+# CSI (a terminal's escape sequences), formats the bidi overrides and isolates (U+202A-202E,
+# U+2066-2069) that reorder what a terminal shows.
+KEEP_FORMAT = frozenset({"\u200c", "\u200d"})
+# Letters that draw nothing (the Hangul fillers) and the combining grapheme joiner: they pass
+# as part of a name while showing nothing, so they are escaped as well.
+_INVISIBLE = frozenset({"\u034f", "\u115f", "\u1160", "\u3164", "\uffa0"})
 _ESCAPED_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
 _SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
 
@@ -27,8 +32,8 @@ def _escape(char: str) -> str:
     if char in _SHORT_ESCAPES:
         return _SHORT_ESCAPES[char]
     category = unicodedata.category(char)
-    if char == " " or char in _KEEP_FORMAT or (category not in _ESCAPED_CATEGORIES
-                                                and category != "Zs"):
+    if char == " " or char in KEEP_FORMAT or (category not in _ESCAPED_CATEGORIES
+                                               and category != "Zs" and char not in _INVISIBLE):
         return char
     code = ord(char)
     if code < 0x100:
@@ -56,6 +61,15 @@ def clipped(text: str, limit: int = SHOWN_CHARS) -> str:
 def quoted(text: str, limit: int = SHOWN_CHARS) -> str:
     """`clipped(text)` in single quotes, the form every message uses for a user's value."""
     return f"'{clipped(text, limit)}'"
+
+
+def shown(value: object, limit: int = MAX_TEXT) -> str:
+    """A peer's value as scanguardctl and diagnose print it to a person: `clipped` at the length
+    of a status text.  The one way every name, reason, error or label that came from the daemon,
+    NetworkManager, wpa_supplicant or another user reaches a terminal, so that none can move the
+    cursor, recolour it or reorder the line; a value that should have been text but is not (a
+    forged signal's) is shown as its str()."""
+    return clipped(value if isinstance(value, str) else str(value), limit)
 
 
 def cut(text: str, limit: int = MAX_TEXT) -> str:

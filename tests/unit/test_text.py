@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from nm_scanguard.text import MAX_TEXT, clipped, cut, quoted
+from nm_scanguard.text import MAX_TEXT, clipped, cut, quoted, shown
+from tests.hostile import CAFE, HOSTILE, raw_troublemakers
 
 
 @pytest.mark.parametrize("name", ["Home", "Café ☕", "ناصر‌ی"])  # the last keeps its ZWNJ
@@ -27,3 +28,20 @@ def test_cut_keeps_short_text_and_marks_where_it_cut():
     assert cut("Café ☕") == "Café ☕"
     long = "é" * (MAX_TEXT + 10)
     assert cut(long) == "é" * (MAX_TEXT - 1) + "…" and len(cut(long)) == MAX_TEXT
+
+
+
+@pytest.mark.parametrize("bad", HOSTILE)
+def test_a_peers_text_cannot_reach_the_terminal_raw(bad):
+    text = shown(f"{CAFE}{bad}tail")
+    assert raw_troublemakers(text) == [] and text.startswith(f"{CAFE}\\")
+    assert text.endswith("tail")
+
+
+def test_a_peers_value_that_is_not_text_is_shown_as_text():
+    assert shown(42) == "42" and shown(None) == "None"
+
+
+def test_a_peers_status_text_is_shown_whole_up_to_the_status_limit():
+    assert shown(f"{CAFE} " * 30) == f"{CAFE} " * 30
+    assert shown("é" * (MAX_TEXT + 1)).endswith(f"… ({MAX_TEXT + 1} characters)")
