@@ -22,7 +22,7 @@ from .dbuslib import BusType, Message, MessageBus, MessageFlag, MessageType
 from .names import ACCESS_DENIED, BUS_NAME as NAME, ERROR_UNKNOWN_HOLD, IFACE, UNREACHABLE, PATH
 from .profiles import ProfileError
 from .status import FIELDS, aborted_total, device_line, duration, requests, who_scanned
-from .text import NAME_CHARS, clipped, quoted
+from .text import NAME_CHARS, clipped, quoted, shown
 
 
 HOLD_TIMEOUT = 130.0  # polkit may be asking for a password
@@ -47,8 +47,8 @@ def explain(e: BusError) -> Failure:
         return Failure("the scanguard service is not running and could not be started "
                        f"({e.name}); see `systemctl status scanguard`")
     if e.name == ACCESS_DENIED:
-        return Failure(f"permission denied: {e.text or e.name}")
-    return Failure(e.text or e.name)
+        return Failure(f"permission denied: {shown(e.text or e.name)}")
+    return Failure(shown(e.text or e.name))
 
 
 async def properties(bus: MessageBus) -> dict[str, Any]:
@@ -88,11 +88,12 @@ def scan_hint(d: dict[str, Any]) -> str | None:
 
 
 def hold_line(h: dict[str, Any]) -> str:
-    who = h.get("application_id") or h.get("caller", "?")
-    where = h.get("interface") or "every interface"
-    reason = f": {h['reason']}" if h.get("reason") else ""
-    return (f"hold {h.get('cookie')} by {who} (uid {h.get('caller_uid', '?')}) on {where} "
-            f"for {_ago(h.get('since', time.time()))}{reason}")
+    """One hold in one line; every field is the holder's or the daemon's, so each is escaped."""
+    who = shown(h.get("application_id") or h.get("caller", "?"))
+    where = shown(h.get("interface"), NAME_CHARS) if h.get("interface") else "every interface"
+    reason = f": {shown(h['reason'])}" if h.get("reason") else ""
+    return (f"hold {shown(h.get('cookie'))} by {who} (uid {shown(h.get('caller_uid', '?'))}) on "
+            f"{where} for {_ago(h.get('since', time.time()))}{reason}")
 
 
 def status_json(props: dict[str, Any]) -> dict[str, Any]:
@@ -140,7 +141,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
         print(device_line(d))
         hint = scan_hint(d)
         if hint:
-            print(f"  {d.get('interface', '?')}: {hint}")
+            print(f"  {shown(d.get('interface', '?'), NAME_CHARS)}: {hint}")
     for h in holds:
         print(hold_line(h))
     return 0
@@ -173,8 +174,8 @@ async def cmd_hold(args: argparse.Namespace) -> int:
                 await call(bus, NAME, PATH, IFACE, "Release", "u", [cookie])
             except BusError as e:
                 if e.name != ERROR_UNKNOWN_HOLD:
-                    print(f"scanguardctl: could not release hold {cookie}: {e.text or e.name}",
-                          file=sys.stderr)
+                    print(f"scanguardctl: could not release hold {cookie}: "
+                      f"{shown(e.text or e.name)}", file=sys.stderr)
     finally:
         bus.disconnect()
 
@@ -241,14 +242,14 @@ def cmd_config_show(args: argparse.Namespace) -> int:
         conn = p.find(p.client(), args.connection)
         data = p.user_data(conn)
         settings = apply_profile(settings, data, conn.get_id())
-        print(f"connection '{conn.get_id()}' ({conn.get_uuid()})")
+        print(f"connection '{shown(conn.get_id(), NAME_CHARS)}' ({shown(conn.get_uuid())})")
         ignored = [k for k in data if k.startswith(USER_DATA_PREFIX)
                    and k[len(USER_DATA_PREFIX):] not in KEYS]
         for k in ignored:
             print(f"  (ignored: unknown user data key {clipped(k, NAME_CHARS)})")
     width = max(len(k) for k in KEYS)
     for key, value in settings.values().items():
-        print(f"{key:<{width}}  {_show_value(value):<10}  {settings.source(key)}")
+        print(f"{key:<{width}}  {_show_value(value):<10}  {shown(settings.source(key))}")
     return 0
 
 
@@ -262,7 +263,7 @@ def _key(text: str) -> str:
 def cmd_config_set(args: argparse.Namespace) -> int:
     p = _profiles()
     conn = p.find(p.client(), args.connection)
-    where = f"profile '{conn.get_id()}'"
+    where = f"profile '{shown(conn.get_id(), NAME_CHARS)}'"
     values: dict[str, str] = {}
     for item in args.assignments:
         key, sep, text = item.partition("=")
@@ -282,7 +283,8 @@ def cmd_config_set(args: argparse.Namespace) -> int:
                 pass  # an old bad value: the daemon ignores it with a warning
     _global(args.config).with_values(parsed, where).check(where)
     p.update(conn, values, [])
-    print(f"{conn.get_id()}: " + ", ".join(f"{USER_DATA_PREFIX}{k}={v}" for k, v in values.items()))
+    print(f"{shown(conn.get_id(), NAME_CHARS)}: "
+          + ", ".join(f"{USER_DATA_PREFIX}{k}={v}" for k, v in values.items()))
     return 0
 
 
@@ -294,13 +296,14 @@ def cmd_config_unset(args: argparse.Namespace) -> int:
     for text in args.keys:
         key = text[len(USER_DATA_PREFIX):] if text.startswith(USER_DATA_PREFIX) else text
         if key not in present:
-            print(f"scanguardctl: {conn.get_id()}: {USER_DATA_PREFIX}{key} is not set",
+            print(f"scanguardctl: {shown(conn.get_id(), NAME_CHARS)}: {USER_DATA_PREFIX}{key} is not set",
                   file=sys.stderr)
         else:
             keys.append(key)
     if keys:
         p.update(conn, {}, keys)
-        print(f"{conn.get_id()}: removed " + ", ".join(USER_DATA_PREFIX + k for k in keys))
+        print(f"{shown(conn.get_id(), NAME_CHARS)}: removed "
+              + ", ".join(USER_DATA_PREFIX + k for k in keys))
     return 0
 
 
@@ -322,36 +325,38 @@ async def cmd_monitor(args: argparse.Namespace) -> int:
     def show_devices(devices: list[dict[str, Any]]) -> None:
         for d in devices:
             name = d.get("interface", "?")
+            shown_name = shown(name, NAME_CHARS)
             before = last.get(name, {})
             extra = d.get("scans_guarding", 0) - before.get("scans_guarding", d.get("scans_guarding", 0))
             refused = (d.get("scan_requests_deferred", 0)
                        - before.get("scan_requests_deferred", d.get("scan_requests_deferred", 0)))
             if refused > 0:
-                print(f"{_stamp()} {name}: {requests(refused)} for a scan refused (deferred "
+                print(f"{_stamp()} {shown_name}: {requests(refused)} for a scan refused (deferred "
                       "while guarding: desktop shell, widget or nmcli)", flush=True)
             cut = aborted_total(d) - aborted_total(before or d)
             if cut > 0:
-                print(f"{_stamp()} {name}: aborted {cut} scan(s) that took the radio off the "
+                print(f"{_stamp()} {shown_name}: aborted {cut} scan(s) that took the radio off the "
                       "channel while guarding (abort_scans)", flush=True)
             labelled = _new_scans(d, before)
             for text in labelled:
-                print(f"{_stamp()} {name}: {text}", flush=True)
+                print(f"{_stamp()} {shown_name}: {text}", flush=True)
             if extra > 0 and not labelled:
                 who = who_scanned(bool(d.get("deferring_scans") or before.get("deferring_scans")))
-                print(f"{_stamp()} {name}: {extra} scan(s) while guarding, requested by {who}",
+                print(f"{_stamp()} {shown_name}: {extra} scan(s) while guarding, requested by {who}",
                       flush=True)
             last[name] = d
             print(f"{_stamp()} {device_line(d)}", flush=True)
         for name in [n for n in last if n not in {d.get('interface') for d in devices}]:
             del last[name]
-            print(f"{_stamp()} {name}: no longer guarded (disconnected)", flush=True)
+            print(f"{_stamp()} {shown(name, NAME_CHARS)}: no longer guarded (disconnected)",
+                  flush=True)
 
     def show_holds(active: list[dict[str, Any]]) -> None:
         now = {h["cookie"]: h for h in active}
         for cookie in now.keys() - holds:
             print(f"{_stamp()} {hold_line(now[cookie])}", flush=True)
         for cookie in holds - now.keys():
-            print(f"{_stamp()} hold {cookie} released", flush=True)
+            print(f"{_stamp()} hold {shown(cookie)} released", flush=True)
         holds.clear()
         holds.update(now)
 
@@ -364,7 +369,8 @@ async def cmd_monitor(args: argparse.Namespace) -> int:
             return
         elif msg.member == "StateChanged":
             ifname, state, reason = msg.body
-            print(f"{_stamp()} {ifname}: -> {state} ({reason})", flush=True)
+            print(f"{_stamp()} {shown(ifname, NAME_CHARS)}: -> {shown(state, NAME_CHARS)} "
+                  f"({shown(reason)})", flush=True)
         elif msg.member == "PropertiesChanged" and msg.body[0] == IFACE:
             changed = unwrap(msg.body[1])
             if "Devices" in changed:
@@ -379,7 +385,7 @@ async def cmd_monitor(args: argparse.Namespace) -> int:
                      f"arg0='{NAME}'"):
             await add_match(bus, rule)
         props = await properties(bus)
-        print(f"{_stamp()} monitoring nm-scanguard {props.get('Version', '')}; Ctrl-C to stop",
+        print(f"{_stamp()} monitoring nm-scanguard {shown(props.get('Version', ''))}; Ctrl-C to stop",
               flush=True)
         show_devices(props.get("Devices", []))
         show_holds(props.get("ActiveHolds", []))
@@ -441,8 +447,8 @@ def _new_scans(now: dict[str, Any], before: dict[str, Any]) -> list[str]:
     was, counts = before.get("scans_by_source") or {}, now.get("scans_by_source") or {}
     grown = {k: int(v) - int(was.get(k, 0)) for k, v in counts.items() if int(v) > int(was.get(k, 0))}
     if len(grown) == 1 and sum(grown.values()) == 1 and now.get("last_scan"):
-        return [f"a scan by {now['last_scan']}"]
-    return [f"{n} scan(s) by {DESCRIPTIONS.get(k, k)}" for k, n in sorted(grown.items())]
+        return [f"a scan by {shown(now['last_scan'])}"]
+    return [f"{n} scan(s) by {shown(DESCRIPTIONS.get(k, k))}" for k, n in sorted(grown.items())]
 
 
 # ---- command line ----------------------------------------------------------------------------

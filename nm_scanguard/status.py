@@ -3,7 +3,7 @@
 Each field carries its D-Bus type; the bus API marshals from it, scanguardctl reads with it,
 and a test holds it against the XML's documentation.  Texts that come from users or peers
 (profile names, reasons, errors) are cut to `MAX_TEXT` characters so that no single message
-can grow without bound.
+can grow without bound, and escaped (`shown`) wherever a line shows them to a person.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .dbuslib import Variant
-from .text import cut
+from .text import NAME_CHARS, cut, shown
 
 def device_line(d: Mapping[str, Any], *, connection: bool = True, age: bool = True) -> str:
     """One interface's status in one line, from its Devices entry (the keys of DeviceStatus):
@@ -23,10 +23,10 @@ def device_line(d: Mapping[str, Any], *, connection: bool = True, age: bool = Tr
     `systemctl status`, which leaves out the connection's name and how long the state has
     lasted (`connection=False, age=False`: an idle line that does not change is not re-sent, and
     systemd shows when the unit's status changed)."""
-    name = d.get("interface", "?")
+    name = shown(d.get("interface", "?"), NAME_CHARS)
     conn = d.get("connection_id") if connection else None
-    head = f"{name} ('{conn}')" if conn else name
-    state = d.get("state", "?")
+    head = f"{name} ('{shown(conn, NAME_CHARS)}')" if conn else name
+    state = shown(d.get("state", "?"), NAME_CHARS)
     parts = [f"rx {d.get('rx_bps', 0) / 1e6:.1f} Mbit/s", f"tx {d.get('tx_bps', 0) / 1e6:.1f} Mbit/s"]
     if d.get("signal_dbm") is not None:
         parts.append(f"{d['signal_dbm']} dBm")
@@ -44,9 +44,9 @@ def device_line(d: Mapping[str, Any], *, connection: bool = True, age: bool = Tr
     elif deferred:
         parts.append(f"{requests(deferred)} for scans refused while guarding")
     since = f" for {duration(time.time() - d.get('since', time.time()))}" if age else ""
-    text = f"{head}: {state}{since} ({d.get('reason', '')}); " + ", ".join(parts)
+    text = f"{head}: {state}{since} ({shown(d.get('reason', ''))}); " + ", ".join(parts)
     if d.get("error"):
-        text += f"; problem: {d['error']}"
+        text += f"; problem: {shown(d['error'])}"
     return text
 
 
