@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from .text import NAME_CHARS, shown
+
 BGSCAN = "bgscan"
 NETWORKMANAGER = "networkmanager"
 DIRECT = "direct"
@@ -70,15 +72,16 @@ class Evidence:
 @dataclass(frozen=True)
 class Label:
     source: str  # one of SOURCES
-    name: str = ""  # the program, when the evidence names it
-    basis: str = ""  # how the label was established, in words
+    name: str = ""  # the program, when the evidence names it: a peer's text, shown escaped
+    basis: str = ""  # how the label was established, in words, its peer parts escaped
     signature: str = ""  # what the probed SSIDs say, as a short key
 
     def text(self) -> str:
         what = DESCRIPTIONS[self.source]
         if self.name and self.source in (NETWORKMANAGER, DIRECT):
-            what = {NETWORKMANAGER: f"{self.name} through NetworkManager",
-                    DIRECT: f"{self.name}, calling wpa_supplicant directly"}[self.source]
+            name = shown(self.name)
+            what = {NETWORKMANAGER: f"{name} through NetworkManager",
+                    DIRECT: f"{name}, calling wpa_supplicant directly"}[self.source]
         return what
 
 
@@ -123,9 +126,11 @@ def attribute(ssids: Sequence[bytes] | None, started_at: float, evidence: Eviden
             names = sorted({r.program or f"pid {r.pid}" for r in seen if r.program or r.pid})
             users = sorted({r.user for r in seen if r.user})
             who = ", ".join(names) or "a program"
+            seen_who = ", ".join(shown(n, NAME_CHARS) for n in names) or "a program"
+            seen_users = ", ".join(shown(u, NAME_CHARS) for u in users)
             return Label(NETWORKMANAGER, name=who, signature=sig,
-                         basis=f"nm-scanguard's polkit rule saw {who}"
-                               f"{' (user ' + ', '.join(users) + ')' if users else ''} ask "
+                         basis=f"nm-scanguard's polkit rule saw {seen_who}"
+                               f"{' (user ' + seen_users + ')' if users else ''} ask "
                                "NetworkManager for a scan just before it started, and it probed "
                                "only the wildcard SSID, as NetworkManager's scans do")
         return Label(NETWORKMANAGER, signature=sig,

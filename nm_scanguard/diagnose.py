@@ -35,7 +35,7 @@ from .nm import (ACTIVE, DEVICE, DEVICE_TYPE_WIFI, NAME as NM, PATH as NM_PATH,
 from .names import ACCESS_DENIED, BUS_NAME, IFACE as GUARD_IFACE, PATH as GUARD_PATH
 from .nl80211 import Nl80211Error, ScanEvent, ScanEvents
 from .supplicant import Supplicant, SupplicantError
-from .text import clipped, quoted
+from .text import NAME_CHARS, clipped, quoted, shown
 
 WIRELESS = NM + ".Device.Wireless"
 ACCESS_POINT = NM + ".AccessPoint"
@@ -81,7 +81,7 @@ async def find_targets(bus: MessageBus, only: str | None) -> tuple[list[Target],
         if only and name != only:
             continue
         if dev.get("State") != STATE_ACTIVATED:
-            notes.append(f"{name} is not connected; skipped")
+            notes.append(f"{shown(name, NAME_CHARS)} is not connected; skipped")
             continue
         try:
             index = socket.if_nametoindex(name)
@@ -93,7 +93,8 @@ async def find_targets(bus: MessageBus, only: str | None) -> tuple[list[Target],
         targets.append(target)
     if only and only not in seen:
         raise LookupError(f"NetworkManager has no Wi-Fi interface {quoted(only)}"
-                          + (f" (it has: {', '.join(seen)})" if seen else " (it has none)"))
+                          + (f" (it has: {', '.join(shown(s, NAME_CHARS) for s in seen)})" if seen
+                             else " (it has none)"))
     return targets, notes
 
 
@@ -268,7 +269,7 @@ def open_pinger(target: Target, clock: Callable[[], float]) -> tuple[Pinger | No
         except OSError:
             pass
         else:
-            return pinger, (f"ICMP echo to the gateway {target.gateway} every "
+            return pinger, (f"ICMP echo to the gateway {shown(target.gateway, NAME_CHARS)} every "
                             f"{ECHO_INTERVAL:g} s (raw socket: the ping socket is not allowed, "
                             "but you may open raw ones)")
         return None, (f"unprivileged ICMP echo is not allowed here (net.ipv4.ping_group_range "
@@ -276,7 +277,8 @@ def open_pinger(target: Target, clock: Callable[[], float]) -> tuple[Pinger | No
                       "widen it, e.g. sysctl net.ipv4.ping_group_range='0 2147483647'")
     except OSError as e:
         return None, f"cannot open an ICMP socket ({e.strerror or e})"
-    return pinger, (f"ICMP echo to the gateway {target.gateway} every {ECHO_INTERVAL:g} s "
+    return pinger, (f"ICMP echo to the gateway {shown(target.gateway, NAME_CHARS)} every "
+                    f"{ECHO_INTERVAL:g} s "
                     "(unprivileged ping socket)")
 
 
@@ -366,7 +368,8 @@ async def read_supplicant(bus: MessageBus, target: Target, guard_status: dict[st
                f"wpa_supplicant could not be asked: {clipped(denied or 'no current network', 200)}")
         if suspended:
             link.bgscan = ""
-            link.bgscan_source = f"nm-scanguard reports it suspended NetworkManager's '{suspended}'"
+            link.bgscan_source = ("nm-scanguard reports it suspended NetworkManager's "
+                                  f"'{clipped(str(suspended))}'")
             link.bgscan_words = (explain_bgscan("", suspended_by_guard=True)
                                  + f"; NetworkManager's '{clipped(str(suspended))}' means "
                                  + explain_bgscan(str(suspended),
@@ -392,14 +395,14 @@ async def guard_properties(bus: MessageBus) -> tuple[bool, bool, dict[str, Any],
         (names,) = await call(bus, "org.freedesktop.DBus", "/org/freedesktop/DBus",
                               "org.freedesktop.DBus", "ListActivatableNames")
     except BusError as e:
-        return False, False, {}, f"the bus could not be asked ({e.name})"
+        return False, False, {}, f"the bus could not be asked ({shown(e.name)})"
     installed = running or BUS_NAME in names
     if not running:
         return installed, False, {}, ""
     try:
         return True, True, await get_all(bus, BUS_NAME, GUARD_PATH, GUARD_IFACE), ""
     except BusError as e:
-        return True, True, {}, f"its status could not be read ({e.text or e.name})"
+        return True, True, {}, f"its status could not be read ({shown(e.text or e.name)})"
 
 
 def device_of(props: dict[str, Any], interface: str) -> dict[str, Any]:
@@ -563,7 +566,8 @@ async def _sample(bus: MessageBus, targets: list[Target], rec: Recording,
             props = await get_all(bus, BUS_NAME, GUARD_PATH, GUARD_IFACE)
         except BusError as e:
             for t in targets:
-                rec.guards[t.interface].detail = f"its status could not be read ({e.text or e.name})"
+                rec.guards[t.interface].detail = ("its status could not be read "
+                                                  f"({shown(e.text or e.name)})")
     for t in targets:
         now = read_bytes(t.interface)
         before = last.get(t.interface)

@@ -5,6 +5,10 @@ about the link and the guard) goes in; `analyse` gives the figures, `verdict` th
 person can act on, `as_json` the strict JSON document.  The unit tests feed it recorded event
 sequences; `diagnose` fills a Recording from the system.
 
+Texts: a field that holds a peer's value as it came (an interface, an SSID, a program's name, a
+bgscan string, the guard's state) is escaped where a line shows it; a field that holds a sentence
+(a basis, a label, a detail, a note) was built with its peer parts escaped already.
+
 Times are seconds since the recording began (the monotonic clock), so that a clock change
 during the run cannot move a scan against the echoes; `started_at` gives the wall clock.
 """
@@ -19,7 +23,7 @@ from typing import Any, Sequence
 
 from .attribution import BGSCAN, DESCRIPTIONS, DIRECT, GUARD, NETWORKMANAGER, SOURCES, UNKNOWN
 from .nl80211 import ssid_text
-from .text import clipped
+from .text import NAME_CHARS, clipped, shown
 
 # A spike is an echo whose round trip took at least SPIKE_FACTOR times the run's median and at
 # least SPIKE_MARGIN_MS more than it, or that got no answer within ECHO_TIMEOUT.  Both bounds:
@@ -249,7 +253,7 @@ def advice(source: str, figures: SourceFigures, guard: Guard) -> str:
                 "moves little data, hold it: scanguardctl hold --reason call -- COMMAND, or "
                 "lower busy_bps (scanguard.conf(5))")
     if source == NETWORKMANAGER:
-        who = f" ({', '.join(figures.names)})" if figures.names else ""
+        who = f" ({_names(figures.names)})" if figures.names else ""
         return (f"a program asked NetworkManager to scan{who}: close the Wi-Fi menu, or lengthen "
                 "or remove the widget's scan timer; while the link is busy, nm-scanguard's "
                 "defer_client_scans = yes (the default) refuses these requests")
@@ -264,6 +268,10 @@ def advice(source: str, figures: SourceFigures, guard: Guard) -> str:
     return "nothing in the evidence says who asked for these scans"
 
 
+def _names(names: Sequence[str]) -> str:
+    return ", ".join(shown(n) for n in names)
+
+
 def guarded(guard: Guard) -> bool:
     """Whether the guard guarded (or held) the interface at some time during the run."""
     return any(state in ("guarding", "held") for state in [*guard.states_seen, guard.state])
@@ -272,29 +280,30 @@ def guarded(guard: Guard) -> bool:
 def verdict(a: Analysis, guard: Guard) -> list[str]:
     """Sentences a person can act on, most important first."""
     lines: list[str] = []
+    interface = shown(a.interface, NAME_CHARS)
     if a.median_ms is None:
         lines.append("Latency could not be measured, so no stall can be tied to a scan.")
     if a.scans == 0:
         if a.spikes:
-            lines.append(f"No Wi-Fi scan ran on {a.interface}: its {_n(a.spikes, 'latency spike')} "
+            lines.append(f"No Wi-Fi scan ran on {interface}: its {_n(a.spikes, 'latency spike')} "
                          "have another cause (the network beyond the access point, interference, "
                          "power saving), not scans.")
         else:
-            lines.append(f"No Wi-Fi scan ran on {a.interface}, and latency stayed steady.")
+            lines.append(f"No Wi-Fi scan ran on {interface}, and latency stayed steady.")
         if guarded(guard):
             lines.append("nm-scanguard was guarding this interface during the run: bgscan was "
                          "suspended.")
         return lines
     share = a.spikes_in_scans / a.spikes if a.spikes else 0.0
     if a.spikes and share >= CAUSE_SHARE:
-        lines.append(f"Scans cause the stalls on {a.interface}: {a.spikes_in_scans} of "
+        lines.append(f"Scans cause the stalls on {interface}: {a.spikes_in_scans} of "
                      f"{_n(a.spikes, 'latency spike')} fell inside the {_n(a.scans, 'scan')}.")
     elif a.spikes_in_scans:
-        lines.append(f"Scans cause some stalls on {a.interface}: {a.spikes_in_scans} of "
+        lines.append(f"Scans cause some stalls on {interface}: {a.spikes_in_scans} of "
                      f"{_n(a.spikes, 'latency spike')} fell inside the {_n(a.scans, 'scan')}; "
                      "the others have another cause.")
     elif a.median_ms is not None:
-        lines.append(f"{_n(a.scans, 'scan')} ran on {a.interface}, but no latency spike fell "
+        lines.append(f"{_n(a.scans, 'scan')} ran on {interface}, but no latency spike fell "
                      "inside one" + (f"; the {_n(a.spikes, 'spike')} have another cause."
                                      if a.spikes else "."))
     share_bps = a.inside_share
@@ -309,7 +318,7 @@ def verdict(a: Analysis, guard: Guard) -> list[str]:
             continue
         who = DESCRIPTIONS[source]
         if figures.names and source in (NETWORKMANAGER, DIRECT):
-            who += f" — {', '.join(figures.names)}"
+            who += f" — {_names(figures.names)}"
         lines.append(f"{_n(figures.scans, 'scan')} by {who} "
                      f"({figures.seconds_off:.1f} s off the channel, {_n(figures.spikes, 'spike')}"
                      f"): {advice(source, figures, guard)}.")
@@ -383,12 +392,12 @@ def guard_line(guard: Guard) -> str:
         return "not installed" + (f" ({guard.detail})" if guard.detail else "")
     if not guard.running:
         return "installed, not running" + (f" ({guard.detail})" if guard.detail else "")
-    seen = [s for s in guard.states_seen if s]
+    seen = [shown(s, NAME_CHARS) for s in guard.states_seen if s]
     text = "installed, running"
     if seen:
         text += f", {' then '.join(seen)} during the run"
     if guard.settings_sources:
-        sources = sorted(set(guard.settings_sources.values()))
+        sources = sorted({shown(s) for s in guard.settings_sources.values()})
         text += f" (settings from {', '.join(sources)})"
     if guard.detail:
         text += f"; {guard.detail}"
@@ -414,7 +423,7 @@ def report(rec: Recording) -> str:
     for link in rec.links:
         a = analyse(link, rec.duration)
         guard = rec.guards.get(link.interface, Guard())
-        head = f"{link.interface}" + (f" ('{clipped(link.ssid, 64)}')" if link.ssid else "")
+        head = shown(link.interface, NAME_CHARS) + (f" ('{clipped(link.ssid, 64)}')" if link.ssid else "")
         out.append("")
         out.append(f"== {head}")
         out.extend(f"* {line}" for line in verdict(a, guard))
@@ -425,8 +434,8 @@ def report(rec: Recording) -> str:
         if link.bgscan is None:
             out.append(f"bgscan: unknown ({link.bgscan_source})")
         else:
-            shown = f"'{link.bgscan}'" if link.bgscan else '"" (none)'
-            out.append(f"bgscan: {shown}, {link.bgscan_source}: {link.bgscan_words}")
+            value = f"'{shown(link.bgscan)}'" if link.bgscan else '"" (none)'
+            out.append(f"bgscan: {value}, {link.bgscan_source}: {link.bgscan_words}")
         out.append(f"nm-scanguard: {guard_line(guard)}")
         if a.median_ms is None:
             out.append(f"Latency: not measured ({link.latency_method})")

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Literal, Protocol
 
 from .netlink import wait_readable
+from .text import INVISIBLE
 
 # include/uapi/linux/netlink.h
 NETLINK_GENERIC = 16
@@ -301,8 +302,9 @@ def parse_events(data: bytes, family_id: int) -> list[ScanEvent]:
 
 def ssid_text(ssid: bytes) -> str:
     """An SSID as a person can read it: its UTF-8 text ("Café ☕"), each byte that is not UTF-8
-    as \\xNN, a control or other unprintable character as \\xNN / \\uNNNN / \\UNNNNNNNN, a
-    backslash as \\\\ (so that no SSID reads as another's escape); b"" as "(wildcard)"."""
+    as \\xNN, a control or other unprintable character (and a letter that draws nothing, such as
+    a Hangul filler: text.INVISIBLE) as \\xNN / \\uNNNN / \\UNNNNNNNN, a backslash as \\\\ (so
+    that no SSID reads as another's escape); b"" as "(wildcard)"."""
     if ssid == b"":
         return "(wildcard)"
     out = []
@@ -312,7 +314,7 @@ def ssid_text(ssid: bytes) -> str:
             out.append(f"\\x{code - 0xDC00:02x}")
         elif char == "\\":
             out.append("\\\\")
-        elif char.isprintable():
+        elif char.isprintable() and char not in INVISIBLE:
             out.append(char)
         elif code < 0x80:
             out.append(f"\\x{code:02x}")

@@ -23,7 +23,7 @@ MAX_TEXT = 256
 KEEP_FORMAT = frozenset({"\u200c", "\u200d"})
 # Letters that draw nothing (the Hangul fillers) and the combining grapheme joiner: they pass
 # as part of a name while showing nothing, so they are escaped as well.
-_INVISIBLE = frozenset({"\u034f", "\u115f", "\u1160", "\u3164", "\uffa0"})
+INVISIBLE = frozenset({"\u034f", "\u115f", "\u1160", "\u3164", "\uffa0"})
 _ESCAPED_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
 _SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
 
@@ -33,7 +33,7 @@ def _escape(char: str) -> str:
         return _SHORT_ESCAPES[char]
     category = unicodedata.category(char)
     if char == " " or char in KEEP_FORMAT or (category not in _ESCAPED_CATEGORIES
-                                               and category != "Zs" and char not in _INVISIBLE):
+                                               and category != "Zs" and char not in INVISIBLE):
         return char
     code = ord(char)
     if code < 0x100:

@@ -388,6 +388,7 @@ def test_hostile_datagrams_give_events_or_raise_nl80211error(data: bytes) -> Non
     ("\u0085\u202eevil".encode(), "\\u0085\\u202eevil"),  # C1 control, right-to-left override
     (b"C:\\x41", "C:\\\\x41"),  # a backslash, doubled: no SSID reads as another's escape
     ("\U000e0001".encode(), "\\U000e0001"),
+    ("Café\u3164☕".encode(), "Café\\u3164☕"),  # a letter that draws nothing
 ])
 def test_ssid_text(ssid: bytes, text: str) -> None:
     assert ssid_text(ssid) == text

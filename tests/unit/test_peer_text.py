@@ -13,10 +13,13 @@ from types import SimpleNamespace
 
 import pytest
 
+from nm_scanguard import attribution as A
 from nm_scanguard import cli
+from nm_scanguard import diagnose as D
+from nm_scanguard import findings as F
 from nm_scanguard.bus import BusError
 from nm_scanguard.dbuslib import Message, MessageType, Variant
-from nm_scanguard.names import IFACE, PATH
+from nm_scanguard.names import BUS_NAME, IFACE, PATH
 from nm_scanguard.status import device_line
 from tests.hostile import CAFE, EVIL, HOSTILE, raw_troublemakers
 
@@ -153,3 +156,94 @@ def test_config_show_escapes_the_profiles_name(monkeypatch, capsys, tmp_path):
     captured = capsys.readouterr()
     clean(captured.out)
 
+
+# ---- diagnose ----------------------------------------------------------------------------------
+
+def hostile_recording() -> F.Recording:
+    """A recording whose every peer-supplied value is hostile: the interface, SSID, bgscan,
+    the guard's states and settings sources, and the programs and users the polkit rule saw."""
+    ssid = EVIL.encode()
+    link = F.Link(interface=f"wl{EVIL}", ssid=EVIL, bgscan=f"simple{EVIL}",
+                  bgscan_source="read from wpa_supplicant", latency_method="ICMP echo")
+    link.bgscan_words = F.explain_bgscan(link.bgscan)
+    for i in range(300):
+        link.echoes.append(F.Echo(i * 0.2, 80.0 if 10 <= i * 0.2 < 14 else 2.0))
+    for s in range(60):
+        link.seconds.append(F.Second(float(s), 5e6, 5e6))
+    ev = A.Evidence(current_ssid=ssid, geoclue_pid=77,
+                    client_requests=[A.Request(1_700_000_009.5, EVIL, 1500, EVIL)])
+    for start, ssids in ((10.0, (b"",)), (30.0, (ssid, b"")), (50.0, (ssid,))):
+        label = A.attribute(ssids, 1_700_000_000.0 + start, ev)
+        link.scans.append(F.Scan(start=start, end=start + 4.0, outcome="finished",
+                                 ssids=ssids, frequencies=(2412,), source=label.source,
+                                 name=label.name, basis=label.basis, label_text=label.text()))
+    if label.name == "":  # the bgscan scan: give it a peer's name to show, as a forged one might
+        link.scans[-1].name = EVIL
+    rec = F.Recording(started_at=time.time(), duration=60.0, links=[link],
+                      scan_events_source="seen in the kernel's nl80211 scan events")
+    rec.guards[link.interface] = F.Guard(installed=True, running=True, state=EVIL,
+                                         states_seen=[EVIL, "idle"],
+                                         settings_sources={"threshold_mbit": f"profile {EVIL}"})
+    return rec
+
+
+def test_the_diagnose_report_prints_no_peers_text_raw():
+    rec = hostile_recording()
+    text = F.report(rec)
+    clean(text)
+    assert "a program asked NetworkManager to scan (" in text  # the names are in the advice
+
+
+def test_the_verdict_names_programs_escaped():
+    rec = hostile_recording()
+    (link,) = rec.links
+    for line in F.verdict(F.analyse(link, rec.duration), rec.guards[link.interface]):
+        assert raw_troublemakers(line) == [], line
+    for scan in link.scans:
+        assert raw_troublemakers(scan.basis + scan.label_text) == []
+
+
+async def test_what_diagnose_learns_from_its_peers_is_escaped_in_its_sentences(monkeypatch):
+    class Supplicant:
+        def __init__(self, _bus) -> None:
+            pass
+
+        async def interface(self, ifname: str) -> str:
+            from nm_scanguard.supplicant import SupplicantError
+            raise SupplicantError(EVIL, "org.freedesktop.DBus.Error.Failed")
+
+    monkeypatch.setattr(D, "Supplicant", Supplicant)
+    monkeypatch.setattr(D, "proc_wireless_dbm", lambda name: None)
+    t = D.Target(interface="wlan0", ifindex=3, ssid=CAFE.encode())
+    await D.read_supplicant(None, t, {"suspended_bgscan": EVIL})
+    clean(t.link.bgscan_source + t.link.bgscan_words)
+    t.link.bgscan_source = ""
+    await D.read_supplicant(None, t, {})
+    clean(t.link.bgscan_source)
+
+
+async def test_interface_names_and_bus_errors_in_diagnose_notes_are_escaped(monkeypatch):
+    async def call(bus, *args, **kw):
+        if args[-1] == "ListActivatableNames":
+            raise BusError("org.freedesktop.DBus.Error.Failed", EVIL)
+        return ([f"/dev/{i}" for i in range(2)],)
+
+    async def get_all(bus, name, path, iface):
+        if name == BUS_NAME:
+            raise BusError("org.freedesktop.DBus.Error.Failed", EVIL)
+        return {"DeviceType": 2, "Interface": EVIL, "State": 30}
+
+    async def name_has_owner(bus, name):
+        return True
+
+    monkeypatch.setattr(D, "call", call)
+    monkeypatch.setattr(D, "get_all", get_all)
+    monkeypatch.setattr(D, "name_has_owner", name_has_owner)
+    targets, notes = await D.find_targets(None, None)
+    assert targets == [] and len(notes) == 2
+    clean(" ".join(notes))
+    with pytest.raises(LookupError) as e:
+        await D.find_targets(None, "wlan9")
+    clean(str(e.value))
+    *_, detail = await D.guard_properties(None)
+    clean(detail.replace("bus could not be asked", CAFE))
