@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import math
+import re
 import signal
 import sys
 import time
@@ -22,7 +23,7 @@ from .dbuslib import BusType, Message, MessageBus, MessageFlag, MessageType
 from .names import ACCESS_DENIED, BUS_NAME as NAME, ERROR_UNKNOWN_HOLD, IFACE, UNREACHABLE, PATH
 from .profiles import ProfileError
 from .status import FIELDS, aborted_total, device_line, duration, requests, who_scanned
-from .text import NAME_CHARS, clipped, quoted, shown
+from .text import NAME_CHARS, clipped, escaped, quoted, shown
 
 
 HOLD_TIMEOUT = 130.0  # polkit may be asking for a password
@@ -119,10 +120,29 @@ def _finite(value: Any) -> Any:
     return value
 
 
+# json.dumps escapes C0 controls only; DEL, the C1 controls (0x9b is a CSI) and format
+# characters such as U+202E would reach the terminal raw.
+_NOT_ASCII = re.compile("[^\x00-\x7e]")
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if not escaped(char):
+        return char
+    code = ord(char)
+    if code > 0xFFFF:  # JSON spells it as a UTF-16 surrogate pair
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
 def json_text(doc: Any) -> str:
     """What --json prints: strict JSON, which JavaScript's JSON.parse and jq accept.  A figure the
-    daemon could not compute is null, never NaN or Infinity (allow_nan=False would rather fail)."""
-    return json.dumps(_finite(doc), indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False)
+    daemon could not compute is null, never NaN or Infinity (allow_nan=False would rather fail).
+    Non-ASCII text stays readable ("Café ☕"); every character a terminal would act on or that
+    hides is written as a \\uXXXX escape, which any parser reads back as the same string."""
+    text = json.dumps(_finite(doc), indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False)
+    return _NOT_ASCII.sub(_json_escape, text)
 
 
 async def cmd_status(args: argparse.Namespace) -> int:

@@ -28,12 +28,19 @@ _ESCAPED_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
 _SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
 
 
+def escaped(char: str) -> bool:
+    """Whether `char` is shown as an escape (a control, format, invisible or unusual space
+    character); a backslash, which is shown doubled, is not counted."""
+    category = unicodedata.category(char)
+    return not (char == " " or char in KEEP_FORMAT or (category not in _ESCAPED_CATEGORIES
+                                                       and category != "Zs"
+                                                       and char not in INVISIBLE))
+
+
 def _escape(char: str) -> str:
     if char in _SHORT_ESCAPES:
         return _SHORT_ESCAPES[char]
-    category = unicodedata.category(char)
-    if char == " " or char in KEEP_FORMAT or (category not in _ESCAPED_CATEGORIES
-                                               and category != "Zs" and char not in INVISIBLE):
+    if not escaped(char):
         return char
     code = ord(char)
     if code < 0x100:

@@ -247,3 +247,35 @@ async def test_interface_names_and_bus_errors_in_diagnose_notes_are_escaped(monk
     clean(str(e.value))
     *_, detail = await D.guard_properties(None)
     clean(detail.replace("bus could not be asked", CAFE))
+
+
+# ---- --json --------------------------------------------------------------------------------------
+
+def test_json_output_escapes_what_a_terminal_would_act_on_and_reads_back_the_same():
+    import json
+    doc = {"devices": [device()], "holds": [hold()], "astral": "\U000e0041\U0001f4de",
+           "lone": "\udcff"}
+    text = cli.json_text(doc)
+    clean(text)
+    assert "\U0001f4de" in text  # an emoji stays as it is
+    assert json.loads(text) == json.loads(json.dumps(doc))
+
+
+def test_the_json_verbs_print_that_text(monkeypatch, capsys):
+    class Bus:
+        def disconnect(self) -> None:
+            pass
+
+    async def connect() -> Bus:
+        return Bus()
+
+    async def properties(bus: Bus) -> dict:
+        return {"Version": EVIL, "Devices": [device()], "ActiveHolds": [hold()]}
+
+    monkeypatch.setattr(cli, "connect", connect)
+    monkeypatch.setattr(cli, "properties", properties)
+    assert asyncio.run(cli.cmd_status(argparse.Namespace(json=True))) == 0
+    clean(capsys.readouterr().out)
+    monkeypatch.setattr(D, "run", lambda seconds, only, on_terminal: hostile_recording())
+    assert cli.main(["diagnose", "--json", "--seconds", "1"]) == 0
+    clean(capsys.readouterr().out)
