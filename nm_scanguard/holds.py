@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Callable, Literal
 
+from .text import KEEP_FORMAT
+
 log = logging.getLogger("scanguard.holds")
 
 MAX_PER_CALLER = 16
@@ -54,7 +56,7 @@ class HoldError(Exception):
     """A refused hold operation: ``kind`` for the program, ``text`` for the person.
 
     Kinds: "too-many" (a cap is reached), "unknown" (no hold has that cookie), "not-holder"
-    (someone else's hold), "bad-text" (a text too long or with control characters),
+    (someone else's hold), "bad-text" (a text too long or with control or format characters),
     "caller-left" (the client left the bus while its hold was being authorised; nobody is
     left to read the reply).
     """
@@ -82,8 +84,11 @@ def check_text(what: str, text: str, limit: int = MAX_TEXT_BYTES) -> None:
     """Refuse text that would bloat ActiveHolds or garble a terminal that prints it.
 
     Measured in UTF-8 bytes, because that is what D-Bus sends and what the size bound counts:
-    "☕" is one character but three bytes.  Control characters (C0, DEL and C1) are refused so
-    that scanguardctl and the journal never print an escape sequence a client chose.
+    "☕" is one character but three bytes.  Control characters (C0, DEL and C1) and format
+    characters (bidi overrides and isolates such as U+202E, zero-width spaces, language tags) are
+    refused, so that no client can choose an escape sequence or reorder or hide part of a line
+    that shows its text, also where a program prints ActiveHolds without escaping it.  ZWNJ and
+    ZWJ are format characters that scripts and emoji sequences need, and are accepted.
     """
     try:
         size = len(text.encode("utf-8"))
@@ -94,9 +99,9 @@ def check_text(what: str, text: str, limit: int = MAX_TEXT_BYTES) -> None:
         raise HoldError("bad-text", f"{what} is {size} bytes in UTF-8; at most {limit}"
                         f"{' (non-ASCII characters take 2-4 bytes each)' if size > len(text) else ''}")
     for i, c in enumerate(text):
-        if unicodedata.category(c) == "Cc":
-            raise HoldError("bad-text", f"{what} contains the control character U+{ord(c):04X} "
-                            f"at position {i}; use printable text only")
+        if unicodedata.category(c) in ("Cc", "Cf") and c not in KEEP_FORMAT:
+            raise HoldError("bad-text", f"{what} contains the control or format character "
+                            f"U+{ord(c):04X} at position {i}; use plain text")
 
 
 class Reservation:

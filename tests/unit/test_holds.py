@@ -410,6 +410,28 @@ def test_control_characters_fail(base, bad):
     assert f"U+{ord(bad[0]):04X} at position {len(base)}" in e.value.text
 
 
+# Format characters (Cf) reorder or hide what a terminal shows: bidi overrides, embeddings,
+# isolates and marks, zero-width space, BOM, Arabic letter mark, a language tag.
+@pytest.mark.parametrize("bad", ["\u202e", "\u202a", "\u2066", "\u2069", "\u200e", "\u200f",
+                                 "\u200b", "\ufeff", "\u061c", "\U000e0041"])
+@pytest.mark.parametrize("base", TEXTS)
+def test_format_characters_fail_and_the_error_names_field_and_code_point(base, bad):
+    with pytest.raises(HoldError) as e:
+        check_text("reason", base + bad + "txt.exe")
+    assert e.value.kind == "bad-text"
+    assert e.value.text == (f"reason contains the control or format character U+{ord(bad):04X} "
+                            f"at position {len(base)}; use plain text")
+    with pytest.raises(HoldError):
+        take(Holds(), ":1.1", reason=CAFE, app=base + bad)
+
+
+@pytest.mark.parametrize("text", [CAFE, "\U0001F4DE call", "\U0001F468\u200d\U0001F469\u200d\U0001F467",
+                                  "\u2615\ufe0f", "\U0001F44D\U0001F3FD", "می\u200cخواهم"])
+def test_emoji_sequences_and_scripts_that_need_zwj_or_zwnj_pass(text):
+    check_text("reason", text)
+    assert take(Holds(), ":1.1", reason=text, app=text).reason == text
+
+
 def test_lone_surrogate_fails():
     with pytest.raises(HoldError, match="not valid Unicode"):
         check_text("reason", CAFE + "\ud800")
