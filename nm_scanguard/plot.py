@@ -12,6 +12,7 @@ from typing import Any
 
 from .attribution import DESCRIPTIONS
 from .findings import Recording, analyse, is_spike
+from .text import NAME_CHARS, clipped, shown
 
 COLOURS = {"bgscan": "#d62728", "networkmanager": "#1f77b4", "direct": "#9467bd",
            "guard": "#2ca02c", "unknown": "#7f7f7f"}
@@ -67,9 +68,11 @@ def draw(rec: Recording, path: str, pyplot: Any) -> None:
             lat.axhline(a.spike_threshold_ms, ls="--", lw=0.7, color="#ff7f0e")
         lat.set_yscale("log")
         lat.set_ylabel("RTT (ms)")
-        title = link.interface + (f" ('{link.ssid}')" if link.ssid else "")
+        title = shown(link.interface, NAME_CHARS) + (f" ('{clipped(link.ssid, 64)}')"
+                                                      if link.ssid else "")
+        # Plain text: matplotlib would read "$...$" in an SSID as mathtext, and "$\frac$" fails.
         lat.set_title(f"{title}: {a.scans} scan(s), {a.spikes} spike(s), "
-                      f"{a.spikes_in_scans} inside scans")
+                      f"{a.spikes_in_scans} inside scans", parse_math=False)
         secs = link.seconds
         thr.step([s.at for s in secs], [s.bps / 1e6 for s in secs], where="post", color="black",
                  lw=0.9, label="throughput (rx + tx)")

@@ -392,6 +392,23 @@ def test_plot_is_drawn(tmp_path, ssid):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
 
 
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def plotted(tmp_path, ssid: bytes = CAFE) -> F.Recording:
+    return recording(recorded(ssid, [(20.0, started((ssid,))), (27.0, ended())]))
+
+
+@pytest.mark.parametrize("name", [r"$\frac$", r"$x^$ " + CAFE.decode(), "$$", r"a $\foo$ b"])
+def test_an_ssid_with_dollars_is_drawn_as_text_not_math(tmp_path, name):
+    from nm_scanguard import plot
+    rec = plotted(tmp_path, name.encode())
+    rec.links[0].interface = "wl$\\frac$"
+    out = tmp_path / f"{CAFE.decode()}.png"
+    plot.draw(rec, str(out), plot.require())
+    assert out.read_bytes()[:8] == PNG
+
+
 def test_a_guard_that_guarded_and_let_go_during_the_run_is_said_to_have_guarded():
     link = recorded(HOME, [])
     g = guard(installed=True, running=True, state="idle", states_seen=["guarding", "idle"])
