@@ -434,6 +434,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         from . import plot as plotting
         try:
             plot = plotting.require()  # before recording: a missing matplotlib is said at once
+            plotting.file_format(args.plot, plot)
             plotting.check_writable(args.plot)
         except plotting.PlotError as e:
             raise Failure(str(e)) from None
@@ -448,13 +449,17 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     except BusError as e:
         raise Failure(f"NetworkManager could not be asked ({e.text or e.name}); is it "
                       "running?") from None
-    if plot is not None:
-        plotting.draw(rec, args.plot, plot)
+    # The findings first: a plot that cannot be drawn must not cost the recording.
     if args.json:
-        print(json_text(findings.as_json(rec)))
+        print(json_text(findings.as_json(rec)), flush=True)
     else:
-        print(findings.report(rec), end="")
-        if args.plot:
+        print(findings.report(rec), end="", flush=True)
+    if plot is not None:
+        try:
+            plotting.draw(rec, args.plot, plot)
+        except plotting.PlotError as e:
+            raise Failure(str(e)) from None
+        if not args.json:
             print(f"Plot: {args.plot}")
     return 0
 
@@ -552,7 +557,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the recording and the findings as JSON, for scripts")
     d.add_argument("--plot", default="", metavar="FILE.png",
                    help="also draw latency and throughput over time with scans shaded by "
-                        "source (needs python3-matplotlib)")
+                        "source, in the format of the file's suffix (png, svg, pdf, ...; png "
+                        "without one); an existing file is overwritten, a symbolic link or a "
+                        "file with other hard links is refused (needs python3-matplotlib)")
     d.set_defaults(func=cmd_diagnose, run_async=False)
 
     m = sub.add_parser("monitor", help="follow state changes, rates, scans and holds live",

@@ -3,12 +3,19 @@
 matplotlib is optional (the package Suggests python3-matplotlib): it is imported only here, only
 when a plot is asked for, and checked before the recording starts so that nobody waits two
 minutes to learn that it is missing.
+
+The file is opened without following a symbolic link, and only a regular file with one link is
+written (an existing one is overwritten, as `--plot wifi.png` run twice expects): whoever runs
+diagnose under sudo cannot be made to write through a link someone placed at that name during
+the recording.  The format is the file name's suffix (png when it has none).
 """
 
 from __future__ import annotations
 
+import errno
 import os
-from typing import Any
+import stat
+from typing import IO, Any
 
 from .attribution import DESCRIPTIONS
 from .findings import Recording, analyse, is_spike
@@ -18,6 +25,11 @@ COLOURS = {"bgscan": "#d62728", "networkmanager": "#1f77b4", "direct": "#9467bd"
            "guard": "#2ca02c", "unknown": "#7f7f7f"}
 MISSING = ("--plot needs matplotlib, which is not installed: as root, apt install "
            "python3-matplotlib (or leave out --plot; the report and --json need nothing more)")
+
+
+NOT_PLAIN = ("cannot write the plot to {path!r}: it exists and is not a plain file (a symbolic "
+             "link, a file with several hard links, a device or a pipe); give the name of a new "
+             "file")
 
 
 class PlotError(Exception):
@@ -35,16 +47,66 @@ def require() -> Any:
     return pyplot
 
 
+def file_format(path: str, pyplot: Any) -> str:
+    """The format the plot is written in: the file name's suffix, png when it has none."""
+    suffix = os.path.splitext(path)[1][1:].lower()
+    if not suffix:
+        return "png"
+    fig = pyplot.figure()
+    try:
+        known = fig.canvas.get_supported_filetypes()
+    finally:
+        pyplot.close(fig)
+    if suffix not in known:
+        raise PlotError(f"cannot write the plot to {path!r}: matplotlib does not write .{suffix} "
+                        f"files (it writes {', '.join(sorted(known))})")
+    return suffix
+
+
 def check_writable(path: str) -> None:
+    """Before the recording: the problems that can be told now, said at once."""
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise PlotError(f"cannot write the plot to {path!r}: the folder {folder!r} does not exist")
     if not os.access(folder, os.W_OK):
         raise PlotError(f"cannot write the plot to {path!r}: the folder {folder!r} is not "
                         "writable by you")
+    try:
+        _check_target(path, os.lstat(path))
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise PlotError(f"cannot write the plot to {path!r}: {e.strerror}") from None
+
+
+def _check_target(path: str, st: os.stat_result) -> None:
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        raise PlotError(NOT_PLAIN.format(path=path))
+
+
+def open_output(path: str) -> IO[bytes]:
+    """The plot's file, created or truncated, never reached through a symbolic link."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as e:
+        # O_NOFOLLOW's answer to a symbolic link; O_NONBLOCK's to a pipe nobody reads, a socket
+        if e.errno in (errno.ELOOP, errno.ENXIO):
+            raise PlotError(NOT_PLAIN.format(path=path)) from None
+        raise PlotError(f"cannot write the plot to {path!r}: {e.strerror}") from None
+    try:
+        _check_target(path, os.fstat(fd))
+        os.ftruncate(fd, 0)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "wb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def draw(rec: Recording, path: str, pyplot: Any) -> None:
+    """Draw the recording into `path` (PlotError if it cannot be written there)."""
+    fmt = file_format(path, pyplot)
     links = rec.links or []
     rows = max(1, len(links))
     fig, axes = pyplot.subplots(rows * 2, 1, figsize=(11, 4.2 * rows), sharex=True, squeeze=False)
@@ -89,5 +151,8 @@ def draw(rec: Recording, path: str, pyplot: Any) -> None:
         thr.legend(loc="lower left", fontsize=8, framealpha=0.9)
     axes[-1][0].set_xlabel("seconds since the start")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    pyplot.close(fig)
+    try:
+        with open_output(path) as f:
+            fig.savefig(f, format=fmt, dpi=100)
+    finally:
+        pyplot.close(fig)

@@ -409,6 +409,70 @@ def test_an_ssid_with_dollars_is_drawn_as_text_not_math(tmp_path, name):
     assert out.read_bytes()[:8] == PNG
 
 
+@pytest.mark.parametrize("kind", ["symlink", "hardlink", "fifo"])
+def test_the_plot_is_never_written_through_a_link_or_into_a_pipe(tmp_path, kind):
+    import os
+
+    from nm_scanguard import plot
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious " + CAFE)
+    out = tmp_path / f"{CAFE.decode()}.png"
+    if kind == "symlink":
+        out.symlink_to(victim)
+    elif kind == "hardlink":
+        os.link(victim, out)
+    else:
+        os.mkfifo(out)
+    with pytest.raises(plot.PlotError, match="not a plain file"):
+        plot.check_writable(str(out))
+    with pytest.raises(plot.PlotError, match="not a plain file"):
+        plot.draw(plotted(tmp_path), str(out), plot.require())
+    assert victim.read_bytes() == b"precious " + CAFE
+
+
+def test_an_existing_plot_is_overwritten_whole(tmp_path, ssid):
+    from nm_scanguard import plot
+    out = tmp_path / f"{CAFE.decode()}.png"
+    out.write_bytes(b"x" * 2_000_000)
+    plot.check_writable(str(out))
+    plot.draw(plotted(tmp_path, ssid), str(out), plot.require())
+    data = out.read_bytes()
+    assert data[:8] == PNG and b"x" * 1000 not in data
+
+
+@pytest.mark.parametrize("name, magic", [("plot.svg", b"<?xml"), ("plot.PDF", b"%PDF"),
+                                         ("plot", PNG), (f"{CAFE.decode()}.png", PNG)])
+def test_the_format_is_the_file_names_suffix(tmp_path, name, magic):
+    from nm_scanguard import plot
+    out = tmp_path / name
+    plot.draw(plotted(tmp_path), str(out), plot.require())
+    assert out.read_bytes().startswith(magic)
+
+
+def test_a_suffix_matplotlib_cannot_write_is_refused_before_recording(tmp_path, capsys):
+    out = tmp_path / f"{CAFE.decode()}.doc"
+    assert main(["diagnose", "--plot", str(out), "--seconds", "1"]) == 1
+    assert "does not write .doc files" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_link_placed_during_the_recording_is_refused_and_the_report_still_printed(
+        monkeypatch, tmp_path, capsys):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    out = tmp_path / f"{CAFE.decode()}.png"
+
+    def run(seconds, only, on_terminal):
+        out.symlink_to(victim)  # after check_writable, as a race would
+        return plotted(tmp_path)
+
+    monkeypatch.setattr(D, "run", run)
+    assert main(["diagnose", "--plot", str(out), "--seconds", "1"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.startswith("scanguardctl diagnose:") and "Scans cause" in captured.out
+    assert "Plot:" not in captured.out and "not a plain file" in captured.err
+    assert victim.read_bytes() == b"precious"
+
+
 def test_a_guard_that_guarded_and_let_go_during_the_run_is_said_to_have_guarded():
     link = recorded(HOME, [])
     g = guard(installed=True, running=True, state="idle", states_seen=["guarding", "idle"])
