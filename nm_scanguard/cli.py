@@ -447,7 +447,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     except (LookupError, ConnectionError) as e:
         raise Failure(str(e)) from None
     except BusError as e:
-        raise Failure(f"NetworkManager could not be asked ({e.text or e.name}); is it "
+        raise Failure(f"NetworkManager could not be asked ({shown(e.text or e.name)}); is it "
                       "running?") from None
     # The findings first: a plot that cannot be drawn must not cost the recording.
     if args.json:

@@ -279,3 +279,12 @@ def test_the_json_verbs_print_that_text(monkeypatch, capsys):
     monkeypatch.setattr(D, "run", lambda seconds, only, on_terminal: hostile_recording())
     assert cli.main(["diagnose", "--json", "--seconds", "1"]) == 0
     clean(capsys.readouterr().out)
+
+
+def test_networkmanagers_error_text_is_escaped_when_diagnose_cannot_ask_it(monkeypatch, capsys):
+    def run(seconds, only, on_terminal):
+        raise BusError("org.freedesktop.NetworkManager.Failed", EVIL)
+
+    monkeypatch.setattr(D, "run", run)
+    assert cli.main(["diagnose", "--seconds", "1"]) == 1
+    clean(capsys.readouterr().err)
