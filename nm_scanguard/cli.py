@@ -16,7 +16,7 @@ from typing import Any
 
 from . import __version__
 from .attribution import DESCRIPTIONS
-from .bus import BusError, add_match, call, get_all, unwrap
+from .bus import BusError, NameOwners, add_match, call, get_all, unwrap
 from .config import (DEFAULT_CONFIG_PATH, KEYS, USER_DATA_PREFIX, ConfigError, Settings,
                      apply_profile, load_file, parse_value)
 from .dbuslib import BusType, Message, MessageBus, MessageFlag, MessageType
@@ -380,12 +380,19 @@ async def cmd_monitor(args: argparse.Namespace) -> int:
         holds.clear()
         holds.update(now)
 
+    # Any local user can send a signal to this connection: only the bus's NameOwnerChanged and
+    # the signals of the connection that owns the service's name are shown.
+    owners = NameOwners((NAME,))
+
     def on_message(msg: Message) -> None:
         if msg.message_type != MessageType.SIGNAL:
             return
-        if msg.member == "NameOwnerChanged" and msg.body and msg.body[0] == NAME:
-            print(f"{_stamp()} scanguard service {'started' if msg.body[2] else 'stopped'}", flush=True)
-        elif msg.path != PATH:
+        if msg.member == "NameOwnerChanged" and msg.interface == "org.freedesktop.DBus":
+            change = owners.changed(msg)
+            if change is not None:
+                print(f"{_stamp()} scanguard service {'started' if change[1] else 'stopped'}",
+                      flush=True)
+        elif msg.path != PATH or not owners.sent_by(msg, NAME):
             return
         elif msg.member == "StateChanged":
             ifname, state, reason = msg.body
@@ -404,6 +411,7 @@ async def cmd_monitor(args: argparse.Namespace) -> int:
                      "type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged',"
                      f"arg0='{NAME}'"):
             await add_match(bus, rule)
+        await owners.resolve(bus)
         props = await properties(bus)
         print(f"{_stamp()} monitoring nm-scanguard {shown(props.get('Version', ''))}; Ctrl-C to stop",
               flush=True)

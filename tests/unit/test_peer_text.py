@@ -23,6 +23,8 @@ from nm_scanguard.names import BUS_NAME, IFACE, PATH
 from nm_scanguard.status import device_line
 from tests.hostile import CAFE, EVIL, HOSTILE, raw_troublemakers
 
+OWNER = ":1.7"  # the unique name of the service's connection, in the monitor tests
+
 
 def clean(text: str) -> None:
     """`text` shows no raw control or format character and still shows Café ☕."""
@@ -116,17 +118,27 @@ async def test_monitor_prints_no_peers_text_raw(monkeypatch, capsys):
 
     def signal_of(member: str, signature: str, body: list) -> Message:
         return Message(message_type=MessageType.SIGNAL, path=PATH, interface=IFACE,
-                       member=member, signature=signature, body=body)
+                       member=member, signature=signature, body=body, sender=OWNER)
+
+    async def resolve(self, bus: Bus) -> None:
+        self._owners[cli.NAME] = OWNER
 
     def feed() -> None:
         (on_message,) = handlers
         on_message(signal_of("StateChanged", "sss", [EVIL, EVIL, EVIL]))
+        # Anyone can send this connection a signal; one not from the service's owner is no news.
+        forged = signal_of("StateChanged", "sss", ["forged0", "guarding", f"forged {CAFE}"])
+        forged.sender = ":1.99"
+        on_message(forged)
+        on_message(Message(message_type=MessageType.SIGNAL, path="/org/freedesktop/DBus",
+                           interface="org.freedesktop.DBus", member="NameOwnerChanged",
+                           signature="sss", body=[BUS_NAME, OWNER, ""], sender=":1.99"))
         changed = {"Devices": Variant("aa{sv}", [{"interface": Variant("s", EVIL)}]),
                    "ActiveHolds": Variant("aa{sv}", [])}
         on_message(Message(message_type=MessageType.SIGNAL, path=PATH,
                            interface="org.freedesktop.DBus.Properties",
                            member="PropertiesChanged", signature="sa{sv}as",
-                           body=[IFACE, changed, []]))
+                           body=[IFACE, changed, []], sender=OWNER))
         os.kill(os.getpid(), signal.SIGINT)  # what ends monitor: Ctrl-C
 
     async def properties(bus: Bus) -> dict:
@@ -134,6 +146,7 @@ async def test_monitor_prints_no_peers_text_raw(monkeypatch, capsys):
         return {"Version": EVIL, "Devices": [device()], "ActiveHolds": [hold()]}
 
     monkeypatch.setattr(cli, "connect", connect)
+    monkeypatch.setattr(cli.NameOwners, "resolve", resolve)
     monkeypatch.setattr(cli, "add_match", add_match)
     monkeypatch.setattr(cli, "properties", properties)
     assert await asyncio.wait_for(cli.cmd_monitor(argparse.Namespace()), 5) == 0
@@ -143,6 +156,7 @@ async def test_monitor_prints_no_peers_text_raw(monkeypatch, capsys):
     # the hold released: one line each
     assert len(out.splitlines()) == 7, out
     assert "released" in out and "no longer guarded" in out and "-> guarding" not in out
+    assert "forged" not in out and "service stopped" not in out
 
 
 def test_config_show_escapes_the_profiles_name(monkeypatch, capsys, tmp_path):
