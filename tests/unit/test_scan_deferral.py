@@ -4,13 +4,16 @@ Guard's deferring state and counts, the Devices entry and scanguardctl's lines."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 
@@ -26,6 +29,7 @@ from nm_scanguard.guard import Guard
 from nm_scanguard.journal import Journal
 from nm_scanguard.nm import WifiDevice
 from nm_scanguard.suspension import Suspender
+from tests.conftest import start_private_bus, stop_process
 from tests.unit.test_guard import SETTINGS, FakeCounters, FakeView, Listener, run
 
 HELPER = Path(__file__).resolve().parents[2] / "systemd" / "nm-scanguard-scan-deferral"
@@ -235,6 +239,113 @@ def test_helper_defers_for_a_daemon_whose_name_has_spaces_and_parentheses(tmp_pa
     finally:
         proc.kill()
         proc.wait()
+
+
+# ---- what the helper passes on: the requester's command name -----------------------------
+
+SCANGUARD = "io.github.nm_scanguard.ScanGuard1"
+SCANGUARD_PATH = "/io/github/nm_scanguard/ScanGuard1"
+
+# A requester chooses its command name freely (prctl PR_SET_NAME, or the name of a link it runs
+# as); the helper passes on only letters, digits, space and "._+:@/()-", every other byte
+# becomes "?", and so does a leading "-".
+ODD_NAMES = [
+    ("-Hattacker.ex", "?Hattacker.ex"),  # busctl -H: runs ssh attacker.ex systemd-stdio-bridge
+    ("-h", "?h"),  # busctl --help: prints its help and sends nothing
+    ("--system", "?-system"),
+    ("\x1b]0;owned\x07", "??0?owned?"),  # a terminal escape for whoever reads diagnose
+    ("a\nb\tc\x7f", "a?b?c?"),
+    (CAFE, "Caf?? ???"),  # not ASCII: one "?" per byte
+    ("Web Content", "Web Content"),
+    ("(sd-pam)", "(sd-pam)"),
+    ("kw/0:1+a@b_c.d", "kw/0:1+a@b_c.d"),
+]
+
+
+@pytest.fixture(scope="module")
+def scanguard_mock() -> Iterator[tuple[str, Any]]:
+    """python-dbusmock owning our bus name with a ScanRequestSeen method, on a private system
+    bus: the helper's real busctl call goes through, and what arrived can be read back."""
+    import dbus
+
+    bus = start_private_bus()
+    env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=bus.address)
+    process = subprocess.Popen([sys.executable, "-m", "dbusmock", "--system", SCANGUARD,
+                                SCANGUARD_PATH, SCANGUARD], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    connection = dbus.bus.BusConnection(bus.address)
+    try:
+        deadline = time.monotonic() + 10
+        while not connection.name_has_owner(SCANGUARD):
+            assert process.poll() is None and time.monotonic() < deadline, "dbusmock did not start"
+            time.sleep(0.01)
+        mock = dbus.Interface(connection.get_object(SCANGUARD, SCANGUARD_PATH, introspect=False),
+                              "org.freedesktop.DBus.Mock")
+        mock.AddMethod("", "ScanRequestSeen", "susbd", "", "")
+        yield bus.address, mock
+    finally:
+        connection.close()
+        stop_process(process)
+        bus.stop()
+
+
+@contextlib.contextmanager
+def requester(name: str) -> Iterator[int]:
+    """A process whose command name (/proc/PID/comm) is `name`, set with prctl(PR_SET_NAME)."""
+    code = ("import ctypes, os, sys, time\n"
+            "ctypes.CDLL(None, use_errno=True).prctl(15, os.fsencode(sys.argv[1]), 0, 0, 0)\n"
+            "print(flush=True)\n"
+            "time.sleep(30)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, name], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"\n"
+        assert Path(f"/proc/{proc.pid}/comm").read_bytes() == os.fsencode(name) + b"\n"
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+
+
+@pytest.mark.parametrize("name, reported", ODD_NAMES)
+def test_helper_passes_the_requesters_name_to_the_real_busctl_as_a_safe_argument(
+        tmp_path, scanguard_mock, name, reported):
+    """busctl permutes options found after its arguments: a requester named "-Hattacker.ex"
+    made it run "ssh attacker.ex", and one named "-h" made it print its help instead of
+    reporting.  With the real busctl on a private bus: every request is reported, under a name
+    that neither busctl nor a terminal takes for anything but text, and no ssh ever runs."""
+    address, mock = scanguard_mock
+    mock.ClearCalls()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    args, status, ssh_ran = tmp_path / "busctl.args", tmp_path / "busctl.status", tmp_path / "ssh.ran"
+    (bin_dir / "busctl").write_text(
+        f"#!/bin/sh\nprintf '%s\\0' \"$@\" > {args}\n/usr/bin/busctl \"$@\"\n"
+        f"echo $? > {status}.tmp\nmv {status}.tmp {status}\n")
+    (bin_dir / "ssh").write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {ssh_ran}\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    state = tmp_path / "defer-scans"
+    state.write_text(f"watch {os.getpid()} {start_time(os.getpid())}\n")
+    env = dict(os.environ, SCANGUARD_DEFER_FILE=str(state), DBUS_SYSTEM_BUS_ADDRESS=address,
+               PATH=f"{bin_dir}:/usr/bin:/bin")
+    with requester(name) as pid:
+        r = subprocess.run(["dash", str(HELPER), "alice", str(pid)], env=env,
+                           capture_output=True, timeout=10)
+        assert (r.returncode, r.stdout, r.stderr) == (0, b"allow\n", b"")
+        deadline = time.monotonic() + 10
+        while not status.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not ssh_ran.exists(), f"busctl ran ssh {ssh_ran.read_text()!r}"
+        assert status.read_text() == "0\n"  # the call got through
+        argv = args.read_bytes().decode().split("\0")[:-1]
+        assert argv.index("--") < argv.index(SCANGUARD)  # all that follows is an argument
+        assert argv[-3] == reported
+        (call,) = mock.GetMethodCalls("ScanRequestSeen")
+        user, got_pid, program, refused, _uptime = call[1]
+        assert (str(user), int(got_pid), str(program), bool(refused)) == ("alice", pid, reported,
+                                                                           False)
 
 
 # ---- the setting ---------------------------------------------------------------------------
