@@ -222,6 +222,46 @@ def test_helper_allows_when_it_cannot_read_the_file():
         shutil.rmtree(shared, ignore_errors=True)
 
 
+@pytest.mark.parametrize("kind", ["fifo", "fifo with a writer", "link to a deferring file",
+                                  "link to /dev/zero"])
+def test_helper_answers_at_once_and_allows_when_the_state_file_is_a_fifo_or_a_link(
+        tmp_path, kind):
+    """/run/scanguard belongs to the service user: a compromised daemon could put a FIFO or a
+    link there instead of the file, and polkitd checks nothing else while the helper runs (it
+    kills it after 10 s).  The helper opens the file without following a link and without
+    blocking, reads one bounded chunk, and allows (fails open) when that is not a plain file's
+    line."""
+    state = tmp_path / "defer-scans"
+    writer = None
+    if kind.startswith("fifo"):
+        os.mkfifo(state)
+        if kind == "fifo with a writer":  # opening succeeds, reading would wait for data
+            writer = os.open(state, os.O_RDWR | os.O_NONBLOCK)
+    elif kind == "link to /dev/zero":  # a line that never ends
+        state.symlink_to("/dev/zero")
+    else:  # a line the helper would act on, if it followed the link
+        real = tmp_path / "elsewhere"
+        real.write_text(f"defer {os.getpid()} {start_time(os.getpid())}\n")
+        state.symlink_to(real)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    reported = tmp_path / "busctl.ran"
+    (bin_dir / "busctl").write_text(f"#!/bin/sh\ntouch {reported}\n")
+    (bin_dir / "busctl").chmod(0o755)
+    env = dict(os.environ, SCANGUARD_DEFER_FILE=str(state), PATH=f"{bin_dir}:/usr/bin:/bin")
+    try:
+        started = time.monotonic()
+        r = subprocess.run(["dash", str(HELPER), "alice", "1"], env=env, capture_output=True,
+                           timeout=5)  # half of polkitd's limit; it takes milliseconds
+        took = time.monotonic() - started
+    finally:
+        if writer is not None:
+            os.close(writer)
+    assert (r.returncode, r.stdout, r.stderr) == (0, b"allow\n", b""), took
+    time.sleep(0.2)
+    assert not reported.exists()  # an allow without a live daemon behind it reports nothing
+
+
 def test_helper_defers_for_a_daemon_whose_name_has_spaces_and_parentheses(tmp_path):
     """/proc/PID/stat's COMM may hold ") (": the start time is counted from the last ")"."""
     odd = tmp_path / "a) (b c"
