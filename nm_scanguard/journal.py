@@ -9,7 +9,7 @@ Whatever is in the file is handed back to wpa_supplicant, so it is distrusted on
 - it is opened without following symlinks and without blocking (a FIFO planted there must not
   hang the start), and used only if it is a regular file of at most `MAX_BYTES`;
 - each entry is checked on its own (network object path, kernel interface name, a bgscan string
-  of the form wpa_supplicant's modules take); a bad entry is logged and dropped, never fatal;
+  of the form NetworkManager writes); a bad entry is logged and dropped, never fatal;
 - a file that cannot be used at all is moved aside to `suspended.json.bad`, so that the next
   write succeeds and the daemon does not fail the same way on every start.
 
@@ -37,15 +37,19 @@ log = logging.getLogger("scanguard")
 DEFAULT_STATE_DIR = "/run/scanguard"
 FILE_NAME = "suspended.json"
 MAX_BYTES = 64 * 1024  # one entry is ~100 bytes and we keep one per Wi-Fi interface
-MAX_BGSCAN = 256
 SHOW = 80  # characters of a bad key or entry that go into the log
 
 # wpa_supplicant names its objects with "%u" (dbus_new.c): decimal, no sign, no leading zeros.
 _ID = r"(?:0|[1-9][0-9]{0,9})"
 NETWORK_PATH = re.compile(rf"/fi/w1/wpa_supplicant1/Interfaces/{_ID}/Networks/{_ID}")
-# A bgscan module name (bgscan.c looks it up by the text before the first ':'), then parameters
-# in printable ASCII without quotes (wpa_supplicant quotes the value itself) or backslashes.
-BGSCAN = re.compile(r"[a-z][a-z0-9_]*(?::[ !#-&(-\[\]-~]*)?")
+# The journal's values are handed to root's wpa_supplicant, so only what NetworkManager writes
+# (nm-supplicant-config.c: "simple:30:-70:86400", "simple:30:-65:300") is kept: the simple
+# module with its short interval, signal threshold (dBm, may be negative) and long interval,
+# and the number of BSS transition queries that wpa_supplicant 2.11 reads from a fifth field.
+# Other modules take other parameters: learn's last one is the file it writes its database to.
+# At most 9 digits each, so that none overflows wpa_supplicant's atoi.
+_N = r"[0-9]{1,9}"
+BGSCAN = re.compile(rf"simple:{_N}:-?{_N}:{_N}(?::{_N})?")
 
 
 def valid_network_path(path: object) -> bool:
@@ -55,10 +59,9 @@ def valid_network_path(path: object) -> bool:
 
 
 def valid_bgscan(value: object) -> bool:
-    """True for a non-empty bgscan value of the form wpa_supplicant accepts, e.g.
-    "simple:30:-70:86400".  "" is refused: an entry saving "" would restore nothing."""
-    return (isinstance(value, str) and 0 < len(value) <= MAX_BGSCAN
-            and BGSCAN.fullmatch(value) is not None)
+    """True for a bgscan value of the form NetworkManager writes, "simple:30:-70:86400" (the
+    whole string, nothing more).  "" is refused: an entry saving "" would restore nothing."""
+    return isinstance(value, str) and BGSCAN.fullmatch(value) is not None
 
 
 def _show(value: object) -> str:

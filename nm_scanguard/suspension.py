@@ -206,9 +206,10 @@ class Suspender:
             return self._adopt(net, ifname, generation)
         if not valid_bgscan(value):
             raise NothingToSuspend(
-                f"bgscan {value[:80]!r} is not a setting the journal can keep (module[:params], "
-                "printable ASCII, at most 256 characters), so it could not be restored after a "
-                "crash; leaving it on")
+                f"bgscan {value[:80]!r} is not a setting the journal can keep (only "
+                "NetworkManager's form, simple:SHORT:THRESHOLD:LONG, is restored after a crash), "
+                "so leaving it on; to have this network guarded, let NetworkManager set its "
+                "bgscan (reconnect it)")
         self._record(net, ifname, value)
         try:
             await sup.set_bgscan(net, "")

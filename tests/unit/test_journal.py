@@ -82,20 +82,40 @@ def test_other_paths_are_refused(path):
 
 
 @pytest.mark.parametrize("value", [
-    NM_BGSCAN, "simple:30:-65:300", "simple", "learn:30:-65:300:/var/lib/wpa_supplicant/learn",
-    "a" * J.MAX_BGSCAN,
+    NM_BGSCAN, "simple:30:-65:300",  # NetworkManager's two values
+    "simple:64:-70:360", "simple:1:0:1",  # other managers' (ChromeOS shill) and the contract test's
+    "simple:30:-70:86400:2",  # wpa_supplicant 2.11's fifth field: BSS transition queries
 ])
 def test_bgscan_settings_are_accepted(value):
     assert valid_bgscan(value)
 
 
 @pytest.mark.parametrize("value", [
+    # Replayed by root's wpa_supplicant: learn's last field is the file it writes its database
+    # to, so a journal entry could make it write anywhere.  Only simple's numbers are kept.
+    "learn:30:-70:3600:/etc/shadow", "learn:30:-65:300:/var/lib/wpa_supplicant/learn",
+    "learn:30:-70:3600", "simple:30:-70:3600:/etc/shadow", "simple:30:-70:86400:2:9",
+    "simple", "simple:", "simple:30", "simple:30:-70", "simple:30:-70:", "simple::-70:86400",
+    "simple:-30:-70:86400", "simple:30:+70:86400", "simple:30:-70:-86400", "simple:30:--70:86400",
+    "simple:30:-70:86400 ", " simple:30:-70:86400", "simple:30:-70:1234567890",
+    "simple:30:-70:\u0668\u0666\u0664\u0660\u0660",  # Arabic-Indic digits are not decimal here
     "", "$(id)", "simple:$(id)\n", 'simple:"30"', "simple:'30'", 'simple:30" -o "x', "simple:30\\",
-    "Simple:30", "1simple", ":30:-70", "simple;30", "simple:30\n", "simple:30\x00", "simple:\t30",
-    "simple:" + CAFE, "simple:30:-70:86400é", CAFE, "a" * (J.MAX_BGSCAN + 1), None, 30,
+    "Simple:30:-70:86400", "1simple", ":30:-70", "simple;30", "simple:30:-70:86400\n",
+    "simple:30:-70:86400\x00", "simple:\t30:-70:86400", "simple:" + CAFE, "simple:30:-70:86400é",
+    CAFE, "a" * 300, None, 30,
 ])
 def test_other_bgscan_values_are_refused(value):
     assert not valid_bgscan(value)
+
+
+def test_a_journal_naming_a_file_for_wpa_supplicant_restores_nothing(tmp_path, caplog):
+    """The journal is replayed into root's wpa_supplicant: an entry whose bgscan names a file
+    (a compromised daemon's, or a tampered journal's) is dropped and logged, the others kept."""
+    (tmp_path / "suspended.json").write_text(json.dumps({
+        NET0: {"ifname": "wlan0", "bgscan": "learn:30:-70:3600:/etc/shadow"},
+        NET1: {"ifname": "wlan0", "bgscan": NM_BGSCAN}}))
+    assert Journal(str(tmp_path)).load() == {NET1: JournalEntry("wlan0", NM_BGSCAN)}
+    assert "/etc/shadow" in caplog.text
 
 
 # ---- recording and reading -------------------------------------------------------------------

@@ -151,13 +151,16 @@ async def test_nothing_to_suspend_says_why_in_the_guards_words(sup, journal, sus
     assert sup.sets() == [] and on_disk(journal) == {}
 
 
-@pytest.mark.parametrize("value", ["simple:" + CAFE, CAFE, 'simple:30" -o "x', "x" * 300])
+@pytest.mark.parametrize("value", ["simple:" + CAFE, CAFE, 'simple:30" -o "x', "x" * 300,
+                                   "learn:30:-70:3600:/etc/shadow", "simple"])
 async def test_a_value_the_journal_cannot_keep_is_not_suspended(sup, journal, suspender, value):
-    # bgscan parameters are ASCII in practice; what we could not restore after a crash stays on.
+    # Only NetworkManager's simple:S:T:L is journaled (a learn value names a file root's
+    # wpa_supplicant would write on replay); what we could not restore after a crash stays on.
     sup.networks[NET0]["bgscan"] = value
     with pytest.raises(NothingToSuspend) as e:
         await suspender.suspend(IFACE0, "wlan0")
-    assert "journal" in e.value.reason
+    assert "journal" in e.value.reason and "simple:SHORT:THRESHOLD:LONG" in e.value.reason
+    assert "reconnect" in e.value.reason
     assert sup.networks[NET0]["bgscan"] == value and sup.sets() == [] and on_disk(journal) == {}
 
 
