@@ -115,7 +115,7 @@ def test_every_sandbox_directive_in_force(vm_check: dict) -> None:
                 "ProtectSystem=strict", "RuntimeDirectory", "RuntimeDirectoryMode", "PrivateTmp",
                 "ProtectHome", "ProtectKernelTunables", "ProtectControlGroups",
                 "ProtectKernelModules", "ProtectKernelLogs", "PrivateDevices",
-                "ProtectProc=invisible", "PrivateUsers"}
+                "ProtectProc=invisible", "ProcSubset=pid", "PrivateUsers"}
     assert expected <= directives, f"not probed: {sorted(expected - directives)}"
 
 

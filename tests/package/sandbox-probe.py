@@ -130,10 +130,16 @@ def main() -> None:
             m = stat.S_IMODE(os.stat(path).st_mode)
             report(m == 0, "ProtectHome", f"{path} mode {m:o} (inaccessible)")
     # Kernel and control-group file systems read-only.
-    for name, path in (("ProtectKernelTunables", "/proc/sys"),
-                       ("ProtectKernelTunables", "/sys"),
+    for name, path in (("ProtectKernelTunables", "/sys"),
                        ("ProtectControlGroups", "/sys/fs/cgroup")):
         report(bool(os.statvfs(path).f_flag & os.ST_RDONLY), name, f"{path} mounted read-only")
+    # ProcSubset=pid: only the process directories; /proc/sys (ProtectKernelTunables= would make
+    # it read-only) is not there at all.
+    hidden = [p for p in ("/proc/sys", "/proc/net", "/proc/meminfo", "/proc/uptime")
+              if os.path.lexists(p)]
+    report(hidden == [] and os.path.exists("/proc/self/stat"), "ProcSubset=pid",
+           f"/proc/self/stat readable, visible of /proc/sys, /proc/net, /proc/meminfo, "
+           f"/proc/uptime: {hidden}")
     modules = "/usr/lib/modules" if os.path.isdir("/usr/lib/modules") else "/lib/modules"
     m = stat.S_IMODE(os.stat(modules).st_mode)
     report(m == 0, "ProtectKernelModules", f"{modules} mode {m:o} (inaccessible)")
