@@ -48,7 +48,7 @@ define step
 endef
 
 .PHONY: all test lint demo paper bench bench-medium deb deps-test deps-lab deps-deb unit dbus fault contract lab package clean \
-        fault-model fault-long fault-mutants fault-explore
+        fault-model fault-long fault-mutants fault-explore fault-exhaustive
 
 all:
 	@echo "Use 'make demo' (the Wi-Fi lab, guard off vs on) or 'make test' (every test)."
@@ -77,10 +77,11 @@ test: deps-test deps-lab deps-deb
 	  $(call with_lib,dbus_fast,$(PYTEST) -v $(DBUS_TESTS)))
 	$(call step,4/10 the same with dbus-next,\
 	  $(call with_lib,dbus_next,$(PYTEST) -v $(DBUS_TESTS)))
-	$(call step,5/10 fault injection (Hypothesis) with each D-Bus library; the model rung,\
+	$(call step,5/10 fault injection (Hypothesis) with each D-Bus library; the model rung sampled and systematic,\
 	  $(call with_lib,dbus_fast,$(PYTEST) -v -s tests/fault) && \
 	  $(call with_lib,dbus_next,$(PYTEST) -v -s tests/fault) && \
-	  $(PYTHON) -m tests.model.parallel --seed $(MODEL_SEED))
+	  $(PYTHON) -m tests.model.parallel --seed $(MODEL_SEED) && \
+	  $(PYTHON) -m tests.model.explore --depth $(EXHAUSTIVE_DEPTH_IN_TEST))
 	$(call step,6/10 contract tests against the real wpa_supplicant (dbus-fast; dbus-next),\
 	  $(call with_lib,dbus_fast,$(PYTEST) -v tests/contract) && \
 	  $(call with_lib,dbus_next,$(PYTEST) -q tests/contract))
@@ -127,8 +128,14 @@ fault-explore: deps-test
 	$(call with_lib,dbus_fast,SCANGUARD_FAULT_EXAMPLES=$(EXAMPLES) $(PYTEST) -v -s --hypothesis-seed=$$seed tests/fault/test_fault_injection.py) && \
 	$(call with_lib,dbus_next,SCANGUARD_FAULT_EXAMPLES=$(EXAMPLES) $(PYTEST) -v -s --hypothesis-seed=$$seed tests/fault/test_fault_injection.py); \
 	rc=$$?; echo "==> e2e fault rung, seed $$seed: $$( [ $$rc -eq 0 ] && echo passed || echo "FAILED (repeat with: make fault-explore SEED=$$seed EXAMPLES=$(EXAMPLES))")"; exit $$rc
+# The systematic mode (tests/model/explore.py): every sequence of at most DEPTH events of its
+# alphabet, checked like the sampled rung; make test runs it to a smaller bound.
+DEPTH ?= 3
+EXHAUSTIVE_DEPTH_IN_TEST = 2
+fault-exhaustive: deps-test
+	$(PYTHON) -m tests.model.explore --depth $(DEPTH)
 fault-mutants: deps-test
-	$(PYTHON) -m tests.model.mutants --sequences $(or $(MUTANT_SEQUENCES),2000)
+	$(PYTHON) -m tests.model.mutants --depth $(DEPTH)
 contract: deps-test
 	$(PYTEST) -v tests/contract
 package: deps-test deps-deb

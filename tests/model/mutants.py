@@ -1,12 +1,15 @@
-"""Does the model rung have teeth?  Break the daemon on purpose and count how fast it notices.
+"""Do the model rungs have teeth?  Break the daemon on purpose and see which rung notices.
 
-`make fault-mutants` (or `python3 -m tests.model.mutants [--sequences N] [NAME ...]`) copies
-nm_scanguard/ and tests/model/ into a temporary directory, makes one named edit to the copy --
-never to the tree -- and runs the model rung there until its first failing sequence.  It prints
-one line per variant: caught after N sequences (and seconds), or NOT caught, and whether the
-plain tests that `make test` also runs (the daemon-logic unit tests and the model rung's
-regression tests: PLAIN) fail on it.  A variant the sampling does not catch is a gap in the
-rung to close; until it is, the plain tests must hold it.
+`make fault-mutants` (or `python3 -m tests.model.mutants [--depth K] [NAME ...]`) copies
+nm_scanguard/ and tests/ (model, unit) into a temporary directory, makes one named edit to the
+copy -- never to the tree -- and runs there the systematic mode (tests/model/explore.py: every
+sequence of at most K events, first at depth 1, then deeper up to K, until a sequence fails) and
+the plain tests that `make test` also runs (the daemon-logic unit tests and the model rung's
+regression tests: PLAIN).  It prints one line per variant: the depth at which the systematic
+mode caught it (and seconds), or NOT caught, and whether the plain tests fail on it; then
+`mutants caught: X of Y`.  The goal is every variant caught by the systematic mode alone; one
+that only the plain tests catch is a gap in the bound to close.  `--sampled N` also runs the
+sampled rung (N sequences) on each, as before the systematic mode existed.
 
 Each edit names the text it replaces; if that text is no longer in the code (the code moved on),
 the variant says so and the run fails: update the edit, do not drop it.
@@ -128,7 +131,6 @@ MUTANTS = (
 )
 
 FIRST = re.compile(r"first failing sequence: number (\d+)")
-RAN = re.compile(r"sequences run: (\d+)")
 
 
 def apply(root: Path, m: Mutant) -> None:
@@ -168,35 +170,62 @@ def baseline(python: str) -> None:
                          f"{(out.stdout + out.stderr)[-3000:]}")
 
 
-def run(m: Mutant, sequences: int, python: str) -> tuple[int | None, int, float, str, bool]:
+def _systematic(root: Path, env: dict[str, str], python: str, depth: int,
+                jobs: int) -> tuple[int | None, float, str]:
+    """The shallowest depth (1..depth) at which a sequence fails, the seconds it took, why."""
+    start = time.monotonic()
+    for d in range(1, depth + 1):
+        out = subprocess.run([python, "-m", "tests.model.explore", "--depth", str(d), "--jobs",
+                              str(jobs), "--stop-at-first"], cwd=root, env=env,
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            text = out.stdout + out.stderr
+            lines = text.splitlines()
+            at = next((i for i, ln in enumerate(lines) if ln.startswith("FAILED:")), None)
+            why = " ".join(x.strip() for x in lines[at:at + 2]) if at is not None \
+                else (lines[-1] if lines else "")
+            return d, time.monotonic() - start, why[:200]
+    return None, time.monotonic() - start, ""
+
+
+def _sampled(root: Path, env: dict[str, str], python: str, sequences: int) -> int | None:
+    out = subprocess.run([python, "-m", "pytest", "-p", "no:cacheprovider", "-x", "-q",
+                          "tests/model/test_model.py"], cwd=root,
+                         env=dict(env, SCANGUARD_MODEL_SEQUENCES=str(sequences)),
+                         capture_output=True, text=True)
+    first = FIRST.search(out.stdout + out.stderr)
+    return int(first.group(1)) if first and out.returncode != 0 else None
+
+
+@dataclass
+class Result:
+    depth: int | None
+    seconds: float
+    why: str
+    plain_fails: bool
+    sampled: int | None
+
+
+def run(m: Mutant, depth: int, jobs: int, sampled: int, python: str) -> Result:
     with tempfile.TemporaryDirectory(prefix=f"scanguard-mutant-{m.name}-") as tmp:
         root = Path(tmp)
         _copy(root)
         apply(root, m)
-        env = dict(os.environ, SCANGUARD_MODEL_SEQUENCES=str(sequences),
-                   SCANGUARD_MODEL_SHRINK="0", PYTHONDONTWRITEBYTECODE="1")
-        start = time.monotonic()
-        out = subprocess.run([python, "-m", "pytest", "-p", "no:cacheprovider", "-x", "-q",
-                              "tests/model/test_model.py"], cwd=root, env=env,
-                             capture_output=True, text=True)
-        took = time.monotonic() - start
+        env = dict(os.environ, SCANGUARD_MODEL_SHRINK="0", PYTHONDONTWRITEBYTECODE="1")
+        found, took, why = _systematic(root, env, python, depth, jobs)
         plain = _plain(root, env, python)
-    text = out.stdout + out.stderr
-    first = FIRST.search(text)
-    ran = RAN.search(text)
-    failed = out.returncode != 0
-    why = ""
-    if failed:
-        lines = [ln for ln in text.splitlines() if ln.startswith("E ")]
-        why = lines[0][2:].strip()[:160] if lines else text.strip().splitlines()[-1][:160]
-    return (int(first.group(1)) if first and failed else None,
-            int(ran.group(1)) if ran else 0, took, why, plain.returncode != 0)
+        caught_sampled = _sampled(root, env, python, sampled) if sampled else None
+    return Result(found, took, why, plain.returncode != 0, caught_sampled)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--sequences", type=int, default=2000,
-                   help="give up on a variant after this many sequences (default %(default)s)")
+    p.add_argument("--depth", type=int, default=3,
+                   help="the systematic mode's bound: events per sequence (default %(default)s)")
+    p.add_argument("--jobs", type=int, default=min(os.cpu_count() or 1, 4),
+                   help="worker processes of the systematic mode (default: the cores, at most 4)")
+    p.add_argument("--sampled", type=int, default=0, metavar="N",
+                   help="also run N sampled sequences on each variant (default: none)")
     p.add_argument("names", nargs="*", help="only these variants (default: all)")
     args = p.parse_args()
     chosen = [m for m in MUTANTS if not args.names or m.name in args.names]
@@ -205,24 +234,22 @@ def main() -> int:
         p.error(f"no such variant: {', '.join(sorted(unknown))} "
                 f"(variants: {', '.join(m.name for m in MUTANTS)})")
     baseline(sys.executable)
-    missed = unheld = 0
+    caught = alone = 0
     w = max(len(m.name) for m in chosen)
-    print(f"{'variant':<{w}} {'caught after':>14} {'seconds':>8} {'plain':>5}  "
-          "defect / first violation")
+    print(f"{'variant':<{w}} {'systematic':>12} {'seconds':>8} {'plain':>5}"
+          f"{'  sampled' if args.sampled else ''}  defect / first violation", flush=True)
     for m in chosen:
-        caught, ran, took, why, held = run(m, args.sequences, sys.executable)
-        plain = "fail" if held else "PASS"
-        if caught is None:
-            missed += 1
-            unheld += not held
-            print(f"{m.name:<{w}} {'NOT caught':>14} {took:8.1f} {plain:>5}  {m.what} "
-                  f"({ran} sequences)", flush=True)
-        else:
-            print(f"{m.name:<{w}} {caught:>5} sequences {took:8.1f} {plain:>5}  {m.what}: {why}",
-                  flush=True)
-    print(f"{len(chosen) - missed} of {len(chosen)} variants caught by the sampled sequences; "
-          f"of the {missed} missed, {missed - unheld} fail the plain tests ({', '.join(PLAIN)})")
-    return 1 if missed else 0
+        r = run(m, args.depth, args.jobs, args.sampled, sys.executable)
+        caught += r.depth is not None or r.plain_fails
+        alone += r.depth is not None
+        where = f"depth {r.depth}" if r.depth is not None else "NOT caught"
+        sampled = "" if not args.sampled else (
+            f"  {r.sampled:>7}" if r.sampled is not None else "  missed ")
+        print(f"{m.name:<{w}} {where:>12} {r.seconds:8.1f} {'fail' if r.plain_fails else 'PASS':>5}"
+              f"{sampled}  {m.what}{': ' + r.why if r.why else ''}", flush=True)
+    print(f"mutants caught: {caught} of {len(chosen)} (by the systematic mode alone, depth "
+          f"≤ {args.depth}: {alone}; plain tests: {', '.join(PLAIN)})")
+    return 0 if caught == len(chosen) else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,274 @@
+"""The model rung's systematic mode: every sequence of events up to a bound, not a sample.
+
+`python3 -m tests.model.explore [--depth K] [--jobs N]` (`make fault-exhaustive`) runs the
+daemon's real code against the model's simulated peers (tests/model/world.py, the same world
+the sampled rung uses) through **every** sequence of at most K events drawn from EVENTS below,
+and checks after every event what the sampled rung checks after every step (World.violations:
+only `bgscan` is ever sent, never two suspensions of one object, the journal on disk names
+every object carrying our "", a restore writes only where our "" stands, nothing raised
+unhandled), then at the end of every sequence the liveness check (busy_for_a_while) and the
+promise (settle: every bgscan is NetworkManager's; a clean stop while guarding restores at
+once).
+
+What one event is: something a machine does to the daemon at one instant, with no time passing
+(`then=0`), so that what events start interleaves with the next ones; time passes only through
+the events that let it (`tick`, `timeout`, `busy`, `quiet`).  Peer replies are ordered by the
+events too: a fault or a race armed for the daemon's next call of one kind decides which call
+meets it, and a re-activation, restart or SIGKILL between two calls decides which reply is
+still wanted.  The world is small: two interfaces, one network each, NetworkManager's bgscan;
+the events act on wlan0 (wlan1 stays activated, idle, and is checked all the same).
+
+How the count stays tractable: re-execution from the start for every prefix (the simulation is
+deterministic, so a prefix always leads to the same state), split by first event over one
+worker process per core.  Nothing is pruned unless `--prune` is given: then a prefix whose
+fingerprint (`fingerprint()`: peers, journal, published states, the Suspender's records, the
+faults, races, calls and timers pending) was seen at the same or a smaller depth is not extended.
+The fingerprint leaves out the guards' sample history and the clock's phase, so pruning is
+a heuristic for going deeper, not part of the bound's claim.
+
+It prints `explored: N states, M transitions, depth K, T s` (N distinct fingerprints, M events
+applied over all sequences), and every failing sequence as code a regression test can call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+from tests.model.peers import NM_BGSCAN  # noqa: E402
+from tests.model.test_model import ACCESS_DENIED, Machine  # noqa: E402
+
+CAFE = "Café ☕"
+
+
+@dataclass(frozen=True)
+class Event:
+    name: str
+    code: str  # how a regression test replays it: `state.<code>`
+
+    def apply(self, m: Machine) -> None:
+        eval(f"m.{self.code}", {"m": m, "NM_BGSCAN": NM_BGSCAN})  # noqa: S307 - our own table
+
+
+def _e(name: str, code: str) -> Event:
+    return Event(name, code)
+
+
+AD = repr(ACCESS_DENIED)
+# The alphabet.  Each row is one thing a machine can do at one instant; see the module
+# docstring for what the bound covers.
+EVENTS: tuple[Event, ...] = (
+    # the link and the user
+    _e("busy", "traffic(ifname='wlan0', mbit=50.0, then=5.0)"),
+    _e("quiet", "traffic(ifname='wlan0', mbit=0.0, then=4.0)"),
+    _e("tick", "advance(t=1.0)"),
+    _e("timeout", "advance(t=11.0)"),
+    _e("hold", f"hold(client=0, reason={CAFE!r}, interface='wlan0', then=0.0)"),
+    _e("release", "release(client=0, which=0, then=0.0)"),
+    _e("holder-left", "leave(client=0, then=0.0)"),
+    _e("weak", "signal(ifname='wlan0', rssi=-90, then=0.0)"),
+    # wpa_supplicant: faults of the daemon's next call of one kind
+    _e("set-refused", f"fault(kind='error', member='Set', error={AD}, t=0.001, count=1, then=0.0)"),
+    _e("set-lost", f"fault(kind='lost', member='Set', error={AD}, t=0.001, count=1, then=0.0)"),
+    _e("set-late", f"fault(kind='late', member='Set', error={AD}, t=11.0, count=1, then=0.0)"),
+    _e("set-hang-after", f"fault(kind='hang-after', member='Set', error={AD}, t=25.0, count=1, "
+                         "then=0.0)"),
+    _e("get-hang-before", f"fault(kind='hang-before', member='Get', error={AD}, t=25.0, "
+                          "count=1, then=0.0)"),
+    _e("lookup-refused", f"fault(kind='error', member='GetInterface', error={AD}, t=0.001, "
+                         "count=6, then=0.0)"),
+    _e("recover", "recover(then=0.0)"),
+    # what another party does just before the daemon's next call of one kind
+    _e("race-reactivate@Set", "race(what='activate', member='Set', ifname='wlan0', "
+                              "bgscan=NM_BGSCAN, then=0.0)"),
+    _e("race-wpa-restart@Set", "race(what='wpa-restart', member='Set', ifname='wlan0', "
+                               "bgscan=NM_BGSCAN, then=0.0)"),
+    _e("race-daemon-restart@Set", "race(what='daemon-restart', member='Set', ifname='wlan0', "
+                                  "bgscan=NM_BGSCAN, then=0.0)"),
+    _e("race-other-set@Get", "race(what='other-set', member='Get', ifname='wlan0', "
+                             "bgscan=NM_BGSCAN, then=0.0)"),
+    # NetworkManager and wpa_supplicant
+    _e("reactivate", "activate(ifname='wlan0', bgscan=NM_BGSCAN, gap=0.001, then=0.0)"),
+    _e("deactivate", "deactivate(ifname='wlan0', then=0.0)"),
+    _e("wpa-restart", "restart_supplicant(gap=0.5, then=0.0)"),
+    _e("nm-restart", "restart_nm(gap=1.0, then=0.0)"),
+    # scanguardd itself
+    _e("sigkill", "sigkill(then=0.0)"),
+    _e("journal-crash", "crash_in_journal_write(then=0.0)"),
+    _e("lost-bus", "lose_bus(then=0.0)"),
+    _e("restart", "systemctl_restart(then=0.0)"),
+)
+
+
+def fingerprint(m: Machine) -> str:
+    """What the world and the daemon hold after a prefix, as far as it decides what follows
+    (see the module docstring for what it leaves out)."""
+    w = m.world
+    now = w.loop.time()
+    nets = sorted((n.ifname, n.path, n.bgscan, n.expected, n.ours, n.raced, n.overridden)
+                  for n in w.wpa.live_nets())
+    currents = sorted((i.ifname, i.current.path if i.current else None, i.rssi, i.scanning)
+                      for i in w.wpa.ifaces.values())
+    daemon: Any = None
+    if w.instance is not None and w.instance.alive:
+        d = w.instance.daemon
+        s = d._suspender
+        daemon = {
+            "guards": sorted((g.ifname, g.state, bool(g.engaged), g.iface_path)
+                             for g in d.guards.values()),
+            "holds": sorted((h.caller, h.interface) for h in d.holds.all()),
+            "suspender": None if s is None else (
+                sorted((k, v.saved, v.generation) for k, v in s._live.items()),
+                sorted(s._pending), sorted(s._unsettled), sorted(s._doubtful),
+                sorted(s._generations.items())),
+        }
+    timers = sorted(round(h.when() - now, 3) for h in w.loop._scheduled  # type: ignore[attr-defined]
+                    if not h.cancelled())
+    state = {
+        "nets": nets, "ifaces": currents, "wpa": (w.wpa.alive, bool(w.wpa.stalled)),
+        "faults": [(f.kind, f.member, f.error, f.seconds, f.count) for f in w.wpa.faults],
+        "races": [(r.name, r.member) for r in w.wpa.races],
+        "nm": (w.nm.alive, sorted((d.ifname, d.state) for d in w.nm.devices.values())),
+        "journal": w.journal_on_disk(), "daemon": daemon,
+        "instance": None if w.instance is None else w.instance.alive,
+        "restoring": w.restoring is not None and not w.restoring.done(),
+        "clients": sorted((n, len(c.cookies), c.conn.alive) for n, c in w.clients.items()),
+        "links": sorted(w.link._rate.items()),
+        "armed": w._journal_os.armed, "timers": timers, "tasks": len(w.loop._ready),  # type: ignore[attr-defined]
+    }
+    return hashlib.sha256(json.dumps(state, sort_keys=True, default=repr).encode()).hexdigest()
+
+
+@dataclass
+class Outcome:
+    nodes: int = 0  # prefixes executed (each one a sequence checked to its end)
+    transitions: int = 0  # events applied over all sequences
+    fingerprints: set[str] = field(default_factory=set)
+    failures: list[tuple[tuple[int, ...], str]] = field(default_factory=list)
+
+
+def run_sequence(seq: tuple[int, ...], *, end_checks: bool = True) -> tuple[str | None, str]:
+    """Run one sequence from the start; returns (the fingerprint after it, or None if it
+    failed; the failure, or "")."""
+    m = Machine()
+    try:
+        for i in seq:
+            EVENTS[i].apply(m)
+            m.bgscan_is_safe()
+        fp = fingerprint(m)
+        if end_checks:
+            m.busy_for_a_while()
+    except AssertionError as e:
+        _quiet_teardown(m)
+        return None, str(e)
+    try:
+        m.teardown()
+    except AssertionError as e:
+        return None, str(e)
+    return fp, ""
+
+
+def _quiet_teardown(m: Machine) -> None:
+    try:
+        m.teardown()
+    except AssertionError:
+        pass
+
+
+def explore_subtree(first: int, depth: int, prune: bool, stop_at_first: bool) -> Outcome:
+    """Every sequence that begins with EVENTS[first], up to `depth` events, depth first."""
+    warnings.simplefilter("ignore")
+    out = Outcome()
+    seen: dict[str, int] = {}
+    stack: list[tuple[int, ...]] = [(first,)]
+    while stack:
+        seq = stack.pop()
+        out.nodes += 1
+        out.transitions += len(seq)
+        fp, why = run_sequence(seq)
+        if fp is None:
+            out.failures.append((seq, why))
+            if stop_at_first:
+                return out
+            continue
+        out.fingerprints.add(fp)
+        if prune and seen.get(fp, depth + 1) <= len(seq):
+            continue
+        seen[fp] = len(seq)
+        if len(seq) < depth:
+            stack.extend(seq + (i,) for i in reversed(range(len(EVENTS))))
+    return out
+
+
+def as_code(seq: tuple[int, ...]) -> str:
+    return "\n".join(f"state.{EVENTS[i].code}" for i in seq)
+
+
+def explore(depth: int, jobs: int, prune: bool = False, stop_at_first: bool = False,
+            out=sys.stdout) -> Outcome:
+    started = time.monotonic()
+    total = Outcome()
+    firsts = list(range(len(EVENTS)))
+    # The empty sequence: the world as it starts.
+    fp, why = run_sequence(())
+    total.nodes += 1
+    if fp is None:
+        total.failures.append(((), why))
+    else:
+        total.fingerprints.add(fp)
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [pool.submit(explore_subtree, f, depth, prune, stop_at_first) for f in firsts]
+        for f in futures:
+            part = f.result()
+            total.nodes += part.nodes
+            total.transitions += part.transitions
+            total.fingerprints |= part.fingerprints
+            total.failures += part.failures
+            if stop_at_first and total.failures:
+                for rest in futures:
+                    rest.cancel()
+                break
+    took = time.monotonic() - started
+    print(f"explored: {len(total.fingerprints)} states, {total.transitions} transitions, "
+          f"depth {depth}, {took:.0f} s ({total.nodes} sequences over {len(EVENTS)} events"
+          f"{', pruned by fingerprint' if prune else ', none pruned'})", file=out, flush=True)
+    for seq, why in total.failures[:5]:
+        names = " → ".join(EVENTS[i].name for i in seq) or "(no event)"
+        print(f"FAILED: {names}\n  {why.splitlines()[0] if why else ''}\n  as code:\n"
+              + "\n".join("    " + line for line in as_code(seq).splitlines()), file=out)
+    if len(total.failures) > 5:
+        print(f"... and {len(total.failures) - 5} more failing sequences", file=out)
+    return total
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--depth", type=int, default=3, help="events per sequence at most (default 3)")
+    p.add_argument("--jobs", type=int, default=min(os.cpu_count() or 1, 4),
+                   help="worker processes (default: the cores, at most 4)")
+    p.add_argument("--prune", action="store_true",
+                   help="do not extend a prefix whose fingerprint was seen (a heuristic)")
+    p.add_argument("--stop-at-first", action="store_true", help="stop at the first failure")
+    args = p.parse_args(argv)
+    if args.depth < 1:
+        p.error("--depth must be at least 1")
+    print(f"systematic model rung: every sequence of at most {args.depth} of {len(EVENTS)} "
+          f"events, {args.jobs} worker(s)", flush=True)
+    total = explore(args.depth, args.jobs, args.prune, args.stop_at_first)
+    return 1 if total.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
