@@ -9,7 +9,6 @@ the daemon write faster than the bus reads.
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import os
@@ -364,7 +363,6 @@ def _owner_rule(name: str) -> str:
             f"member='NameOwnerChanged',arg0='{name}'")
 
 
-@functools.cache
 def wall_clock(uptime: float) -> float:
     """The wall-clock time of a moment given on the boot-time clock (/proc/uptime), or now
     when it is 0 (unknown) or lies ahead (a report cannot come from the future)."""
@@ -374,9 +372,17 @@ def wall_clock(uptime: float) -> float:
     return time.time() - max(0.0, ago)
 
 
+_polkit_uid: int | None = None
+
+
 def polkit_uid() -> int | None:
-    """polkitd's uid, looked up once (None when the system has no such user)."""
-    try:
-        return pwd.getpwnam(POLKIT_USER).pw_uid
-    except KeyError:
-        return None
+    """polkitd's uid (None when the system has no such user).  Kept once found: a system
+    user's uid does not change while it exists.  Not found is asked again next time, so that
+    installing polkitd after the daemon started needs no restart."""
+    global _polkit_uid
+    if _polkit_uid is None:
+        try:
+            _polkit_uid = pwd.getpwnam(POLKIT_USER).pw_uid
+        except KeyError:
+            return None
+    return _polkit_uid

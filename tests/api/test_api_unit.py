@@ -245,3 +245,77 @@ async def test_remove_match_waits_for_its_add_match_and_a_pending_hold_keeps_the
     await asyncio.gather(watch, remove)
     assert [m for m, _ in matches.calls] == ["AddMatch", "RemoveMatch"]
     assert matches.calls[0][1] == matches.calls[1][1]
+
+
+# ---- when a scan request was made ---------------------------------------------------------
+
+class Clocks:
+    """time.time and the boot-time clock, moved by the test."""
+
+    def __init__(self, monkeypatch, wall: float = 1_800_000_000.0, boot: float = 5000.0) -> None:
+        self.wall, self.boot = wall, boot
+        monkeypatch.setattr(api.time, "time", lambda: self.wall)
+        monkeypatch.setattr(api.time, "clock_gettime",
+                            lambda clock: self.boot if clock == api.time.CLOCK_BOOTTIME else 0.0)
+
+    def advance(self, seconds: float) -> None:
+        self.wall += seconds
+        self.boot += seconds
+
+
+def test_wall_clock_of_an_unknown_moment_is_the_time_of_each_report(monkeypatch):
+    """A report without a boot-time stamp is filed when it arrives, not when the first did:
+    otherwise it ages out of RecentScanRequests early and misses attribution's window."""
+    clocks = Clocks(monkeypatch)
+    first = api.wall_clock(0.0)
+    clocks.advance(300.0)
+    assert api.wall_clock(0.0) == first + 300.0
+
+
+def test_wall_clock_turns_the_boot_time_clock_into_the_wall_clock(monkeypatch):
+    clocks = Clocks(monkeypatch)
+    assert api.wall_clock(clocks.boot - 2.0) == clocks.wall - 2.0
+    assert api.wall_clock(clocks.boot + 60.0) == clocks.wall  # not from the future
+    clocks.advance(10.0)
+    assert api.wall_clock(clocks.boot - 2.0) == clocks.wall - 2.0
+
+
+def test_wall_clock_keeps_nothing_per_report():
+    """Each report gives a new uptime, and any local user can make the rule report: memory
+    must not grow with the number of reports."""
+    import gc
+    import tracemalloc
+
+    api.wall_clock(1.0)  # warm up whatever is allocated once
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(20_000):
+            api.wall_clock(1.0 + n / 1000.0)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 64 * 1024, f"{grown} bytes kept after 20,000 reports"
+
+
+def test_polkit_uid_is_looked_up_until_found_then_kept(monkeypatch):
+    asked: list[str] = []
+    users = {}
+
+    def getpwnam(name: str):
+        asked.append(name)
+        if name not in users:
+            raise KeyError(name)
+        return users[name]
+
+    monkeypatch.setattr(api.pwd, "getpwnam", getpwnam)
+    monkeypatch.setattr(api, "_polkit_uid", None)
+    assert api.polkit_uid() is None
+    assert api.polkit_uid() is None
+    assert asked == ["polkitd", "polkitd"]  # not there yet: asked again
+    users["polkitd"] = type("pw", (), {"pw_uid": 997})()
+    assert api.polkit_uid() == 997
+    assert api.polkit_uid() == 997
+    assert asked == ["polkitd"] * 3
