@@ -3,8 +3,9 @@
 The object itself (Introspect, Properties, signature checks) is served by export.py from the
 canonical XML.  Holds live in the daemon's one table (holds.py); this module authenticates
 callers for it, watches holders leave the bus, and announces changes — coalesced to about one
-PropertiesChanged a second, so that a client taking and releasing holds in a loop cannot make
-the daemon write faster than the bus reads.
+PropertiesChanged a second per property, so that a client taking and releasing holds in a loop,
+or a program asking NetworkManager for scans in a loop, cannot make the daemon write faster than
+the bus reads.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ MAX_PROGRAM = 64  # /proc/PID/comm is at most 15 bytes; anything much longer is 
 DEVICE_ACTIONS = ("up", "down", "pre-down", "reapply", "connectivity-change")
 DEVICES_EVERY = 1.0  # seconds between Devices PropertiesChanged while only figures change
 HOLDS_EVERY = 1.0  # seconds between ActiveHolds PropertiesChanged under a stream of changes
+REQUESTS_EVERY = 1.0  # seconds between RecentScanRequests PropertiesChanged under a stream of reports
 POLKIT_TIMEOUT = 25.0
 POLKIT_INTERACTIVE_TIMEOUT = 120.0  # a person may be typing a password
 ALLOW_INTERACTIVE_AUTHORIZATION = 0x4  # message header flag
@@ -103,6 +105,7 @@ class Api:
         self._devices_sent: list[Any] | None = None
         self._devices = Throttle(DEVICES_EVERY, self._send_devices)
         self._active_holds = Throttle(HOLDS_EVERY, lambda: self.object.emit_properties(["ActiveHolds"]))
+        self._recent_requests = Throttle(REQUESTS_EVERY, self._send_requests)
 
     def start(self) -> None:
         """Serve the object (before the name is owned: nobody can call until then)."""
@@ -129,6 +132,9 @@ class Api:
     def _state_changed(self, ifname: str, state: str, reason: str) -> None:
         self.object.emit_signal("StateChanged", "sss", [ifname, state, cut(reason)])
         self._devices.flush()
+
+    def _send_requests(self) -> None:
+        self.object.emit_properties(["RecentScanRequests"], {"RecentScanRequests": self._requests()})
 
     def _send_devices(self) -> None:
         status = self.daemon.status()
@@ -271,7 +277,7 @@ class Api:
                       "interface(s)", who, counted)
         else:
             log.debug("scan request of %s allowed; kept for diagnose", who)
-        self.object.emit_properties(["RecentScanRequests"], {"RecentScanRequests": self._requests()})
+        self._recent_requests.poke()
         return Message.new_method_return(msg)
 
     async def _reporter(self, msg: Message, method: str, user: str, pid: int, program: str) -> str:

@@ -8,7 +8,9 @@ from nm_scanguard import api
 from nm_scanguard.api import Api
 from nm_scanguard.dbuslib import Message
 from nm_scanguard.holds import Holds
+from nm_scanguard.names import BUS_NAME
 from nm_scanguard.status import FIELDS, DeviceStatus
+from tests.conftest import assert_eventually
 
 
 class FakeBus:
@@ -35,6 +37,7 @@ class FakeDaemon:
         self.holds = Holds()
         self.on_state_changed: list = []
         self.on_changed: list = []
+        self.requests: list = []
 
     def status(self) -> list[DeviceStatus]:
         return [DeviceStatus(interface="wlan0", state=self.state, rx_bps=self.rx, signal_dbm=None)]
@@ -44,12 +47,18 @@ class FakeDaemon:
             cb()
 
     def recent_scan_requests(self) -> list:
-        return []
+        return list(self.requests)
+
+    def scan_request_seen(self, request, refused: bool, who: str) -> int:
+        self.requests.append((request, refused))
+        return 0
 
 
-def started(monkeypatch, devices_every: float = 60.0, holds_every: float = 60.0):
+def started(monkeypatch, devices_every: float = 60.0, holds_every: float = 60.0,
+            requests_every: float = 60.0):
     monkeypatch.setattr(api, "DEVICES_EVERY", devices_every)
     monkeypatch.setattr(api, "HOLDS_EVERY", holds_every)
+    monkeypatch.setattr(api, "REQUESTS_EVERY", requests_every, raising=False)
     bus, daemon = FakeBus(), FakeDaemon()
     a = Api(daemon, bus)
     a.start()
@@ -116,6 +125,41 @@ async def test_active_holds_changes_are_coalesced_under_a_flood(monkeypatch):
     last = [m for m in bus.sent if "ActiveHolds" in m.body[1]][-1]
     (entry,) = last.body[1]["ActiveHolds"].value
     assert entry["reason"].value == "Café ☕"
+
+
+def as_caller(monkeypatch, uid: int) -> None:
+    """The bus says every caller is `uid`."""
+    async def call(_bus, _dest, _path, _iface, member: str, _sig: str = "", _body=(), timeout=0):
+        assert member == "GetConnectionUnixUser", member
+        return [uid]
+    monkeypatch.setattr(api, "call", call)
+
+
+def scan_seen(program: str, sender: str = ":1.9", user: str = "Café ☕", uptime: float = 0.0) -> Message:
+    return Message(destination=BUS_NAME, path=api.PATH, interface=api.IFACE,
+                   member="ScanRequestSeen", signature="susbd", sender=sender, serial=7,
+                   body=[user, 4242, program, False, uptime])
+
+
+async def test_recent_scan_requests_changes_are_coalesced_under_a_burst_of_reports(monkeypatch):
+    """Every report used to send the whole property at once: a program asking NetworkManager
+    for scans in a loop made the daemon broadcast as fast as it asked."""
+    bus, daemon, a = started(monkeypatch, requests_every=0.3)
+    as_caller(monkeypatch, 0)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    for n in range(50):
+        reply = await a._scan_request_seen(scan_seen(f"burst {n} ☕"))
+        assert reply.message_type.name == "METHOD_RETURN"
+    assert loop.time() - start < 0.3, "the burst took longer than one interval; the count below is void"
+    assert bus.changes("RecentScanRequests") == 1  # the first at once
+    await assert_eventually(lambda: bus.changes("RecentScanRequests") == 2, timeout=2,
+                            message="the coalesced change goes out at the end of the interval")
+    last = [m for m in bus.sent if "RecentScanRequests" in m.body[1]][-1]
+    entries = last.body[1]["RecentScanRequests"].value
+    assert len(entries) == 50 and entries[-1][3] == "burst 49 ☕"  # the last state is sent
+    await asyncio.sleep(0.4)
+    assert bus.changes("RecentScanRequests") == 2  # nothing more without new reports
 
 
 def test_unknown_signal_is_left_out_and_types_follow_the_declaration():
