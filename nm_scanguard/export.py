@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Protocol
 
 from .dbuslib import Message, MessageBus, MessageType, Variant, introspection
 from .names import ERROR_FAILED, INVALID_ARGS, READ_ONLY, UNKNOWN_METHOD, UNKNOWN_PROPERTY
@@ -20,6 +20,9 @@ from .names import ERROR_FAILED, INVALID_ARGS, READ_ONLY, UNKNOWN_METHOD, UNKNOW
 log = logging.getLogger("scanguard.api")
 
 NO_REPLY_EXPECTED = 0x1  # message header flag
+REFUSALS_EVERY = 60.0  # seconds: each sender's first refused call in such a window is logged
+REFUSAL_SENDERS = 64  # senders remembered per window: the most refusal lines a window logs
+SUMMARY_NAMES = 3  # senders a summary names, those with the most calls not logged
 
 Handler = Callable[[Message], Awaitable[Message]]
 
@@ -111,6 +114,78 @@ class Throttle:
             self._timer = None
 
 
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
+def _call_later(delay: float, callback: Callable[[], None]) -> Cancellable:
+    return asyncio.get_running_loop().call_later(delay, callback)
+
+
+class RefusalLog:
+    """Logs refused calls without letting callers flood the journal.
+
+    Any local user can make calls the daemon refuses, as fast as it likes; one line each would
+    push the daemon past journald's rate limit (10,000 lines per 30 s by default), and journald
+    would then drop the daemon's own errors too.  So, in each window of `every` seconds, the
+    first refusal of each sender is logged, for at most `senders` senders; the others are only
+    counted, and when the window ends one line says how many were not logged and who sent most.
+    A window logs at most `senders` + 1 lines, however many connections a client opens, and
+    the table never holds more than `senders` entries.
+    """
+
+    def __init__(self, every: float = REFUSALS_EVERY, senders: int = REFUSAL_SENDERS,
+                 clock: Callable[[], float] = time.monotonic,
+                 later: Callable[[float, Callable[[], None]], Cancellable] = _call_later) -> None:
+        if every <= 0 or senders < 1:
+            raise ValueError(f"every ({every}) must be positive and senders ({senders}) at least 1")
+        self.every = every
+        self.senders = senders
+        self._clock = clock
+        self._later = later
+        self._window_end: float | None = None
+        self._unlogged: dict[str, int] = {}  # sender -> its refusals not logged in this window
+        self._untracked = 0  # refusals of senders beyond the table's cap, not logged
+        self._timer: Cancellable | None = None
+
+    def refused(self, member: str, sender: str, text: str) -> None:
+        now = self._clock()
+        if self._window_end is not None and now >= self._window_end:
+            self.flush()
+        if self._window_end is None:
+            self._window_end = now + self.every
+        if sender in self._unlogged:
+            self._unlogged[sender] += 1
+        elif len(self._unlogged) < self.senders:
+            self._unlogged[sender] = 0
+            log.info("%s from %s refused: %s", member, sender, text)
+            return
+        else:
+            self._untracked += 1
+        if self._timer is None:  # something waits to be summed up: it must not wait forever
+            self._timer = self._later(max(0.0, self._window_end - now), self.flush)
+
+    def flush(self) -> None:
+        """End the window now: one line for the refusals it did not log, if there were any."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        unlogged = sum(self._unlogged.values()) + self._untracked
+        if unlogged:
+            most = sorted((-n, s) for s, n in self._unlogged.items() if n)
+            who = [f"{-n} from {s}" for n, s in most[:SUMMARY_NAMES]]
+            others = -sum(n for n, _ in most[SUMMARY_NAMES:])
+            if others:
+                who.append(f"{others} from other senders")
+            if self._untracked:
+                who.append(f"{self._untracked} from senders past the first {self.senders}")
+            log.info("%d more refused call(s) in the last %.0f s were not logged one by one "
+                     "(%s)", unlogged, self.every, ", ".join(who))
+        self._window_end = None
+        self._unlogged.clear()
+        self._untracked = 0
+
+
 class ExportedObject:
     """One object at `path` with interface `iface` (parsed from the XML), served from a
     message handler.  `methods` maps member names to async handlers that return the reply or
@@ -128,6 +203,7 @@ class ExportedObject:
         self._values = properties
         self._hint = error_hint
         self._tasks: set[asyncio.Future[Any]] = set()
+        self._refusals = RefusalLog()
         missing = set(self._methods) - set(methods)
         if missing:
             raise RuntimeError(f"no handler for {', '.join(sorted(missing))} of {iface.name}")
@@ -139,6 +215,7 @@ class ExportedObject:
         self.bus.remove_message_handler(self._on_message)
         for task in list(self._tasks):
             task.cancel()
+        self._refusals.flush()
 
     def introspect(self) -> str:
         node = introspection.Node(self.path, interfaces=[self.iface, *standard_interfaces()])
@@ -203,7 +280,7 @@ class ExportedObject:
         try:
             reply = await handler(msg)
         except CallError as e:
-            log.info("%s from %s refused: %s", msg.member, msg.sender, e.text)
+            self._refusals.refused(msg.member, msg.sender, e.text)
             reply = Message.new_error(msg, e.name, e.text)
         except Exception:
             log.exception("unexpected error in %s", msg.member)
