@@ -185,17 +185,22 @@ class Api:
         try:
             check_text("reason", reason)
             check_text("application_id", app_id)
-            # Reserve before the first await: a cap checked before an await and acted on
-            # after it can be raced by concurrent calls.
-            with self.holds.reserve(msg.sender) as slot:
+            uid = await self._uid(msg.sender)
+            # No await between the caps' check and the count (reserve), so that concurrent calls
+            # cannot race past a cap.  Until polkit answers, the call counts only against the
+            # caps of waiting calls, not against the holds': an agent that never answers must not
+            # keep other users from holding.  Root is never asked.
+            with self.holds.reserve(msg.sender, uid, granted=uid == 0) as slot:
+                # Watched before polkit is asked: a caller leaving meanwhile voids the
+                # reservation (caller_left); until then the reservation keeps the caller watched
+                # (callers()), whatever happens to its other holds.
+                await self._watch(msg.sender)
+                if not await self._has_owner(msg.sender):  # left before the watch was in place
+                    raise CallError(ERROR_FAILED, "the caller left the bus before the hold was taken")
                 if interface:
                     await self._check_interface(interface)
-                uid = await self._uid(msg.sender)
-                slot.set_uid(uid)
                 await self._authorize(msg, uid, ACTION_HOLD, "suspend Wi-Fi background scanning")
-                await self._watch(msg.sender)
-                if not await self._has_owner(msg.sender):
-                    raise CallError(ERROR_FAILED, "the caller left the bus before the hold was taken")
+                slot.grant()
                 hold = slot.commit(reason, app_id, interface, time.time())
         except HoldError as e:
             raise CallError(_HOLD_ERRORS[e.kind], e.text) from None

@@ -1,12 +1,18 @@
 """Who holds bgscan off, in one table: the only owner of hold records and of their caps.
 
-A hold is taken in two steps because authorising it (polkit) needs an await, and whatever is
+A hold is taken in steps because authorising it (polkit) needs an await, and whatever is
 checked before an await and acted on after it can be raced: 120 concurrent Hold calls from one
 client once all passed a "fewer than 64?" check made before polkit answered.  So a Hold call
-first *reserves* a slot, synchronously, before its first await; the reservation counts against
-every cap at once, and only then is polkit asked.  The answer turns the reservation into a hold
-(``commit``) or gives the slot back (``cancel``).  There is no window in which a cap can be
-exceeded, however many calls are in flight.
+first *reserves*, synchronously, with no await between the check of the caps and the count.
+
+While polkit is asked, a reservation counts only against small caps of its own, for calls
+waiting for an answer (4 per client, 8 per user, 32 in all), not against the holds' caps: an
+authentication agent may never answer, and polkit then keeps the call waiting for two minutes;
+if waiting calls took hold slots, two local accounts could fill all 64 and refuse everyone's
+Hold.  Its answer moves the reservation onto the holds' caps (``grant``, checked again then, as
+synchronously) or gives it back (``cancel``); a granted reservation becomes a hold with
+``commit``.  Root is never asked, so its reservations start granted.  There is no window in
+which a cap can be exceeded, however many calls are in flight.
 
 The caps also bound the ActiveHolds property (``aa{sv}``), which is sent whole in every
 PropertiesChanged: six clients with 64 holds of 256-character texts once made it ≈256 KB, more
@@ -38,6 +44,10 @@ log = logging.getLogger("scanguard.holds")
 MAX_PER_CALLER = 16
 MAX_PER_UID = 32
 MAX_TOTAL = 64
+# Hold calls waiting for polkit's answer, counted apart from the holds.
+MAX_WAITING_PER_CALLER = 4
+MAX_WAITING_PER_UID = 8
+MAX_WAITING_TOTAL = 32
 MAX_TEXT_BYTES = 256      # reason, application_id
 MAX_CALLER_BYTES = 255    # D-Bus specification: a bus name is at most 255 bytes
 MAX_IFNAME_BYTES = 15     # IFNAMSIZ - 1
@@ -105,48 +115,47 @@ def check_text(what: str, text: str, limit: int = MAX_TEXT_BYTES) -> None:
 
 
 class Reservation:
-    """A slot taken before polkit is asked; becomes a hold with ``commit`` or is given back.
+    """A Hold call's place, from before polkit is asked until it becomes a hold or is given back.
 
-    Use it as a context manager so that an exception or a refusal anywhere in between gives the
-    slot back: ``with holds.reserve(sender) as r: ...; r.set_uid(uid); ...; hold = r.commit(...)``.
-    A HoldError from ``set_uid`` or ``commit`` gives the slot back by itself.
+    Use it as a context manager so that an exception or a refusal anywhere in between gives it
+    back: ``with holds.reserve(sender, uid) as r: ...; r.grant(); ...; hold = r.commit(...)``.
+    A HoldError from ``grant`` or ``commit`` gives it back by itself.
     """
 
-    def __init__(self, holds: Holds, caller: str) -> None:
+    def __init__(self, holds: Holds, caller: str, uid: int, granted: bool) -> None:
         self._holds = holds
         self.caller = caller
-        self.uid: int | None = None
-        self._state: Literal["pending", "committed", "cancelled", "abandoned"] = "pending"
+        self.uid = uid
+        self._state: Literal["waiting", "granted", "committed", "cancelled", "abandoned"] = (
+            "granted" if granted else "waiting")
 
     @property
     def pending(self) -> bool:
         """True until committed, cancelled or abandoned (its caller left the bus)."""
-        return self._state == "pending"
+        return self._state in ("waiting", "granted")
 
-    def set_uid(self, uid: int) -> None:
-        """Count this reservation against `uid`'s cap too, as soon as the uid is known."""
-        self._check_pending("set_uid")
-        if not 0 <= uid <= 0xFFFFFFFF:
-            raise ValueError(f"uid {uid} is not a Unix user id (0 to 2**32-1)")
-        if self.uid is not None:
-            if self.uid != uid:
-                raise ValueError(f"this reservation already belongs to uid {self.uid}, not {uid}")
+    @property
+    def waiting(self) -> bool:
+        """True while polkit's answer is awaited: counted against the caps of waiting calls."""
+        return self._state == "waiting"
+
+    def grant(self) -> None:
+        """polkit said yes: count against the holds' caps from now on, if they have room."""
+        self._check_live("grant")
+        if self._state == "granted":
             return
         try:
-            self._holds._check_uid(uid)
+            self._holds._check_room(self.caller, self.uid)
         except HoldError:
             self.cancel()
             raise
-        self.uid = uid
+        self._state = "granted"
 
     def commit(self, reason: str, application_id: str, interface: str, since: float) -> Hold:
         """Turn the reservation into a hold with a fresh cookie; listeners are told."""
-        if self._state == "abandoned":
-            raise HoldError("caller-left", f"client {self.caller} left the bus before its hold "
-                            "was taken; nothing is held")
-        self._check_pending("commit")
-        if self.uid is None:
-            raise RuntimeError("Reservation.commit() before set_uid(): the uid cap was never checked")
+        self._check_live("commit")
+        if self._state != "granted":
+            raise RuntimeError("Reservation.commit() before grant(): the holds' caps were not checked")
         try:
             check_text("reason", reason)
             check_text("application_id", application_id)
@@ -158,17 +167,24 @@ class Reservation:
         return self._holds._commit(self, reason, application_id, interface, since)
 
     def cancel(self) -> None:
-        """Give the slot back; harmless after commit or a second time."""
-        if self._state == "pending":
+        """Give the place back; harmless after commit or a second time.  The Hold call calls
+        it on its way out, also when its caller has left."""
+        self._holds._left_waiting.discard(self)
+        if self.pending:
             self._state = "cancelled"
             self._holds._pending.discard(self)
 
     def _abandon(self) -> None:
-        if self._state == "pending":
+        if self.pending:
+            if self.waiting:
+                self._holds._left_waiting.add(self)
             self._state = "abandoned"
             self._holds._pending.discard(self)
 
-    def _check_pending(self, what: str) -> None:
+    def _check_live(self, what: str) -> None:
+        if self._state == "abandoned":
+            raise HoldError("caller-left", f"client {self.caller} left the bus before its hold "
+                            "was taken; nothing is held")
         if self._state in ("committed", "cancelled"):
             raise RuntimeError(f"Reservation.{what}() on a reservation already {self._state}")
 
@@ -188,15 +204,26 @@ class Holds:
 
     def __init__(self, on_change: Callable[[], None] | None = None, *,
                  per_caller: int = MAX_PER_CALLER, per_uid: int = MAX_PER_UID,
-                 total: int = MAX_TOTAL) -> None:
-        for name, cap in (("per_caller", per_caller), ("per_uid", per_uid), ("total", total)):
+                 total: int = MAX_TOTAL, waiting_per_caller: int = MAX_WAITING_PER_CALLER,
+                 waiting_per_uid: int = MAX_WAITING_PER_UID,
+                 waiting_total: int = MAX_WAITING_TOTAL) -> None:
+        for name, cap in (("per_caller", per_caller), ("per_uid", per_uid), ("total", total),
+                          ("waiting_per_caller", waiting_per_caller),
+                          ("waiting_per_uid", waiting_per_uid), ("waiting_total", waiting_total)):
             if cap < 1:
                 raise ValueError(f"{name} cap is {cap}; it must be at least 1")
         self.per_caller = per_caller
         self.per_uid = per_uid
         self.total = total
+        self.waiting_per_caller = waiting_per_caller
+        self.waiting_per_uid = waiting_per_uid
+        self.waiting_total = waiting_total
         self._holds: dict[int, Hold] = {}
-        self._pending: set[Reservation] = set()
+        self._pending: set[Reservation] = set()  # waiting for polkit or granted, not committed
+        # Calls still waiting for polkit whose caller has left: nothing can come of them, but
+        # each still waits for an answer, so they count against the caps of waiting calls until
+        # they end; otherwise leaving and reconnecting would pile up unanswered calls.
+        self._left_waiting: set[Reservation] = set()
         self._listeners: list[Callable[[], None]] = []
         if on_change is not None:
             self.add_listener(on_change)
@@ -207,35 +234,61 @@ class Holds:
 
     # ---- taking ---------------------------------------------------------------------------
 
-    def reserve(self, caller: str) -> Reservation:
-        """Take a slot for `caller` now, before any await; raises HoldError("too-many")."""
+    def reserve(self, caller: str, uid: int, *, granted: bool = False) -> Reservation:
+        """A place for `caller` (of user `uid`) now, before any await; raises HoldError
+        ("too-many").  It waits for polkit's answer unless `granted` (root, never asked).
+        The holds' caps are checked now too, so that nobody is asked for a password for a hold
+        that could not be taken; ``grant`` checks them again."""
         if not caller or len(caller.encode("utf-8", "surrogatepass")) > MAX_CALLER_BYTES:
             raise ValueError(f"caller {caller!r} is not a D-Bus unique name (1 to "
                              f"{MAX_CALLER_BYTES} bytes)")
-        mine = self._count(lambda c, _uid: c == caller)
-        if mine >= self.per_caller:
-            raise HoldError("too-many", f"this client already has {mine} holds (taken or being "
-                            "authorised); release some (Release) before taking more")
-        if len(self._holds) + len(self._pending) >= self.total:
-            raise HoldError("too-many", f"every one of the {self.total} holds the service allows "
-                            "is taken; try again when other clients have released theirs")
-        reservation = Reservation(self, caller)
+        if not 0 <= uid <= 0xFFFFFFFF:
+            raise ValueError(f"uid {uid} is not a Unix user id (0 to 2**32-1)")
+        self._check_room(caller, uid)
+        if not granted:
+            self._check_waiting(caller, uid)
+        reservation = Reservation(self, caller, uid, granted)
         self._pending.add(reservation)
         return reservation
 
-    def _check_uid(self, uid: int) -> None:
+    def _check_room(self, caller: str, uid: int) -> None:
+        """The holds' caps, counting holds and granted reservations."""
+        mine = self._count(lambda c, _u: c == caller)
+        if mine >= self.per_caller:
+            raise HoldError("too-many", f"this client already has {mine} holds (at most "
+                            f"{self.per_caller}); release some (Release) before taking more")
         theirs = self._count(lambda _c, u: u == uid)
         if theirs >= self.per_uid:
-            raise HoldError("too-many", f"user {uid} already has {theirs} holds (taken or being "
-                            "authorised); release some (Release) before taking more")
+            raise HoldError("too-many", f"user {uid} already has {theirs} holds (at most "
+                            f"{self.per_uid}); release some (Release) before taking more")
+        if self._count(lambda _c, _u: True) >= self.total:
+            raise HoldError("too-many", f"every one of the {self.total} holds the service allows "
+                            "is taken; try again when other clients have released theirs")
 
-    def _count(self, match: Callable[[str, int | None], bool]) -> int:
+    def _check_waiting(self, caller: str, uid: int) -> None:
+        """The caps of calls waiting for polkit's answer."""
+        waiting = [r for r in self._pending if r.waiting] + list(self._left_waiting)
+        mine = sum(1 for r in waiting if r.caller == caller)
+        if mine >= self.waiting_per_caller:
+            raise HoldError("too-many", f"this client already has {mine} Hold calls waiting for "
+                            f"polkit's answer (at most {self.waiting_per_caller} at once); "
+                            "wait for their answers before asking again")
+        theirs = sum(1 for r in waiting if r.uid == uid)
+        if theirs >= self.waiting_per_uid:
+            raise HoldError("too-many", f"user {uid} already has {theirs} Hold calls waiting for "
+                            f"polkit's answer (at most {self.waiting_per_uid} at once); an authentication "
+                            "agent that does not answer keeps them waiting up to 2 minutes")
+        if len(waiting) >= self.waiting_total:
+            raise HoldError("too-many", f"{len(waiting)} Hold calls are waiting for polkit's answer, "
+                            f"the most the service lets wait at once ({self.waiting_total}); "
+                            "try again shortly")
+
+    def _count(self, match: Callable[[str, int], bool]) -> int:
         return (sum(1 for h in self._holds.values() if match(h.caller, h.caller_uid))
-                + sum(1 for r in self._pending if match(r.caller, r.uid)))
+                + sum(1 for r in self._pending if not r.waiting and match(r.caller, r.uid)))
 
     def _commit(self, reservation: Reservation, reason: str, application_id: str,
                 interface: str, since: float) -> Hold:
-        assert reservation.uid is not None
         self._pending.discard(reservation)
         cookie = 0
         while cookie == 0 or cookie in self._holds:
@@ -261,7 +314,8 @@ class Holds:
         return hold
 
     def caller_left(self, caller: str) -> list[Hold]:
-        """End every hold of a client that left the bus, and void its pending reservations."""
+        """End every hold of a client that left the bus, and void its pending reservations
+        (those still waiting for polkit too: they can never be committed)."""
         for reservation in [r for r in self._pending if r.caller == caller]:
             reservation._abandon()
         gone = sorted((h for h in self._holds.values() if h.caller == caller), key=_order)
@@ -298,8 +352,8 @@ class Holds:
         return sorted(self._holds.values(), key=_order)
 
     def callers(self) -> set[str]:
-        """Clients holding at least one hold or taking one (a reservation not yet committed or
-        given back): whose leaving the bus must be watched."""
+        """Clients holding at least one hold or taking one (a reservation waiting for polkit or
+        granted, not yet committed or given back): whose leaving the bus must be watched."""
         return {h.caller for h in self._holds.values()} | {r.caller for r in self._pending}
 
     def __len__(self) -> int:

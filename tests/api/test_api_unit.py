@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from nm_scanguard import api
+from nm_scanguard import holds as holds_module
 from nm_scanguard.api import Api
 from nm_scanguard.dbuslib import Message
 from nm_scanguard.holds import Holds
@@ -110,16 +111,16 @@ async def test_active_holds_changes_are_coalesced_under_a_flood(monkeypatch):
     end = loop.time() + 1.0
     n = 0
     while loop.time() < end:
-        with daemon.holds.reserve(f":1.{n}") as slot:
-            slot.set_uid(1000)
+        with daemon.holds.reserve(f":1.{n}", 1000) as slot:
+            slot.grant()
             hold = slot.commit("Café ☕", "org.example.Test", "", 0.0)
         daemon.holds.release(hold.cookie, hold.caller, False)
         n += 1
         await asyncio.sleep(0.005)
     assert n > 50
     assert 2 <= bus.changes("ActiveHolds") <= 7
-    with daemon.holds.reserve(":1.last") as slot:
-        slot.set_uid(1000)
+    with daemon.holds.reserve(":1.last", 1000) as slot:
+        slot.grant()
         slot.commit("Café ☕", "org.example.Test", "", 0.0)
     await asyncio.sleep(0.25)
     last = [m for m in bus.sent if "ActiveHolds" in m.body[1]][-1]
@@ -275,7 +276,7 @@ async def test_a_failed_add_match_is_not_remembered_as_a_watch(monkeypatch):
 
 async def test_remove_match_waits_for_its_add_match_and_a_pending_hold_keeps_the_watch(monkeypatch):
     matches, daemon, a = watching(monkeypatch)
-    slot = daemon.holds.reserve(":1.7")  # a Hold still being authorised
+    slot = daemon.holds.reserve(":1.7", 1000)  # a Hold still being authorised
     watch = asyncio.ensure_future(a._watch(":1.7"))
     await turns()
     a._unwatch(":1.7")
@@ -363,3 +364,110 @@ def test_polkit_uid_is_looked_up_until_found_then_kept(monkeypatch):
     assert api.polkit_uid() == 997
     assert api.polkit_uid() == 997
     assert asked == ["polkitd"] * 3
+
+
+# ---- Hold: authorised before it takes a slot ------------------------------------------------
+
+class PolkitBus:
+    """The bus calls the Hold handler makes (GetConnectionUnixUser, AddMatch, NameHasOwner,
+    CheckAuthorization, RemoveMatch), answered from the test's tables; the checks of users in
+    `silent` are never answered, as with an authentication agent that does not reply."""
+
+    def __init__(self, monkeypatch, uids: dict[str, int], silent: set[int]) -> None:
+        self.uids, self.silent = uids, silent
+        self.waiting: list[tuple[str, asyncio.Future]] = []
+        self.gone: set[str] = set()
+        self.removed: list[str] = []
+        monkeypatch.setattr(api, "call", self._call)
+        monkeypatch.setattr(api, "add_match", self._add_match)
+        monkeypatch.setattr(api, "name_has_owner", self._has_owner)
+
+    async def _call(self, _bus, _dest, _path, _iface, member: str, _sig: str = "", body=(),
+                    timeout: float = 0) -> list:
+        if member == "GetConnectionUnixUser":
+            return [self.uids[body[0]]]
+        if member == "CheckAuthorization":
+            sender = body[0][1]["name"].value
+            if self.uids[sender] in self.silent:
+                answer = asyncio.get_running_loop().create_future()
+                self.waiting.append((sender, answer))
+                return await answer
+            return [[True, False, {}]]
+        if member == "RemoveMatch":
+            self.removed.append(body[0])
+            return []
+        raise AssertionError(f"unexpected call {member}")
+
+    async def _add_match(self, _bus, rule: str) -> None:
+        return None
+
+    async def _has_owner(self, _bus, name: str) -> bool:
+        return name not in self.gone
+
+    def answer_all(self, yes: bool) -> None:
+        for _, answer in self.waiting:
+            if not answer.done():
+                answer.set_result([[yes, False, {}]])
+
+
+def hold_call(sender: str, serial: int, reason: str = "Café ☕") -> Message:
+    return Message(destination=BUS_NAME, path=api.PATH, interface=api.IFACE, member="Hold",
+                   signature="sss", body=[reason, "org.example.Café", ""], sender=sender,
+                   serial=serial)
+
+
+async def test_holds_waiting_on_an_agent_that_never_answers_do_not_block_other_users(monkeypatch):
+    """Two local accounts start as many Hold calls as they can, on many connections, and their
+    authentication agents never answer: a third user still gets a hold, at once."""
+    silent = {1001, 1002}
+    uids = {f":1.{uid}.{c}": uid for uid in silent for c in range(8)} | {":1.3": 1003}
+    polkit = PolkitBus(monkeypatch, uids, silent)
+    daemon = SpawningDaemon()
+    a = Api(daemon, FakeBus())
+    calls = [asyncio.ensure_future(a._hold(hold_call(sender, n)))
+             for n, sender in enumerate(s for s in uids if uids[s] in silent for _ in range(8))]
+    await turns(20)
+    refused = [c.exception() for c in calls if c.done()]
+    assert len(polkit.waiting) == 2 * holds_module.MAX_WAITING_PER_UID
+    assert len(refused) == len(calls) - len(polkit.waiting)
+    assert {e.name for e in refused} == {api.ERROR_TOO_MANY_HOLDS}
+    assert any(f"(at most {holds_module.MAX_WAITING_PER_UID} at once)" in e.text for e in refused)
+
+    reply = await asyncio.wait_for(a._hold(hold_call(":1.3", 999)), 5)
+    assert reply.message_type.name == "METHOD_RETURN", reply.body
+    (hold,) = daemon.holds.all()
+    assert (hold.caller, hold.caller_uid, hold.reason) == (":1.3", 1003, "Café ☕")
+
+    polkit.answer_all(False)  # the agents answer at last: no
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    assert {e.name for e in results} == {api.ERROR_TOO_MANY_HOLDS, api.ACCESS_DENIED}
+    assert daemon.holds.callers() == {":1.3"} and len(daemon.holds) == 1
+
+
+def owner_gone(name: str) -> Message:
+    return Message(message_type=api.MessageType.SIGNAL, path="/org/freedesktop/DBus",
+                   interface="org.freedesktop.DBus", member="NameOwnerChanged", signature="sss",
+                   body=[name, name, ""], sender="org.freedesktop.DBus", serial=1)
+
+
+async def test_a_caller_that_leaves_while_polkit_is_asked_gets_no_hold_and_is_unwatched(monkeypatch):
+    polkit = PolkitBus(monkeypatch, {":1.30": 1001}, {1001})
+    daemon = SpawningDaemon()
+    a = Api(daemon, FakeBus())
+    call = asyncio.ensure_future(a._hold(hold_call(":1.30", 1)))
+    await turns()
+    assert len(polkit.waiting) == 1
+    assert ":1.30" in a._watched, "a Hold waiting for polkit keeps its caller watched"
+    polkit.gone.add(":1.30")
+    a._on_signal(owner_gone(":1.30"))
+    assert daemon.holds.callers() == set()
+    polkit.answer_all(True)  # polkit says yes after the caller left
+    try:
+        await call
+    except api.CallError as e:
+        assert e.name == api.ERROR_FAILED and "left the bus" in e.text
+    else:
+        raise AssertionError("a Hold whose caller left must not be taken")
+    assert len(daemon.holds) == 0
+    await asyncio.gather(*daemon.spawned)
+    assert polkit.removed and "arg0=':1.30'" in polkit.removed[0] and ":1.30" not in a._watched

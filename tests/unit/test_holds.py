@@ -15,7 +15,8 @@ from hypothesis.stateful import (RuleBasedStateMachine, invariant, precondition,
 
 import nm_scanguard.holds as holds_module
 from nm_scanguard.holds import (HOLD_FIELDS, MAX_CALLER_BYTES, MAX_IFNAME_BYTES, MAX_PER_CALLER,
-                                MAX_PER_UID, MAX_TEXT_BYTES, MAX_TOTAL, Hold, HoldError, Holds,
+                                MAX_PER_UID, MAX_TEXT_BYTES, MAX_TOTAL, MAX_WAITING_PER_CALLER,
+                                MAX_WAITING_PER_UID, MAX_WAITING_TOTAL, Hold, HoldError, Holds,
                                 check_text)
 
 CAFE = "Café ☕"
@@ -28,14 +29,14 @@ def count_for(holds: Holds, caller: str) -> int:
 
 
 def pending_count(holds: Holds) -> int:
-    """Reservations not yet committed or cancelled (Hold calls waiting for polkit)."""
+    """Reservations not yet committed or cancelled (Hold calls waiting for polkit or granted)."""
     return len(holds._pending)
 
 
 def take(holds: Holds, caller: str, uid: int = 1000, reason: str = "video call",
          app: str = "org.example.App", interface: str = "", since: float = 1.0) -> Hold:
-    with holds.reserve(caller) as r:
-        r.set_uid(uid)
+    with holds.reserve(caller, uid) as r:
+        r.grant()
         return r.commit(reason, app, interface, since)
 
 
@@ -47,14 +48,14 @@ class Counter:
         self.calls += 1
 
 
-# ---- caps: reserve before the await -------------------------------------------------------------
+# ---- caps: counted before the await -------------------------------------------------------------
 
 def test_120_synchronous_reservations_from_one_caller_give_the_per_caller_cap():
     holds = Holds()
     got, refused = [], []
     for _ in range(120):
         try:
-            got.append(holds.reserve(":1.5"))
+            got.append(holds.reserve(":1.5", 0, granted=True))
         except HoldError as e:
             refused.append(e)
     assert len(got) == MAX_PER_CALLER
@@ -64,25 +65,27 @@ def test_120_synchronous_reservations_from_one_caller_give_the_per_caller_cap():
     assert pending_count(holds) == MAX_PER_CALLER and len(holds) == 0
 
     got[0].cancel()
-    again = holds.reserve(":1.5")
+    again = holds.reserve(":1.5", 0, granted=True)
     assert again.pending
     with pytest.raises(HoldError):
-        holds.reserve(":1.5")
+        holds.reserve(":1.5", 0, granted=True)
 
 
 async def test_120_concurrent_hold_calls_with_an_await_in_between_give_the_cap():
-    """The shape of the Hold handler: reserve, await polkit, commit.  The old code gave 120."""
-    holds = Holds()
+    """The shape of the Hold handler: reserve, await polkit, grant, commit.  Waiting calls do
+    not count against the holds' caps, so the cap must hold when the answers come."""
+    holds = Holds(waiting_per_caller=200, waiting_per_uid=200, waiting_total=200)
     polkit = asyncio.Event()
 
     async def hold_call(i: int) -> Hold:
-        with holds.reserve(":1.5") as r:
+        with holds.reserve(":1.5", 1000) as r:
             await polkit.wait()  # every call is in flight at once
-            r.set_uid(1000)
+            r.grant()
             return r.commit(f"call {i} {CAFE}", "org.example.App", "", float(i))
 
     tasks = [asyncio.create_task(hold_call(i)) for i in range(120)]
     await asyncio.sleep(0)
+    assert pending_count(holds) == 120 and len(holds) == 0
     polkit.set()
     results = await asyncio.gather(*tasks, return_exceptions=True)
     taken = [r for r in results if isinstance(r, Hold)]
@@ -92,67 +95,147 @@ async def test_120_concurrent_hold_calls_with_an_await_in_between_give_the_cap()
     assert pending_count(holds) == 0
 
 
-def test_per_uid_cap_counts_across_callers_and_pending_reservations():
+def test_per_uid_cap_counts_across_callers_and_granted_reservations():
     holds = Holds()
     for _ in range(MAX_PER_CALLER):
         take(holds, ":1.1", uid=1000)
-    pending = []
+    granted = []
     for _ in range(MAX_PER_UID - MAX_PER_CALLER):
-        r = holds.reserve(":1.2")
-        r.set_uid(1000)  # counted, though not committed
-        pending.append(r)
-    late = holds.reserve(":1.3")
+        r = holds.reserve(":1.2", 1000)
+        r.grant()  # counted, though not committed
+        granted.append(r)
     with pytest.raises(HoldError) as e:
-        late.set_uid(1000)
+        holds.reserve(":1.3", 1000)
     assert e.value.kind == "too-many"
     assert f"user 1000 already has {MAX_PER_UID} holds" in e.value.text
-    assert not late.pending  # a refused set_uid gives the slot back by itself
-    assert pending_count(holds) == len(pending)
+    assert pending_count(holds) == len(granted)
 
-    other = holds.reserve(":1.3")
-    other.set_uid(1001)  # another user is not affected
-    pending[0].cancel()
-    third = holds.reserve(":1.4")
-    third.set_uid(1000)  # the cancelled slot is free again
+    other = holds.reserve(":1.3", 1001)  # another user is not affected
+    other.grant()
+    granted[0].cancel()
+    third = holds.reserve(":1.4", 1000)  # the cancelled slot is free again
+    third.grant()
     assert third.uid == 1000
 
 
-def test_total_cap_counts_holds_and_reservations_of_every_caller():
+def test_a_grant_finding_the_holds_full_gives_the_place_back():
+    holds = Holds(per_uid=2)
+    waiting = holds.reserve(":1.1", 1000)  # asked polkit while there was room
+    take(holds, ":1.2", uid=1000)
+    take(holds, ":1.3", uid=1000)
+    with pytest.raises(HoldError) as e:
+        waiting.grant()
+    assert e.value.kind == "too-many" and "user 1000 already has 2 holds (at most 2)" in e.value.text
+    assert not waiting.pending and pending_count(holds) == 0
+
+
+def test_total_cap_counts_holds_and_granted_reservations_of_every_caller():
     holds = Holds()
     callers = [f":1.{i}" for i in range(MAX_TOTAL // MAX_PER_CALLER)]
     for n, caller in enumerate(callers):
         for _ in range(MAX_PER_CALLER):
             if n % 2:
-                holds.reserve(caller)  # pending ones fill the service too
+                holds.reserve(caller, n, granted=True)  # granted ones fill the service too
             else:
                 take(holds, caller, uid=n)
     with pytest.raises(HoldError) as e:
-        holds.reserve(":1.99")
+        holds.reserve(":1.99", 99)
     assert e.value.kind == "too-many"
     assert f"every one of the {MAX_TOTAL} holds" in e.value.text
     first = next(h for h in holds.all() if h.caller == callers[0])
     holds.release(first.cookie, callers[0], caller_is_root=False)
-    assert holds.reserve(":1.99").pending
+    assert holds.reserve(":1.99", 99).pending
 
 
 def test_caps_are_constructor_arguments():
-    holds = Holds(per_caller=2, per_uid=3, total=4)
+    holds = Holds(per_caller=2, per_uid=3, total=4, waiting_per_caller=1, waiting_per_uid=2,
+                  waiting_total=3)
     take(holds, ":1.1", uid=7)
     take(holds, ":1.1", uid=7)
     with pytest.raises(HoldError, match="already has 2 holds"):
-        holds.reserve(":1.1")
+        holds.reserve(":1.1", 7)
     take(holds, ":1.2", uid=7)
     with pytest.raises(HoldError, match="user 7 already has 3 holds"):
         take(holds, ":1.2", uid=7)
     take(holds, ":1.2", uid=8)
     with pytest.raises(HoldError, match="every one of the 4 holds"):
-        holds.reserve(":1.3")
+        holds.reserve(":1.3", 9)
+    holds = Holds(waiting_per_caller=1, waiting_per_uid=2, waiting_total=3)
+    holds.reserve(":1.1", 7)
+    with pytest.raises(HoldError, match=r"already has 1 Hold calls waiting .*\(at most 1 at once\)"):
+        holds.reserve(":1.1", 7)
+    holds.reserve(":1.2", 7)
+    with pytest.raises(HoldError, match=r"user 7 already has 2 Hold calls waiting .*\(at most 2 at once\)"):
+        holds.reserve(":1.3", 7)
+    holds.reserve(":1.3", 8)
+    with pytest.raises(HoldError, match=r"3 Hold calls are waiting .* at once \(3\)"):
+        holds.reserve(":1.4", 9)
 
 
-@pytest.mark.parametrize("cap", ["per_caller", "per_uid", "total"])
+@pytest.mark.parametrize("cap", ["per_caller", "per_uid", "total", "waiting_per_caller",
+                                 "waiting_per_uid", "waiting_total"])
 def test_a_cap_below_one_is_refused(cap):
     with pytest.raises(ValueError, match=cap):
         Holds(**{cap: 0})
+
+
+# ---- calls waiting for polkit -----------------------------------------------------------------
+
+def test_calls_waiting_for_polkit_take_no_hold_slots():
+    """An authentication agent that never answers keeps a Hold call waiting two minutes.  Two
+    local accounts with as many waiting calls as they can start must not keep a third user
+    from holding: waiting calls have caps of their own."""
+    holds = Holds()
+    waiting, refused = [], []
+    for uid in (1001, 1002):
+        for conn in range(8):  # several connections each
+            for _ in range(8):
+                try:
+                    waiting.append(holds.reserve(f":1.{uid}{conn}", uid))
+                except HoldError as e:
+                    refused.append(e)
+    assert len(waiting) == 2 * MAX_WAITING_PER_UID
+    assert {e.kind for e in refused} == {"too-many"}
+    assert any(f"user 1001 already has {MAX_WAITING_PER_UID} Hold calls waiting for polkit's "
+               "answer" in e.text for e in refused)
+    assert any(f"already has {MAX_WAITING_PER_CALLER} Hold calls waiting" in e.text
+               for e in refused)
+    hold = take(holds, ":1.3", uid=1003, reason=CAFE)  # a third user still holds
+    assert holds.get(hold.cookie) == hold
+    for n in range(MAX_TOTAL - 1):  # and every other hold slot is still there to take
+        take(holds, f":2.{n // MAX_PER_CALLER}", uid=3000 + n // MAX_PER_UID)
+    assert len(holds) == MAX_TOTAL
+
+
+def test_the_waiting_total_bounds_calls_from_many_users():
+    holds = Holds()
+    users = MAX_WAITING_TOTAL // MAX_WAITING_PER_UID
+    for uid in range(2000, 2000 + users):
+        for n in range(MAX_WAITING_PER_UID):
+            holds.reserve(f":1.{uid}.{n}", uid)
+    with pytest.raises(HoldError) as e:
+        holds.reserve(":1.9", 9999)
+    assert e.value.kind == "too-many"
+    assert f"{MAX_WAITING_TOTAL} Hold calls are waiting for polkit's answer" in e.value.text
+    root = holds.reserve(":1.0", 0, granted=True)  # root is never asked: it does not wait
+    root.commit(CAFE, CAFE, "", 1.0)
+    assert len(holds) == 1
+
+
+def test_a_call_waiting_for_polkit_counts_there_until_it_ends_even_if_its_caller_left():
+    """Leaving and reconnecting must not pile up calls that still wait for polkit."""
+    holds = Holds(waiting_per_uid=2)
+    first = holds.reserve(":1.1", 1000)
+    holds.reserve(":1.1", 1000)
+    holds.caller_left(":1.1")
+    assert holds.callers() == set() and pending_count(holds) == 0
+    with pytest.raises(HoldError, match="user 1000 already has 2 Hold calls waiting"):
+        holds.reserve(":1.2", 1000)
+    with pytest.raises(HoldError) as e:
+        first.grant()  # polkit says yes: too late
+    assert e.value.kind == "caller-left"
+    first.cancel()  # the call ends
+    assert holds.reserve(":1.2", 1000).waiting
 
 
 # ---- reservations ---------------------------------------------------------------------------
@@ -160,10 +243,10 @@ def test_a_cap_below_one_is_refused(cap):
 def test_context_manager_cancels_unless_committed():
     holds = Holds()
     with pytest.raises(KeyError):
-        with holds.reserve(":1.1"):
+        with holds.reserve(":1.1", 1000):
             raise KeyError("polkit said no")
     assert pending_count(holds) == 0
-    with holds.reserve(":1.1"):
+    with holds.reserve(":1.1", 1000):
         pass
     assert pending_count(holds) == 0
     hold = take(holds, ":1.1")
@@ -172,37 +255,45 @@ def test_context_manager_cancels_unless_committed():
 
 def test_reservation_misuse_is_a_programming_error():
     holds = Holds()
-    r = holds.reserve(":1.1")
-    with pytest.raises(RuntimeError, match="set_uid"):
+    r = holds.reserve(":1.1", 5)
+    assert r.waiting
+    with pytest.raises(RuntimeError, match="grant"):
         r.commit("", "", "", 1.0)
-    r.set_uid(5)
-    r.set_uid(5)
-    with pytest.raises(ValueError, match="already belongs to uid 5"):
-        r.set_uid(6)
+    r.grant()
+    r.grant()  # a second time does nothing
+    assert not r.waiting and r.pending
     r.commit("", "", "", 1.0)
     with pytest.raises(RuntimeError, match="committed"):
         r.commit("", "", "", 1.0)
+    with pytest.raises(RuntimeError, match="committed"):
+        r.grant()
     r.cancel()
     assert len(holds) == 1
     with pytest.raises(ValueError, match="uid"):
-        holds.reserve(":1.2").set_uid(-1)
+        holds.reserve(":1.2", -1)
+    with pytest.raises(ValueError, match="uid"):
+        holds.reserve(":1.2", 2**32)
 
 
 @pytest.mark.parametrize("caller", ["", ":" + "1" * MAX_CALLER_BYTES])
 def test_caller_must_be_a_bus_name(caller):
     with pytest.raises(ValueError, match="unique name"):
-        Holds().reserve(caller)
+        Holds().reserve(caller, 1000)
 
 
 def test_a_caller_leaving_voids_its_pending_reservations():
     holds = Holds()
-    r = holds.reserve(":1.1")
-    r.set_uid(1000)
-    other = holds.reserve(":1.2")
+    r = holds.reserve(":1.1", 1000)
+    r.grant()
+    waiting = holds.reserve(":1.1", 1000)
+    other = holds.reserve(":1.2", 1000)
     holds.caller_left(":1.1")
-    assert pending_count(holds) == 1  # its slot is free at once
+    assert pending_count(holds) == 1  # its slots are free at once
     with pytest.raises(HoldError) as e:
         r.commit(CAFE, CAFE, "", 1.0)
+    assert e.value.kind == "caller-left"
+    with pytest.raises(HoldError) as e:
+        waiting.grant()
     assert e.value.kind == "caller-left"
     assert len(holds) == 0 and other.pending
 
@@ -269,9 +360,9 @@ def test_listeners_hear_changes_not_reservations():
     first, second = Counter(), Counter()
     holds = Holds(first)
     holds.add_listener(second)
-    r = holds.reserve(":1.1")
-    r.set_uid(1)
-    holds.reserve(":1.1").cancel()
+    r = holds.reserve(":1.1", 1)
+    r.grant()
+    holds.reserve(":1.1", 1).cancel()
     assert first.calls == second.calls == 0
     hold = r.commit(CAFE, CAFE, "wlan0", 1.0)
     assert first.calls == second.calls == 1
@@ -330,7 +421,7 @@ def test_counts_and_callers():
     holds = Holds()
     take(holds, ":1.1")
     take(holds, ":1.1")
-    holds.reserve(":1.1")
+    holds.reserve(":1.1", 1000)
     take(holds, ":1.2")
     assert count_for(holds, ":1.1") == 2 and count_for(holds, ":1.3") == 0
     assert holds.callers() == {":1.1", ":1.2"}
@@ -344,12 +435,14 @@ def test_a_caller_taking_a_hold_is_among_the_callers_until_its_slot_ends():
     unwatched and outlived its holder, bgscan stayed off)."""
     holds = Holds()
     first = take(holds, ":1.1")
-    second = holds.reserve(":1.1")
+    second = holds.reserve(":1.1", 1000)  # waiting for polkit
     holds.release(first.cookie, ":1.1", caller_is_root=False)
+    assert holds.callers() == {":1.1"}
+    second.grant()
     assert holds.callers() == {":1.1"}
     second.cancel()
     assert holds.callers() == set()
-    holds.reserve(":1.2")
+    holds.reserve(":1.2", 1000)
     assert holds.callers() == {":1.2"}
     holds.caller_left(":1.2")
     assert holds.callers() == set()
@@ -440,8 +533,8 @@ def test_lone_surrogate_fails():
 @pytest.mark.parametrize("field", ["reason", "application_id", "interface"])
 def test_commit_checks_texts_and_frees_the_slot(field):
     holds = Holds()
-    r = holds.reserve(":1.1")
-    r.set_uid(1000)
+    r = holds.reserve(":1.1", 1000)
+    r.grant()
     args = {"reason": CAFE, "application_id": CAFE, "interface": "wlan0"}
     args[field] = "☕" * 100
     with pytest.raises(HoldError) as e:
@@ -551,44 +644,51 @@ class HoldsMachine(RuleBasedStateMachine):
         _COOKIES.seed(0)  # the same cookies, so the same holds sort alike, in every run
         self.changes = Counter()
         self.expected_changes = 0
-        self.holds = Holds(self.changes, per_caller=3, per_uid=4, total=6)
-        self.pending: list[holds_module.Reservation] = []
+        self.holds = Holds(self.changes, per_caller=3, per_uid=4, total=6, waiting_per_caller=2,
+                           waiting_per_uid=3, waiting_total=4)
+        self.calls: list[holds_module.Reservation] = []  # Hold calls not ended yet
+        self.left_waiting: list[holds_module.Reservation] = []  # their caller left meanwhile
 
-    @rule(caller=st.sampled_from(CALLERS))
-    def reserve(self, caller: str) -> None:
+    def _end(self, r: holds_module.Reservation) -> None:
+        """The Hold call ends (its `with` block)."""
+        self.calls.remove(r)
+        r.cancel()
+
+    @rule(caller=st.sampled_from(CALLERS), uid=st.integers(0, 2), granted=st.booleans())
+    def reserve(self, caller: str, uid: int, granted: bool) -> None:
         try:
-            self.pending.append(self.holds.reserve(caller))
+            self.calls.append(self.holds.reserve(caller, uid, granted=granted))
         except HoldError as e:
             assert e.kind == "too-many"
 
-    @precondition(lambda self: bool(self.pending))
-    @rule(i=st.integers(0, 100), uid=st.integers(0, 2))
-    def set_uid(self, i: int, uid: int) -> None:
-        r = self.pending[i % len(self.pending)]
-        if not r.pending or r.uid is not None:
-            return
+    @precondition(lambda self: bool(self.calls))
+    @rule(i=st.integers(0, 100))
+    def grant(self, i: int) -> None:
+        r = self.calls[i % len(self.calls)]
         try:
-            r.set_uid(uid)
+            r.grant()
         except HoldError as e:
-            assert e.kind == "too-many" and not r.pending
+            assert e.kind in ("too-many", "caller-left") and not r.pending
+            self._end(r)
 
-    @precondition(lambda self: bool(self.pending))
+    @precondition(lambda self: bool(self.calls))
     @rule(i=st.integers(0, 100), reason=st.sampled_from(TEXTS + ["☕" * 100]))
     def commit(self, i: int, reason: str) -> None:
-        r = self.pending.pop(i % len(self.pending))
-        if r.uid is None or not r.pending:
-            r.cancel()
+        r = self.calls[i % len(self.calls)]
+        if r.waiting:
+            self._end(r)  # polkit said no
             return
         try:
             r.commit(reason, reason, "", 1.0)
             self.expected_changes += 1
         except HoldError as e:
-            assert e.kind == "bad-text" and reason not in TEXTS
+            assert (e.kind == "bad-text" and reason not in TEXTS) or e.kind == "caller-left"
+        self._end(r)
 
-    @precondition(lambda self: bool(self.pending))
+    @precondition(lambda self: bool(self.calls))
     @rule(i=st.integers(0, 100))
     def cancel(self, i: int) -> None:
-        self.pending.pop(i % len(self.pending)).cancel()
+        self._end(self.calls[i % len(self.calls)])
 
     @precondition(lambda self: len(self.holds) > 0)
     @rule(i=st.integers(0, 100), caller=st.sampled_from(CALLERS), root=st.booleans())
@@ -603,6 +703,7 @@ class HoldsMachine(RuleBasedStateMachine):
 
     @rule(caller=st.sampled_from(CALLERS))
     def caller_left(self, caller: str) -> None:
+        self.left_waiting += [r for r in self.calls if r.caller == caller and r.waiting]
         if self.holds.caller_left(caller):
             self.expected_changes += 1
         assert caller not in self.holds.callers()
@@ -610,14 +711,20 @@ class HoldsMachine(RuleBasedStateMachine):
     @invariant()
     def caps_hold(self) -> None:
         h = self.holds
-        live = [r for r in self.pending if r.pending]
+        live = [r for r in self.calls if r.pending]
+        granted = [r for r in live if not r.waiting]
+        waiting = [r for r in live if r.waiting] + [r for r in self.left_waiting if r in self.calls]
         assert pending_count(h) == len(live)
-        assert len(h) + len(live) <= h.total
+        assert len(h) + len(granted) <= h.total
+        assert len(waiting) <= h.waiting_total
         for caller in CALLERS:
-            assert count_for(h, caller) + sum(r.caller == caller for r in live) <= h.per_caller
+            assert count_for(h, caller) + sum(r.caller == caller for r in granted) <= h.per_caller
+            assert sum(r.caller == caller for r in waiting) <= h.waiting_per_caller
         for uid in range(3):
-            n = sum(x.caller_uid == uid for x in h.all()) + sum(r.uid == uid for r in live)
+            n = sum(x.caller_uid == uid for x in h.all()) + sum(r.uid == uid for r in granted)
             assert n <= h.per_uid
+            assert sum(r.uid == uid for r in waiting) <= h.waiting_per_uid
+        assert h.callers() == {x.caller for x in h.all()} | {r.caller for r in live}
         assert self.changes.calls == self.expected_changes
         assert len({x.cookie for x in h.all()}) == len(h)
 
