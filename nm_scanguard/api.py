@@ -98,7 +98,8 @@ class Api:
             bus, PATH, load_interface(xml_path(), IFACE),
             {"Hold": self._hold, "Release": self._release, "Reload": self._reload,
              "DeviceEvent": self._device_event, "ScanRequestDeferred": self._scan_request_deferred,
-             "ScanRequestSeen": self._scan_request_seen},
+             "ScanRequestSeen": self._scan_request_seen,
+             "GetRecentScanRequests": self._get_recent_scan_requests},
             self.property_values, LOG_HINT)
         # Callers whose NameOwnerChanged we subscribe to, each with its AddMatch (maybe in flight).
         self._watched: dict[str, asyncio.Future[None]] = {}
@@ -123,9 +124,16 @@ class Api:
             "RecentScanRequests": self._requests(),
         }
 
-    def _requests(self) -> Variant:
-        return Variant("a(dsusb)", [[r.at, cut(r.user), r.pid, cut(r.program), refused]
-                                    for r, refused in self.daemon.recent_scan_requests()])
+    def _requests(self, reader: int | None = None) -> Variant:
+        """The scan requests the polkit rule saw, as user `reader` may see them: when and
+        whether refused, for everyone; who asked (user, pid, program) only for root and for
+        the user whose request it was.  The property (reader None) names nobody: it reads the
+        same for every local user, and a user's processes are theirs to show (hidepid)."""
+        own = user_name(reader) if reader is not None and reader != 0 else ""
+        return Variant("a(dsusb)", [
+            [r.at, cut(r.user), r.pid, cut(r.program), refused]
+            if reader == 0 or (own and r.user == own) else [r.at, "", 0, "", refused]
+            for r, refused in self.daemon.recent_scan_requests()])
 
     # ---- announcements --------------------------------------------------------------------
 
@@ -268,7 +276,9 @@ class Api:
         (`uptime`: the boot-time clock, 0 when the helper could not read it).  Refusals are
         counted as before; every request is kept a while (RecentScanRequests) so that
         `scanguardctl diagnose` can name the program behind a scan.  Only polkitd's helper and
-        root may report, so nobody can put a false name on someone else's scan."""
+        root may report, so the user and pid are those of polkit's subject (the bus's
+        credentials of the asking connection); the program is /proc/PID/comm, the name a process gives itself (any process
+        may set its own), so it names a program without proving which one it was."""
         user, pid, program, refused, uptime = msg.body
         who = await self._reporter(msg, "ScanRequestSeen", user, pid, program)
         if not (isinstance(uptime, float) and math.isfinite(uptime) and uptime >= 0.0):
@@ -284,6 +294,11 @@ class Api:
             log.debug("scan request of %s allowed; kept for diagnose", who)
         self._recent_requests.poke()
         return Message.new_method_return(msg)
+
+    async def _get_recent_scan_requests(self, msg: Message) -> Message:
+        """RecentScanRequests with the caller's own requests named (every request for root)."""
+        uid = await self._uid(msg.sender)
+        return Message.new_method_return(msg, "a(dsusb)", [self._requests(uid).value])
 
     async def _reporter(self, msg: Message, method: str, user: str, pid: int, program: str) -> str:
         """Check that polkitd's helper (or root) reports, and that the texts are sane; the
@@ -384,6 +399,14 @@ def wall_clock(uptime: float) -> float:
 
 
 _polkit_uid: int | None = None
+
+
+def user_name(uid: int) -> str:
+    """The name of user `uid` as polkit gives it (the first passwd entry), or "" if none."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return ""
 
 
 def polkit_uid() -> int | None:

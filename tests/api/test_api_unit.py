@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from nm_scanguard import api
 from nm_scanguard import holds as holds_module
 from nm_scanguard.api import Api
+from nm_scanguard.attribution import Request
 from nm_scanguard.dbuslib import Message
 from nm_scanguard.holds import Holds
 from nm_scanguard.names import BUS_NAME
@@ -136,10 +139,11 @@ def as_caller(monkeypatch, uid: int) -> None:
     monkeypatch.setattr(api, "call", call)
 
 
-def scan_seen(program: str, sender: str = ":1.9", user: str = "Café ☕", uptime: float = 0.0) -> Message:
+def scan_seen(program: str, sender: str = ":1.9", user: str = "Café ☕", uptime: float = 0.0,
+              refused: bool = False) -> Message:
     return Message(destination=BUS_NAME, path=api.PATH, interface=api.IFACE,
                    member="ScanRequestSeen", signature="susbd", sender=sender, serial=7,
-                   body=[user, 4242, program, False, uptime])
+                   body=[user, 4242, program, refused, uptime])
 
 
 async def test_recent_scan_requests_changes_are_coalesced_under_a_burst_of_reports(monkeypatch):
@@ -150,7 +154,7 @@ async def test_recent_scan_requests_changes_are_coalesced_under_a_burst_of_repor
     loop = asyncio.get_running_loop()
     start = loop.time()
     for n in range(50):
-        reply = await a._scan_request_seen(scan_seen(f"burst {n} ☕"))
+        reply = await a._scan_request_seen(scan_seen(f"burst {n} ☕", refused=n == 49))
         assert reply.message_type.name == "METHOD_RETURN"
     assert loop.time() - start < 0.3, "the burst took longer than one interval; the count below is void"
     assert bus.changes("RecentScanRequests") == 1  # the first at once
@@ -158,7 +162,7 @@ async def test_recent_scan_requests_changes_are_coalesced_under_a_burst_of_repor
                             message="the coalesced change goes out at the end of the interval")
     last = [m for m in bus.sent if "RecentScanRequests" in m.body[1]][-1]
     entries = last.body[1]["RecentScanRequests"].value
-    assert len(entries) == 50 and entries[-1][3] == "burst 49 ☕"  # the last state is sent
+    assert len(entries) == 50 and [e[4] for e in entries] == [False] * 49 + [True]  # the last state
     await asyncio.sleep(0.4)
     assert bus.changes("RecentScanRequests") == 2  # nothing more without new reports
 
@@ -471,3 +475,45 @@ async def test_a_caller_that_leaves_while_polkit_is_asked_gets_no_hold_and_is_un
     assert len(daemon.holds) == 0
     await asyncio.gather(*daemon.spawned)
     assert polkit.removed and "arg0=':1.30'" in polkit.removed[0] and ":1.30" not in a._watched
+
+
+# ---- who may see who asked for a scan -----------------------------------------------------
+
+def requests_api(monkeypatch, users: dict[int, str]) -> tuple[Api, FakeDaemon]:
+    def getpwuid(uid: int):
+        if uid not in users:
+            raise KeyError(uid)
+        return type("pw", (), {"pw_name": users[uid]})()
+    monkeypatch.setattr(api.pwd, "getpwuid", getpwuid)
+    daemon = FakeDaemon()
+    a = Api(daemon, FakeBus())
+    return a, daemon
+
+
+def get_requests(a: Api, monkeypatch, uid: int) -> list:
+    as_caller(monkeypatch, uid)
+    msg = Message(destination=BUS_NAME, path=api.PATH, interface=api.IFACE,
+                  member="GetRecentScanRequests", sender=":1.40", serial=3)
+    reply = asyncio.run(a._get_recent_scan_requests(msg))
+    assert reply.signature == "a(dsusb)"
+    (entries,) = reply.body
+    return [tuple(e) for e in entries]
+
+
+@pytest.mark.parametrize("name, program", [("alice", "nmcli"), ("Café ☕", "Café ☕")])
+def test_the_property_names_nobody_and_the_method_names_the_callers_own(monkeypatch, name, program):
+    """A property reads the same for every local user: it must not show one user's processes
+    to another (hidepid).  Each user gets their own requests named; root gets all."""
+    a, daemon = requests_api(monkeypatch, {1000: name, 1001: "bob"})
+    daemon.requests = [(Request(at=10.0, program=program, pid=4242, user=name), False),
+                       (Request(at=11.0, program="waybar", pid=777, user="bob"), True)]
+
+    public = [tuple(e) for e in a.property_values()["RecentScanRequests"].value]
+    assert public == [(10.0, "", 0, "", False), (11.0, "", 0, "", True)]
+    assert get_requests(a, monkeypatch, 1000) == [(10.0, name, 4242, program, False),
+                                                  (11.0, "", 0, "", True)]
+    assert get_requests(a, monkeypatch, 1001) == [(10.0, "", 0, "", False),
+                                                  (11.0, "bob", 777, "waybar", True)]
+    assert get_requests(a, monkeypatch, 0) == [(10.0, name, 4242, program, False),
+                                               (11.0, "bob", 777, "waybar", True)]
+    assert get_requests(a, monkeypatch, 5555) == public  # a uid with no name owns nothing

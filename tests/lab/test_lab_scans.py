@@ -283,10 +283,14 @@ def test_diagnose_names_nmcli_behind_the_scan_it_asked_for(lab, guardd):
     first = asked[0]
     assert (first["source"], first["name"]) == ("networkmanager", "nmcli"), first
     assert "polkit rule saw nmcli" in first["basis"], first["basis"]
-    out = lab.check(f"busctl --system --json=short get-property {SCANGUARD_NAME} "
+    out = lab.check(f"busctl --system --json=short call {SCANGUARD_NAME} "
                     "/io/github/nm_scanguard/ScanGuard1 io.github.nm_scanguard.ScanGuard1 "
-                    "RecentScanRequests", 30)
+                    "GetRecentScanRequests", 30)  # as root: every user's, named
     assert '"nmcli"' in out and "nobody" in out, out
+    public = lab.check(f"busctl --system --json=short get-property {SCANGUARD_NAME} "
+                       "/io/github/nm_scanguard/ScanGuard1 io.github.nm_scanguard.ScanGuard1 "
+                       "RecentScanRequests", 30)
+    assert '"nmcli"' not in public and "nobody" not in public, public  # names nobody
     # The daemon labels the scan the same way as it happens (Devices, scanguardctl monitor).
     st = wait_until(lambda: (lambda d: d if d.get("last_scan") else None)(guardd.status()), 15,
                     "the daemon to label the scan")

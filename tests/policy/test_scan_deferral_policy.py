@@ -2,7 +2,8 @@
 only polkitd's helper (user polkitd) and root may report a scan request; nobody gets
 AccessDenied from the daemon and changes nothing.  Also: the daemon publishes "defer" in the
 state file while a hold defers and "watch" otherwise, scanguardctl shows the counts for a
-non-ASCII profile, and the requests seen are kept in RecentScanRequests."""
+non-ASCII profile, and the requests seen are kept in RecentScanRequests, each user seeing who
+asked only for their own (GetRecentScanRequests)."""
 
 from __future__ import annotations
 
@@ -51,10 +52,10 @@ class Client:
     def seen(self, user: str, pid: int, program: str, refused: bool, uptime: float) -> dict[str, Any]:
         return self.send("ScanRequestSeen", "susbd", [user, pid, program, refused, uptime])
 
-    def send(self, member: str, sig: str, body: list[Any]) -> dict[str, Any]:
+    def send(self, member: str, sig: str, body: list[Any],
+             iface: str = "io.github.nm_scanguard.ScanGuard1") -> dict[str, Any]:
         req = {"dest": "io.github.nm_scanguard.ScanGuard1", "path": "/io/github/nm_scanguard/ScanGuard1",
-               "iface": "io.github.nm_scanguard.ScanGuard1", "member": member,
-               "sig": sig, "body": body}
+               "iface": iface, "member": member, "sig": sig, "body": body}
         self.process.stdin.write(json.dumps(req) + "\n")
         self.process.stdin.flush()
         return json.loads(self.process.stdout.readline())
@@ -137,9 +138,34 @@ async def test_the_requests_the_rule_saw_are_kept_for_diagnose(strict_scenario, 
     assert bad["error"] == "org.freedesktop.DBus.Error.InvalidArgs" and "uptime" in bad["text"]
     (entry,) = (await props(s.bus))["RecentScanRequests"]
     at, user, pid, program, was_refused = entry
-    assert (user, pid, program, was_refused) == (CAFE, 4242, "nmcli", False)
+    assert (user, pid, program, was_refused) == ("", 0, "", False)  # the property names nobody
     assert abs(time.time() - 2.0 - at) < 1.0  # the boot-time clock turned into the wall clock
+    (entry,) = (await api_call(s.bus, "GetRecentScanRequests")).body[0]  # as root
+    assert tuple(entry) == (at, CAFE, 4242, "nmcli", False)
     assert await counted(s) == 0  # allowed requests are not refusals
+
+
+@pytest.mark.parametrize("program", ["nmcli", CAFE])
+async def test_a_user_sees_who_asked_only_for_their_own_scan_requests(strict_scenario, clients,
+                                                                      program):
+    """Every local user reads RecentScanRequests; it must not show them other users' processes
+    (hidepid).  GetRecentScanRequests names the caller's own, and root's call names all."""
+    s = strict_scenario
+    nobody, polkitd = clients("nobody"), clients("polkitd")
+    up = float(Path("/proc/uptime").read_text().split()[0])
+    assert polkitd.seen("nobody", 4242, program, False, up) == {"body": []}
+    assert polkitd.seen(CAFE, 777, "waybar", True, up) == {"body": []}  # another user's
+
+    mine = nobody.send("GetRecentScanRequests", "", [])
+    assert [e[1:] for e in mine["body"][0]] == [["nobody", 4242, program, False],
+                                                ["", 0, "", True]]
+    public = nobody.send("GetAll", "s", ["io.github.nm_scanguard.ScanGuard1"],
+                         iface="org.freedesktop.DBus.Properties")
+    assert [e[1:] for e in public["body"][0]["RecentScanRequests"]] == [["", 0, "", False],
+                                                                        ["", 0, "", True]]
+    every = (await api_call(s.bus, "GetRecentScanRequests")).body[0]  # as root
+    assert [list(e)[1:] for e in every] == [["nobody", 4242, program, False],
+                                            [CAFE, 777, "waybar", True]]
 
 
 async def test_stopping_the_daemon_removes_the_state_file(strict_scenario):
