@@ -32,7 +32,8 @@ from .dbuslib import MessageBus
 from .findings import ECHO_TIMEOUT, Echo, Guard, Link, Recording, Scan, Second, explain_bgscan
 from .nm import (ACTIVE, DEVICE, DEVICE_TYPE_WIFI, NAME as NM, PATH as NM_PATH,
                  STATE_ACTIVATED)
-from .names import ACCESS_DENIED, BUS_NAME, IFACE as GUARD_IFACE, PATH as GUARD_PATH
+from .names import (ACCESS_DENIED, BUS_NAME, IFACE as GUARD_IFACE, PATH as GUARD_PATH,
+                    UNKNOWN_METHOD)
 from .nl80211 import Nl80211Error, ScanEvent, ScanEvents
 from .supplicant import Supplicant, SupplicantError
 from .text import NAME_CHARS, clipped, quoted, shown
@@ -400,9 +401,17 @@ async def guard_properties(bus: MessageBus) -> tuple[bool, bool, dict[str, Any],
     if not running:
         return installed, False, {}, ""
     try:
-        return True, True, await get_all(bus, BUS_NAME, GUARD_PATH, GUARD_IFACE), ""
+        props = await get_all(bus, BUS_NAME, GUARD_PATH, GUARD_IFACE)
     except BusError as e:
         return True, True, {}, f"its status could not be read ({shown(e.text or e.name)})"
+    try:  # the property names nobody; the method names this user's own requests
+        (props["RecentScanRequests"],) = unwrap(await call(
+            bus, BUS_NAME, GUARD_PATH, GUARD_IFACE, "GetRecentScanRequests"))
+    except BusError as e:
+        if e.name != UNKNOWN_METHOD:  # UnknownMethod: a daemon older than the method
+            return True, True, props, ("its scan requests could not be read "
+                                       f"({shown(e.text or e.name)})")
+    return True, True, props, ""
 
 
 def device_of(props: dict[str, Any], interface: str) -> dict[str, Any]:

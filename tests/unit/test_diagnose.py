@@ -510,3 +510,53 @@ async def test_a_user_outside_netdev_is_told_why_bgscan_was_not_read(monkeypatch
         assert link.bgscan_source == ("not read (wpa_supplicant lets only root and group netdev "
                                       "read it)")
     assert (link.signal_dbm, link.signal_source) == (-61, "nm-scanguard")
+
+
+# ---- the guard's scan requests: the caller's own, named ------------------------------------
+
+def _guard_bus(monkeypatch, method_error: str | None):
+    """The guard running, its property naming nobody, GetRecentScanRequests answering (or
+    failing with `method_error`)."""
+    public = [[10.0, "", 0, "", False]]
+    own = [[10.0, "Café ☕", 4242, "Café ☕", False]]
+
+    async def name_has_owner(_bus, _name):
+        return True
+
+    async def get_all(_bus, _dest, _path, _iface):
+        return {"Devices": [], "RecentScanRequests": public}
+
+    async def call(_bus, _dest, _path, _iface, member, *args, **kwargs):
+        if member == "ListActivatableNames":
+            return [[D.BUS_NAME]]
+        assert member == "GetRecentScanRequests", member
+        if method_error:
+            raise D.BusError(method_error, "Café ☕ failed")
+        return [own]
+
+    monkeypatch.setattr(D, "name_has_owner", name_has_owner)
+    monkeypatch.setattr(D, "get_all", get_all)
+    monkeypatch.setattr(D, "call", call)
+    return public, own
+
+
+async def test_diagnose_names_the_users_own_scan_requests_from_the_method(monkeypatch):
+    _, own = _guard_bus(monkeypatch, None)
+    installed, running, props, detail = await D.guard_properties(None)
+    assert (installed, running, detail) == (True, True, "")
+    assert props["RecentScanRequests"] == own
+    evidence = D.evidence_from(props, "wlan0", b"home", None)
+    assert evidence.client_requests == [A.Request(at=10.0, program="Café ☕", pid=4242, user="Café ☕")]
+
+
+async def test_diagnose_falls_back_to_the_property_of_an_older_daemon(monkeypatch):
+    public, _ = _guard_bus(monkeypatch, "org.freedesktop.DBus.Error.UnknownMethod")
+    _, _, props, detail = await D.guard_properties(None)
+    assert props["RecentScanRequests"] == public and detail == ""
+
+
+async def test_diagnose_says_when_the_scan_requests_could_not_be_read(monkeypatch):
+    public, _ = _guard_bus(monkeypatch, "org.freedesktop.DBus.Error.NoReply")
+    _, _, props, detail = await D.guard_properties(None)
+    assert props["RecentScanRequests"] == public and props["Devices"] == []
+    assert detail == "its scan requests could not be read (Café ☕ failed)"
