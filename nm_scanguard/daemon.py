@@ -388,7 +388,11 @@ class Daemon:
         # The polkit rule's report of an allowed request comes from a background busctl and
         # may arrive after the scan it asked for has started: label a moment later.
         await asyncio.sleep(LABEL_AFTER)
-        await guard.scan_started(event.ssids, wall, [r for r, _ in self.recent_scan_requests()],
+        # Devices, where the label is published, reads the same for every user: it says that a
+        # program asked through NetworkManager, not whose (GetRecentScanRequests names a
+        # caller's own).
+        await guard.scan_started(event.ssids, wall,
+                                 [Request(at=r.at) for r, _ in self.recent_scan_requests()],
                                  self._geoclue_pid)
 
     async def _geoclue_pid(self) -> int | None:

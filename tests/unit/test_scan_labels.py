@@ -96,3 +96,42 @@ def test_monitor_prints_the_label_of_each_new_scan(name):
     assert _new_scans(two, one) == [
         f"1 scan(s) by {A.DESCRIPTIONS['bgscan']}", f"1 scan(s) by {A.DESCRIPTIONS['direct']}"]
     assert _new_scans(one, {}) == []  # the first entry: nothing is new
+
+
+async def test_the_daemon_labels_scans_without_naming_a_users_program(tmp_path, monkeypatch):
+    """Devices, where a scan's label is published, reads the same for every local user: the
+    requests a label is made from carry only their time (GetRecentScanRequests names a
+    caller's own)."""
+    import asyncio
+    import time
+
+    from nm_scanguard.attribution import Request
+    from nm_scanguard.config import Settings
+    from nm_scanguard.daemon import Daemon
+    from nm_scanguard.nl80211 import ScanEvent
+
+    class Tasks:
+        def spawn(self, coro, report=None):
+            return asyncio.ensure_future(coro)
+
+        async def cancel_all(self):
+            pass
+
+    seen = []
+
+    class FakeGuard:
+        async def scan_started(self, ssids, wall, requests, geoclue_pid):
+            seen.extend(requests)
+
+    async def no_wait(_seconds):
+        pass
+
+    d = Daemon(Settings(), None, str(tmp_path), tasks=Tasks())
+    d.scan_request_seen(Request(at=time.time(), program="Café ☕", pid=4242, user="alice"),
+                        False, "alice")
+    monkeypatch.setattr("nm_scanguard.daemon.asyncio.sleep", no_wait)
+    event = ScanEvent(kind="started", ifindex=3)
+    await d._label_scan(FakeGuard(), event, time.time())
+    assert len(seen) == 1
+    assert (seen[0].program, seen[0].pid, seen[0].user) == ("", 0, "")
+    d.counters.close()
