@@ -155,7 +155,7 @@ class _EagainSafeSocket:
     messages in a loop on the non-blocking socket; a partial send makes it wait for the socket
     to be writable, but when the buffer is full exactly at a message boundary `send` raises
     BlockingIOError (EAGAIN) and the writer treats that as fatal: the connection is finalised
-    and the daemon stops answering (found by the fault-injection suite under a hold flood).
+    and the daemon stops answering (a flood of holds fills the buffer that way).
     Reporting 0 bytes sent instead makes the writer wait for the socket, as it does for a
     partial send."""
 

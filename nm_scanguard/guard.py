@@ -319,8 +319,8 @@ class Guard:
     async def _release_if_interface_replaced(self) -> None:
         """Our suspension lies under the interface object wpa_supplicant had when we suspended;
         once that object was found gone (`iface_path` reset), a new one means the suspension
-        went with the old (found by the model rung: the guard counted itself engaged, and the
-        new object's network kept its bgscan, while the link stayed busy)."""
+        went with the old: else the guard counts itself engaged while the new object's network
+        keeps its bgscan and the link stays busy."""
         if self.suspended is not None and self.iface_path is None \
                 and interface_of(self.suspended.network) != await self._iface():
             await self._release("wpa_supplicant re-created the interface")
@@ -344,8 +344,8 @@ class Guard:
 
     def _look_up_again_if_gone(self, e: SupplicantError) -> None:
         """NetworkManager may have removed wpa_supplicant's interface and added it again at a
-        new path, with no sample in between that missed the link (found by the model rung): an
-        object that is gone makes the next call ask GetInterface anew."""
+        new path, with no sample in between that missed the link: an object that is gone
+        makes the next call ask GetInterface anew."""
         if isinstance(e, ObjectGone):
             self.iface_path = None
             self.scanning = False  # the new object announces its own scans
@@ -434,9 +434,9 @@ class Guard:
         self._scan_news += 1
         if self._own_scan_at is not None:
             # The first start after our request is our scan, and its end the next end.  An end
-            # seen before that start is an earlier scan's, announced late (found by the model
-            # rung: a scan aborted just before the release ended as ours began, and the guard
-            # took its end for ours and aborted ours on re-engaging).
+            # seen before that start is an earlier scan's, announced late (a scan aborted just
+            # before the release can end as ours begins; taking its end for ours would abort
+            # ours on re-engaging).
             if scanning:
                 self._own_scan_started = True
             elif self._own_scan_started:
@@ -488,7 +488,7 @@ class Guard:
             self.scans_guarding += 1
             if self._own_scan():
                 # Not somebody else's: ours, asked for when the signal faded, and guarding
-                # resumed before it ran (found by the model rung, which blamed root or GeoClue).
+                # resumed before it ran: not root's or GeoClue's.
                 log.info("%s: the scan the guard asked for to roam ran after guarding resumed",
                          self.ifname)
             elif self.deferring:

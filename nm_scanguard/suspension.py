@@ -162,9 +162,9 @@ class Suspender:
             s = await self._suspend(net, ifname)
         except asyncio.CancelledError:
             if self.journal.get(net) is not None:
-                # Found by the model rung: a `systemctl restart` while our Set was on its way,
-                # and NetworkManager re-activating; NetworkRemoved, handled after the cancel,
-                # dropped the entry, and the Set then left "" on the new object for good.
+                # The Set may still land, on whatever object the path has by then (a
+                # NetworkRemoved handled after the cancel, then NetworkManager's new object):
+                # the entry stays until a restore settles it.
                 self._unsettled.add(net)
             raise
         finally:
@@ -184,9 +184,9 @@ class Suspender:
         its entry).  Our "" most likely went with the old process, and the new one's network
         at this path has NetworkManager's value; but a Set routed to the new process would
         have landed there.  Keep it journaled and live, but in doubt: the guard reads it
-        before counting itself engaged, and a release reads before it writes.  (Found by the
-        model rung, 2026-11-26: such a suspend, its answer late, became a live suspension of
-        the old process's network, and the guard never suspended the new one.)"""
+        before counting itself engaged, and a release reads before it writes.  Counted plainly
+        live, it would stand for the old process's network, and the guard would never suspend
+        the new one."""
         log.warning("%s: wpa_supplicant restarted while bgscan on %s was being suspended; "
                     "reading it again at the next sample", s.ifname, s.network)
         self._live[s.network] = s
@@ -237,10 +237,10 @@ class Suspender:
         the path.  wpa_supplicant handles one client's calls in order, so that read comes
         after the Set: the object there now does not carry our "" (the Set was not applied, or
         went to an object NetworkManager removed meanwhile), and never will.  A read that fails
-        too counts as applied.  (Found by the model rung: a NoReply for a Set that never landed
-        left the guard counting itself engaged, bgscan on, for as long as the link stayed
+        too counts as applied.  Taking an unanswered Set for applied without reading would
+        leave the guard counting itself engaged, bgscan on, for as long as the link stays
         busy; and a put-back after a re-activation must not follow a Set that hit the old
-        object, or it overwrites the new object's own value.)"""
+        object, or it overwrites the new object's own value."""
         try:
             value = await self.supplicant.get_bgscan(net)
         except SupplicantError:
@@ -253,10 +253,9 @@ class Suspender:
         there); the caller then forgets the entry as after a confirmed restore.  False keeps
         it: the read shows our "" (the Set did not land), or it failed too, and then the
         suspension is left in doubt (`in_doubt`), so that a guard wanting bgscan off again
-        reads it before counting itself engaged.  (Found by the model rung: a release for a
-        weak signal whose Set landed but whose reply was lost left the guard counting itself
-        engaged; when the signal came back it did not suspend again, and bgscan ran while the
-        link was busy.)"""
+        reads it before counting itself engaged: a release whose Set landed but whose reply
+        was lost must not leave the guard counting itself engaged, or it never suspends again
+        while bgscan runs on a busy link."""
         try:
             value = await self.supplicant.get_bgscan(s.network)
         except SupplicantError as e:
@@ -396,15 +395,15 @@ class Suspender:
         interface no longer has it as its current network, or the interface object itself is
         gone (wpa_supplicant names another object for `ifname`, or none); otherwise raise
         SupplicantError, so that the entry stays and the restore is tried again.  (The error
-        names are all a removed object gets, but a transient failure can carry them too: the
-        fault-injection suite had a journal replay forget a network that was still there, its
-        bgscan left off.)  A re-created network at the same path also counts as there: the
+        names are all a removed object gets, but an injected or misreported failure can carry
+        them too, and forgetting a network that is still there would leave its bgscan off.)
+        A re-created network at the same path also counts as there: the
         retry then finds NetworkManager's value on it and leaves it."""
         try:
             current = await self.supplicant.current_network(interface_of(net))
         except ObjectGone as e:
             if await self._interface_replaced(net, ifname):
-                return  # found by the model rung: else such an entry was retried for ever
+                return  # the interface and its networks went: nothing left to retry
             raise SupplicantError(f"wpa_supplicant answered {err.bus_error or err} for {net} and "
                                   f"could not say whether the network still exists ({e}); "
                                   "trying again later", e.bus_error) from None
@@ -429,9 +428,8 @@ class Suspender:
         """wpa_supplicant restarted: its networks, and every "" we set, are gone.  Except the
         entry of a suspend under way: its Set may still reach the new process (sent once the
         new one owned the name, and after NetworkManager gave it the network), so that entry
-        stays until the suspend ends and sorts it out (_across_a_restart).  (Found by the model
-        rung, 2026-11-26: the Set landed on the new process's network after its entry was
-        dropped, an unjournaled "".)"""
+        stays until the suspend ends and sorts it out (_across_a_restart); dropped now, a Set
+        landing on the new process's network would leave an unjournaled ""."""
         self._restarts += 1
         self._live.clear()
         self._unsettled.clear()
@@ -564,10 +562,9 @@ class Suspender:
         """A suspend whose task was cancelled with its Set on the way (a guard's sampling loop
         or a hold's kick, when the guard stops) has no live suspension, but its "" may have
         landed: the journal, written before the Set, names it.  Restore what the journal names
-        for `ifname` now rather than at the next start (found by the model rung: a `systemctl
-        restart` right after a re-activation left the new network's bgscan off until the next
-        instance replayed).  wpa_supplicant answers one client's calls in order, so the read
-        comes after that Set."""
+        for `ifname` now rather than at the next start, which may be far off (a `systemctl
+        restart` is followed at once by the next instance, but a stop is not).  wpa_supplicant
+        answers one client's calls in order, so the read comes after that Set."""
         entries = self.journal.entries()
         others = [net for net, e in entries.items() if e.ifname != ifname]
         if len(others) < len(entries):
