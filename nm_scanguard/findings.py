@@ -251,7 +251,7 @@ def advice(source: str, figures: SourceFigures, guard: Guard) -> str:
                     "engaged, or after it let go); see `scanguardctl status` for an error")
         return ("nm-scanguard suspends bgscan only while the link is busy; for a call that "
                 "moves little data, hold it: scanguardctl hold --reason call -- COMMAND, or "
-                "lower busy_bps (scanguard.conf(5))")
+                "lower threshold_pps or threshold_mbit (scanguard.conf(5))")
     if source == NETWORKMANAGER:
         who = f" ({_names(figures.names)})" if figures.names else ""
         return (f"a program asked NetworkManager to scan{who}: close the Wi-Fi menu, or lengthen "
