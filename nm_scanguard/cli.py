@@ -435,6 +435,11 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _plot_file(text: str) -> str:
+    from . import plot  # imports matplotlib only when --plot is given
+    return plot.argument(text)
+
+
 def cmd_diagnose(args: argparse.Namespace) -> int:
     from . import diagnose, findings
     plot = None
@@ -563,7 +568,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only this Wi-Fi interface (default: every connected one)")
     d.add_argument("--json", action="store_true",
                    help="print the recording and the findings as JSON, for scripts")
-    d.add_argument("--plot", default="", metavar="FILE.png",
+    d.add_argument("--plot", default="", metavar="FILE.png", type=_plot_file,
                    help="also draw latency and throughput over time with scans shaded by "
                         "source, in the format of the file's suffix (png, svg, pdf, ...; png "
                         "without one); an existing file is overwritten, a symbolic link or a "

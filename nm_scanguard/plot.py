@@ -12,6 +12,7 @@ the recording.  The format is the file name's suffix (png when it has none).
 
 from __future__ import annotations
 
+import argparse
 import errno
 import os
 import stat
@@ -23,7 +24,7 @@ from .text import NAME_CHARS, clipped, shown
 
 COLOURS = {"bgscan": "#d62728", "networkmanager": "#1f77b4", "direct": "#9467bd",
            "guard": "#2ca02c", "unknown": "#7f7f7f"}
-MISSING = ("--plot needs matplotlib, which is not installed: as root, apt install "
+MISSING = ("matplotlib is not installed: as root, apt install "
            "python3-matplotlib (or leave out --plot; the report and --json need nothing more)")
 
 
@@ -61,6 +62,20 @@ def file_format(path: str, pyplot: Any) -> str:
         raise PlotError(f"cannot write the plot to {path!r}: matplotlib does not write .{suffix} "
                         f"files (it writes {', '.join(sorted(known))})")
     return suffix
+
+
+def argument(path: str) -> str:
+    """`--plot FILE` as argparse reads it: everything that can be told before the recording
+    (matplotlib, the format, the folder, what is at that name) is refused here, as a usage
+    error, so that nobody records for minutes to learn that the plot cannot be written."""
+    if not path:
+        return path  # argparse passes the default "" through here too: no plot
+    try:
+        file_format(path, require())
+        check_writable(path)
+    except PlotError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return path
 
 
 def check_writable(path: str) -> None:
@@ -147,12 +162,16 @@ def draw(rec: Recording, path: str, pyplot: Any) -> None:
             for ax in (lat, thr):
                 ax.axvspan(scan.start, scan.until(rec.duration), color=colour, alpha=0.25,
                            label=label if ax is thr else None)
-        lat.legend(loc="lower left", fontsize=8, framealpha=0.9)
-        thr.legend(loc="lower left", fontsize=8, framealpha=0.9)
+        for ax in (lat, thr):
+            # matplotlib logs a warning for a legend with nothing in it (no echo answered)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(loc="lower left", fontsize=8, framealpha=0.9)
     axes[-1][0].set_xlabel("seconds since the start")
     fig.tight_layout()
     try:
         with open_output(path) as f:
             fig.savefig(f, format=fmt, dpi=100)
+    except OSError as e:  # a full disk, a quota: the report is out already, say why no plot
+        raise PlotError(f"cannot write the plot to {path!r}: {e.strerror or e}") from None
     finally:
         pyplot.close(fig)

@@ -7,10 +7,16 @@ report must say that scans and latency could not be seen, and why, not invent th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
 
 import dbus
 import pytest
@@ -98,3 +104,89 @@ async def test_without_networkmanager_it_says_so(system_bus):
                                 user="nobody", timeout=60)
     assert r.returncode == 1
     assert "NetworkManager could not be asked" in r.stderr and "is it running?" in r.stderr
+
+
+# ---- --plot (issue 34, item 1) ----------------------------------------------------------------
+
+@contextlib.contextmanager
+def shared_folder():
+    """A folder user nobody may write into (pytest's tmp_path is root's alone)."""
+    folder = Path(tempfile.mkdtemp(prefix="scanguard-diagnose-"))
+    try:
+        os.chmod(folder, 0o777)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def as_nobody(folder: Path, *args: str) -> list[str]:
+    """The command line and environment of scanguardctl run as nobody, with matplotlib's own
+    folder in `folder`: nobody's HOME here is root's, which matplotlib would say at length."""
+    return ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "env",
+            f"MPLCONFIGDIR={folder}", sys.executable, "-m", "nm_scanguard.cli", *args]
+
+
+@pytest.mark.parametrize("name", ["x.txt", "Café ☕.txt"])
+async def test_a_plot_format_matplotlib_cannot_write_is_refused_before_recording(scenario, name):
+    s = scenario
+    with shared_folder() as folder:
+        out = folder / name
+        began = time.monotonic()
+        r = await asyncio.to_thread(scanguardctl, s.address, "diagnose", "--seconds", "60",
+                                    "--plot", str(out), user="nobody", timeout=50)
+        took = time.monotonic() - began
+        assert not out.exists()
+    assert r.returncode == 2 and r.stdout == ""
+    assert (f"scanguardctl diagnose: error: argument --plot: cannot write the plot to '{out}': "
+            "matplotlib does not write .txt files (it writes eps, ") in r.stderr, r.stderr
+    assert took < 20  # refused at once, not after a minute of recording
+
+
+@pytest.mark.parametrize("ssid", ["Home", "Café ☕"])
+async def test_a_plot_is_drawn_after_the_report_without_matplotlibs_chatter(scenario, ssid):
+    """No echo is answered on this link, so the latency panel has nothing labelled: matplotlib's
+    "No artists with labels found to put in legend" must not reach the user."""
+    s = scenario
+    if ssid != "Home":
+        s.nm.mock_object(s.ap).UpdateProperties(AP_IFACE, {"Ssid": dbus.ByteArray(ssid.encode())})
+    with shared_folder() as folder:
+        out = folder / f"{ssid}.png"
+        r = await asyncio.to_thread(
+            subprocess.run, as_nobody(folder, "diagnose", "--seconds", "2", "--plot",
+                                      str(out)),
+            env=env_for(s.address), cwd=REPO, capture_output=True, text=True, timeout=90)
+        assert r.returncode == 0, r.stderr
+        assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert r.stderr == ""
+    assert r.stdout.startswith("scanguardctl diagnose:")
+    assert f"== {s.ifname} ('{ssid}')" in r.stdout and r.stdout.endswith(f"Plot: {out}\n")
+
+
+@pytest.mark.parametrize("ssid", ["Home", "Café ☕"])
+async def test_a_plot_that_fails_after_recording_costs_no_report(scenario, ssid):
+    """The folder is removed while diagnose records: the plot cannot be written, and the
+    report is on stdout all the same, before the error."""
+    s = scenario
+    if ssid != "Home":
+        s.nm.mock_object(s.ap).UpdateProperties(AP_IFACE, {"Ssid": dbus.ByteArray(ssid.encode())})
+    with shared_folder() as top:
+        folder = top / ssid
+        folder.mkdir(mode=0o777)
+        os.chmod(folder, 0o777)
+        out = folder / "wifi.png"
+        cmd = as_nobody(top, "diagnose", "--seconds", "8", "--plot", str(out))
+        p = subprocess.Popen(cmd, env=env_for(s.address), cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            await asyncio.sleep(5)  # past the checks of the arguments, inside the recording
+            shutil.rmtree(folder)
+            stdout, stderr = await asyncio.to_thread(p.communicate, timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+    assert p.returncode == 1, stderr
+    assert stdout.startswith("scanguardctl diagnose: 8 s from ")
+    assert f"== {s.ifname} ('{ssid}')" in stdout and "Spike: a spike is an echo" in stdout
+    assert "Plot:" not in stdout
+    assert stderr == (f"scanguardctl: cannot write the plot to '{out}': No such file or "
+                      "directory\n")

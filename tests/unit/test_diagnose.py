@@ -373,13 +373,23 @@ def test_plot_without_matplotlib_says_what_to_install(monkeypatch, capsys):
         return real(name, *a, **kw)
 
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
-    assert main(["diagnose", "--plot", "/tmp/x.png", "--seconds", "1"]) == 1
-    assert "apt install python3-matplotlib" in capsys.readouterr().err
+    assert refused(["diagnose", "--plot", "/tmp/x.png", "--seconds", "1"]) == 2
+    assert ("argument --plot: matplotlib is not installed: as root, apt install "
+            "python3-matplotlib (or leave out --plot" in capsys.readouterr().err)
 
 
-def test_plot_into_a_missing_folder_is_refused_before_recording(capsys):
-    assert main(["diagnose", "--plot", "/nonexistent/Café ☕/x.png", "--seconds", "1"]) == 1
-    assert "does not exist" in capsys.readouterr().err
+def refused(argv: list[str]) -> int | str | None:
+    """The exit code of a command line that argparse refuses before anything runs."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    return exited.value.code
+
+
+def test_plot_into_a_missing_folder_is_refused_before_recording(monkeypatch, capsys):
+    monkeypatch.setattr(D, "run", lambda *a: pytest.fail("recorded"))
+    assert refused(["diagnose", "--plot", "/nonexistent/Café ☕/x.png", "--seconds", "1"]) == 2
+    assert ("argument --plot: cannot write the plot to '/nonexistent/Café ☕/x.png': the folder "
+            "'/nonexistent/Café ☕' does not exist" in capsys.readouterr().err)
 
 
 def test_plot_is_drawn(tmp_path, ssid):
@@ -407,6 +417,22 @@ def test_an_ssid_with_dollars_is_drawn_as_text_not_math(tmp_path, name):
     out = tmp_path / f"{CAFE.decode()}.png"
     plot.draw(rec, str(out), plot.require())
     assert out.read_bytes()[:8] == PNG
+
+
+@pytest.mark.parametrize("scans", [0, 1])
+def test_a_plot_without_echoes_warns_of_no_empty_legend(tmp_path, caplog, ssid, scans):
+    """Without answered echoes the latency panel has nothing labelled: no legend, and so no
+    "No artists with labels found to put in legend" from matplotlib on a successful run."""
+    import logging
+
+    from nm_scanguard import plot
+    link = recorded(ssid, [(20.0, started((ssid,))), (27.0, ended())][:2 * scans])
+    link.echoes.clear()
+    out = tmp_path / f"{CAFE.decode()}.png"
+    with caplog.at_level(logging.DEBUG):
+        plot.draw(recording(link), str(out), plot.require())
+    assert out.read_bytes()[:8] == PNG
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 @pytest.mark.parametrize("kind", ["symlink", "hardlink", "fifo"])
@@ -449,10 +475,13 @@ def test_the_format_is_the_file_names_suffix(tmp_path, name, magic):
     assert out.read_bytes().startswith(magic)
 
 
-def test_a_suffix_matplotlib_cannot_write_is_refused_before_recording(tmp_path, capsys):
+def test_a_suffix_matplotlib_cannot_write_is_refused_before_recording(monkeypatch, tmp_path,
+                                                                     capsys):
+    monkeypatch.setattr(D, "run", lambda *a: pytest.fail("recorded"))
     out = tmp_path / f"{CAFE.decode()}.doc"
-    assert main(["diagnose", "--plot", str(out), "--seconds", "1"]) == 1
-    assert "does not write .doc files" in capsys.readouterr().err and not out.exists()
+    assert refused(["diagnose", "--plot", str(out), "--seconds", "1"]) == 2
+    assert (f"argument --plot: cannot write the plot to '{out}': matplotlib does not write .doc "
+            "files (it writes " in capsys.readouterr().err and not out.exists())
 
 
 def test_a_link_placed_during_the_recording_is_refused_and_the_report_still_printed(
