@@ -440,6 +440,11 @@ def _plot_file(text: str) -> str:
     return plot.argument(text)
 
 
+def _target_address(text: str) -> str:
+    from . import diagnose
+    return diagnose.address_argument(text)
+
+
 def cmd_diagnose(args: argparse.Namespace) -> int:
     from . import diagnose, findings
     plot = None
@@ -453,10 +458,11 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             raise Failure(str(e)) from None
     on_terminal = sys.stderr.isatty() and not args.json
     if on_terminal:
-        print(f"Recording for {args.seconds:g} s: latency to the gateway, throughput and every "
+        print(f"Recording for {args.seconds:g} s: latency to {args.target or 'the gateway'}, "
+              "throughput and every "
               "Wi-Fi scan. Use the link as you normally do; Ctrl-C ends early.", file=sys.stderr)
     try:
-        rec = diagnose.run(args.seconds, args.interface or None, on_terminal)
+        rec = diagnose.run(args.seconds, args.interface or None, on_terminal, args.target)
     except (LookupError, ConnectionError) as e:
         raise Failure(str(e)) from None
     except BusError as e:
@@ -551,14 +557,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("diagnose", help="find out whether Wi-Fi stalls are scans, and who asked "
                                         "for them",
-                       description="Record, for N seconds (--seconds), the latency to the gateway (several "
-                                   "ICMP echoes a second), the throughput per second and every "
+                       description="Record, for N seconds (--seconds), the latency to the Wi-Fi "
+                                   "interface's own gateway or to --target (several ICMP echoes "
+                                   "a second, sent through that interface), the throughput per "
+                                   "second and every "
                                    "Wi-Fi scan the kernel announces, with who asked for it "
                                    "(bgscan, a program through NetworkManager, a program that "
                                    "calls wpa_supplicant directly such as GeoClue, the guard's "
                                    "own roaming scan, or unknown) and how that was established; "
                                    "then say whether the latency spikes fell inside scans and "
-                                   "what to do about each source. Needs no privileges and "
+                                   "what to do about each source; what could not be measured "
+                                   "is said to be unknown, with what to try. Needs no "
+                                   "privileges and "
                                    "changes nothing; works whether or not the guard is "
                                    "installed or guarding.")
     d.add_argument("--seconds", type=_positive_seconds, default=120.0, metavar="N",
@@ -568,6 +578,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only this Wi-Fi interface (default: every connected one)")
     d.add_argument("--json", action="store_true",
                    help="print the recording and the findings as JSON, for scripts")
+    d.add_argument("--target", default="", metavar="ADDR", type=_target_address,
+                   help="send the echoes to this IPv4 address instead of the interface's own "
+                        "gateway (for a gateway that does not answer pings, or none found); "
+                        "either way they leave through the Wi-Fi interface, also when a VPN "
+                        "owns the default route")
     d.add_argument("--plot", default="", metavar="FILE.png", type=_plot_file,
                    help="also draw latency and throughput over time with scans shaded by "
                         "source, in the format of the file's suffix (png, svg, pdf, ...; png "

@@ -1,10 +1,12 @@
 """`scanguardctl diagnose`: record latency, throughput and every scan, then say what they show.
 
 Runs as an ordinary user and changes nothing: it reads NetworkManager's and the guard's public
-properties, sends ICMP echoes to the gateway from an unprivileged ping socket (what
-`net.ipv4.ping_group_range` allows; systemd opens it to every group), reads the interface's
-byte counters from sysfs once a second, and listens to the kernel's nl80211 scan events, which
-any user may receive and which show every scan whoever asked for it.  wpa_supplicant is asked
+properties, sends ICMP echoes to the Wi-Fi interface's own gateway (or `--target`) from an
+unprivileged ping socket bound to that interface (what `net.ipv4.ping_group_range` allows;
+systemd opens it to every group), so that they cross the Wi-Fi also when a VPN owns the
+default route, reads the interface's byte counters from sysfs once a second, and listens to
+the kernel's nl80211 scan events, which any user may receive and which show every scan
+whoever asked for it.  wpa_supplicant is asked
 for the bgscan string and the signal where its D-Bus policy lets the user (root and group
 `netdev` on Debian); otherwise the report says what it used instead.
 
@@ -14,6 +16,7 @@ with all the evidence (`attribution`), and `findings` makes the figures and the 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import ipaddress
 import os
@@ -29,7 +32,8 @@ from . import attribution
 from .attribution import GEOCLUE_NAME, Evidence, Request
 from .bus import BusError, call, get_all, get_property, name_has_owner, owner_pid, unwrap
 from .dbuslib import MessageBus
-from .findings import ECHO_TIMEOUT, Echo, Guard, Link, Recording, Scan, Second, explain_bgscan
+from .findings import (ECHO_TIMEOUT, TRY_TARGET, Echo, Guard, Link, Recording, Scan, Second,
+                       explain_bgscan)
 from .nm import (ACTIVE, DEVICE, DEVICE_TYPE_WIFI, NAME as NM, PATH as NM_PATH,
                  STATE_ACTIVATED)
 from .names import (ACCESS_DENIED, BUS_NAME, IFACE as GUARD_IFACE, PATH as GUARD_PATH,
@@ -47,6 +51,7 @@ SAMPLE_INTERVAL = 1.0  # counters, the guard's state
 ECHO_ID = 0  # a ping socket's kernel chooses the identifier
 ICMP_ECHO_REQUEST, ICMP_ECHO_REPLY = 8, 0
 ICMP_HEADER = struct.Struct("!BBHHH")  # type, code, checksum, identifier, sequence
+RTF_UP, RTF_GATEWAY = 0x0001, 0x0002  # /proc/net/route's flags (linux/route.h)
 
 
 @dataclass
@@ -58,7 +63,7 @@ class Target:
     ssid: bytes = b""
     strength: int | None = None  # NetworkManager's percent
     access_points: int | None = None  # of this SSID, in NetworkManager's list
-    gateway: str = ""
+    gateway: str = ""  # the interface's own IPv4 gateway
     link: Link = field(default_factory=lambda: Link(interface=""))
 
 
@@ -142,20 +147,50 @@ async def _gateway(bus: MessageBus, dev: dict[str, Any], name: str) -> str:
 
 
 def route_gateway(name: str, path: str = "/proc/net/route") -> str:
-    """The interface's IPv4 default gateway from the kernel's routing table ("" if none)."""
+    """The interface's own IPv4 gateway from the kernel's main routing table ("" if none): that
+    of its default route with the lowest metric, else that of any other route through it.
+
+    The second is for a VPN that owns the default route: the Wi-Fi interface's default route
+    may be gone, but the route to the VPN's server still goes through the Wi-Fi's gateway."""
+    best: tuple[bool, int, str] | None = None  # (not a default route, metric, gateway)
     try:
         with open(path, encoding="ascii", errors="replace") as f:
             next(f, None)
             for line in f:
                 cols = line.split()
-                if len(cols) >= 3 and cols[0] == name and cols[1] == "00000000":
-                    return str(ipaddress.IPv4Address(struct.pack("<I", int(cols[2], 16))))
-    except (OSError, ValueError):
-        pass
-    return ""
+                if len(cols) < 4 or cols[0] != name:
+                    continue
+                if int(cols[3], 16) & (RTF_UP | RTF_GATEWAY) != RTF_UP | RTF_GATEWAY:
+                    continue
+                gateway = str(ipaddress.IPv4Address(struct.pack("<I", int(cols[2], 16))))
+                metric = int(cols[6]) if len(cols) > 6 else 0
+                mask = cols[7] if len(cols) > 7 else "00000000"
+                here = (not (cols[1] == "00000000" and mask == "00000000"), metric, gateway)
+                if best is None or here < best:
+                    best = here
+    except (OSError, ValueError, struct.error):
+        return ""
+    return "" if best is None else best[2]
 
 
 # ---- latency ---------------------------------------------------------------------------------
+
+def address_argument(text: str) -> str:
+    """`--target ADDR` as argparse reads it: the address of one IPv4 host, written as digits
+    (names are not looked up: a lookup could go through the VPN's resolver, or hang)."""
+    if not text:
+        return text  # argparse passes the default "" through here too: the gateway
+    try:
+        address = ipaddress.IPv4Address(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{quoted(text)} is not an IPv4 address; give one such as 192.168.1.1 (a host "
+            "name is not looked up)") from None
+    if address.is_multicast or address.is_unspecified or address.packed == b"\xff" * 4:
+        raise argparse.ArgumentTypeError(f"{quoted(text)} is not the address of one host; give "
+                                         "one such as 192.168.1.1")
+    return str(address)
+
 
 def ping_groups(path: str = "/proc/sys/net/ipv4/ping_group_range") -> str:
     try:
@@ -201,10 +236,14 @@ def echo_reply_seq(data: bytes, ident: int | None = None) -> int | None:
 
 class Pinger:
     """ICMP echoes to one address from an unprivileged ping socket, ECHO_INTERVAL apart.
-    Each echo lands in `link.echoes` once answered or once ECHO_TIMEOUT has passed."""
+    Each echo lands in `link.echoes` once answered or once ECHO_TIMEOUT has passed.
+
+    With `device`, the socket is bound to that interface (SO_BINDTODEVICE, which Linux allows
+    an ordinary user since 5.7 on a socket not yet bound): the echoes leave through it whatever
+    the routing table prefers, e.g. a VPN's default route.  `bound` says whether that worked."""
 
     def __init__(self, address: str, echoes: list[Echo], clock: Callable[[], float],
-                 raw: bool = False) -> None:
+                 raw: bool = False, device: str = "") -> None:
         self.address = address
         self.echoes = echoes
         self.clock = clock
@@ -215,6 +254,14 @@ class Pinger:
         kind = socket.SOCK_RAW if raw else socket.SOCK_DGRAM
         self.sock = socket.socket(socket.AF_INET, kind | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC,
                                   socket.IPPROTO_ICMP)
+        self.bound = False
+        if device:
+            try:
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE,
+                                     os.fsencode(device))
+                self.bound = True
+            except OSError:
+                pass  # a kernel before 5.7 wants CAP_NET_RAW: the routing table decides
         asyncio.get_running_loop().add_reader(self.sock.fileno(), self._receive)
 
     def send(self) -> None:
@@ -258,29 +305,40 @@ class Pinger:
         self.sock.close()
 
 
-def open_pinger(target: Target, clock: Callable[[], float]) -> tuple[Pinger | None, str]:
-    """A Pinger for the target's gateway and how latency is measured, or None and why not."""
-    if not target.gateway:
-        return None, "no IPv4 default gateway on this interface to send echoes to"
+def open_pinger(target: Target, clock: Callable[[], float], address: str = "") -> Pinger | None:
+    """A Pinger for `address` (else the target's gateway) through the target's interface, or
+    None.  Says in the target's link how latency is measured, or why not and what to try."""
+    link = target.link
+    interface = shown(target.interface, NAME_CHARS)
+    link.target = address or target.gateway
+    if not link.target:
+        link.latency_method = (f"{interface} has no IPv4 gateway of its own to send echoes to: "
+                               "NetworkManager names none, and no route in the kernel's main "
+                               f"table goes through one on {interface}")
+        link.latency_try = TRY_TARGET.format(interface=interface)
+        return None
+    what = (f"ICMP echo to {shown(address, NAME_CHARS)} (--target)" if address else
+            f"ICMP echo to the gateway {shown(target.gateway, NAME_CHARS)}")
     try:
-        pinger = Pinger(target.gateway, target.link.echoes, clock)
+        pinger = Pinger(link.target, link.echoes, clock, device=target.interface)
+        how = "unprivileged ping socket"
     except PermissionError:
         try:
-            pinger = Pinger(target.gateway, target.link.echoes, clock, raw=True)
+            pinger = Pinger(link.target, link.echoes, clock, raw=True, device=target.interface)
         except OSError:
-            pass
-        else:
-            return pinger, (f"ICMP echo to the gateway {shown(target.gateway, NAME_CHARS)} every "
-                            f"{ECHO_INTERVAL:g} s (raw socket: the ping socket is not allowed, "
-                            "but you may open raw ones)")
-        return None, (f"unprivileged ICMP echo is not allowed here (net.ipv4.ping_group_range "
-                      f"is '{ping_groups()}', which does not include your groups); root can "
-                      "widen it, e.g. sysctl net.ipv4.ping_group_range='0 2147483647'")
+            link.latency_method = (f"unprivileged ICMP echo is not allowed here "
+                                   f"(net.ipv4.ping_group_range is '{ping_groups()}', which "
+                                   "does not include your groups); root can widen it, e.g. "
+                                   "sysctl net.ipv4.ping_group_range='0 2147483647'")
+            return None
+        how = "raw socket: the ping socket is not allowed, but you may open raw ones"
     except OSError as e:
-        return None, f"cannot open an ICMP socket ({e.strerror or e})"
-    return pinger, (f"ICMP echo to the gateway {shown(target.gateway, NAME_CHARS)} every "
-                    f"{ECHO_INTERVAL:g} s "
-                    "(unprivileged ping socket)")
+        link.latency_method = f"cannot open an ICMP socket ({e.strerror or e})"
+        return None
+    through = (f"through {interface}" if pinger.bound else
+               f"not bound to {interface}: the routing table chooses the way")
+    link.latency_method = f"{what} {through} every {ECHO_INTERVAL:g} s ({how})"
+    return pinger
 
 
 # ---- counters --------------------------------------------------------------------------------
@@ -491,7 +549,9 @@ class Recorder:
 
 async def record(bus: MessageBus, seconds: float, only: str | None,
                  progress: Callable[[str], None] | None = None,
-                 stop: asyncio.Event | None = None) -> Recording:
+                 stop: asyncio.Event | None = None, address: str = "") -> Recording:
+    """Record for `seconds`; echoes go to `address` when given, else to each interface's own
+    gateway."""
     targets, notes = await find_targets(bus, only)
     rec = Recording(started_at=time.time(), duration=0.0, notes=[])
     rec.notes.extend(f"Note: {n}." for n in notes)
@@ -505,6 +565,7 @@ async def record(bus: MessageBus, seconds: float, only: str | None,
     except Nl80211Error as e:
         events = None
         rec.scan_events_source = f"not seen: {e.strerror or e}"
+        rec.scans_seen = False
     installed, running, props, detail = await guard_properties(bus)
     pingers: list[Pinger] = []
     last: dict[str, tuple[int, int] | None] = {}
@@ -521,8 +582,7 @@ async def record(bus: MessageBus, seconds: float, only: str | None,
                                       dict(device.get("settings_sources", {})).items()}
         rec.guards[t.interface] = guard
         await read_supplicant(bus, t, device)
-        pinger, method = open_pinger(t, recorder.now)
-        t.link.latency_method = method
+        pinger = open_pinger(t, recorder.now, address)
         if pinger is not None:
             pingers.append(pinger)
         last[t.interface] = read_bytes(t.interface)
@@ -594,8 +654,9 @@ async def _sample(bus: MessageBus, targets: list[Target], rec: Recording,
                 rec.guards[t.interface].state = state
 
 
-def run(seconds: float, only: str | None, on_terminal: bool) -> Recording:
-    """Record for `seconds` (Ctrl-C ends early), showing progress on a terminal."""
+def run(seconds: float, only: str | None, on_terminal: bool, address: str = "") -> Recording:
+    """Record for `seconds` (Ctrl-C ends early), showing progress on a terminal; echoes go to
+    `address` when given, else to each interface's own gateway."""
 
     async def main() -> Recording:
         stop = asyncio.Event()
@@ -608,7 +669,8 @@ def run(seconds: float, only: str | None, on_terminal: bool) -> Recording:
         except Exception as e:
             raise ConnectionError(f"cannot connect to the system bus ({e}); is dbus running?") from None
         try:
-            return await record(bus, seconds, only, _progress if on_terminal else None, stop)
+            return await record(bus, seconds, only, _progress if on_terminal else None, stop,
+                                address)
         finally:
             bus.disconnect()
             if on_terminal:

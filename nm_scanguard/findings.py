@@ -99,8 +99,10 @@ class Link:
     ssid: str = ""
     signal_dbm: int | None = None
     signal_source: str = ""  # where the signal came from, in words
-    gateway: str = ""
+    gateway: str = ""  # the interface's own IPv4 gateway, "" when none was found
+    target: str = ""  # the address the echoes went to: the gateway, or --target
     latency_method: str = ""  # how latency was measured, or why it was not
+    latency_try: str = ""  # when it was not: what to try, e.g. "try `--target ADDR` ..."
     bgscan: str | None = None  # the current network's bgscan string, when known
     bgscan_source: str = ""  # how it was known
     bgscan_words: str = ""  # the string explained
@@ -127,6 +129,7 @@ class Recording:
     links: list[Link] = field(default_factory=list)
     guards: dict[str, Guard] = field(default_factory=dict)  # by interface
     scan_events_source: str = ""  # how scans were seen, or why they could not be
+    scans_seen: bool = True  # False: the kernel's scan events could not be received
     notes: list[str] = field(default_factory=list)
 
 
@@ -155,6 +158,9 @@ class Analysis:
     outside_bps: float | None  # ...and of the seconds outside them
     by_source: dict[str, SourceFigures]
     busy: bool
+    counted_seconds: int = 0  # seconds with throughput figures
+    latency_why: str = ""  # why no latency was measured (when median_ms is None)
+    latency_try: str = ""  # ...and what to try
 
     @property
     def inside_share(self) -> float | None:
@@ -217,13 +223,26 @@ def analyse(link: Link, duration: float) -> Analysis:
         elif covered == 0.0:
             outside.append(sec.bps)
     outside_bps = statistics.median(outside) if outside else None
+    why, tried = link.latency_method, link.latency_try
+    if median is None and link.echoes:  # sent, and none answered: the address, not the link
+        why = (f"none of the {len(link.echoes)} echoes to "
+               f"{shown(link.target or link.gateway or '?', NAME_CHARS)} was answered (it may "
+               "not answer pings)")
+        tried = TRY_TARGET.format(interface=shown(link.interface, NAME_CHARS))
     return Analysis(
         interface=link.interface, echoes=len(link.echoes), answered=len(answered),
         median_ms=median, spike_threshold_ms=limit, spikes=spikes, spikes_in_scans=in_scans,
         scans=len(link.scans), scan_seconds=scan_seconds,
         inside_bps=statistics.median(inside) if inside else None, outside_bps=outside_bps,
         by_source={k: v for k, v in by_source.items() if v.scans or v.spikes},
-        busy=outside_bps is not None and outside_bps >= BUSY_BPS)
+        busy=outside_bps is not None and outside_bps >= BUSY_BPS,
+        counted_seconds=len(link.seconds), latency_why=why or "no echo was sent",
+        latency_try=tried)
+
+
+# What to try when no echo could be sent or none was answered; diagnose says it too.
+TRY_TARGET = ("try `--target ADDR`, an IPv4 address that answers pings through {interface} "
+              "(its gateway, or a host on its network)")
 
 
 # ---- verdict ---------------------------------------------------------------------------------
@@ -277,14 +296,33 @@ def guarded(guard: Guard) -> bool:
     return any(state in ("guarding", "held") for state in [*guard.states_seen, guard.state])
 
 
-def verdict(a: Analysis, guard: Guard) -> list[str]:
-    """Sentences a person can act on, most important first."""
+def verdict(a: Analysis, guard: Guard, scans_unseen: str = "") -> list[str]:
+    """Sentences a person can act on, most important first.  Each says only what was measured:
+    without latency no stall is tied to a scan or cleared of one, and without the kernel's scan
+    events no scan is counted.  `scans_unseen`: why the scan events were not seen, if so."""
     lines: list[str] = []
     interface = shown(a.interface, NAME_CHARS)
-    if a.median_ms is None:
-        lines.append("Latency could not be measured, so no stall can be tied to a scan.")
+    measured = a.median_ms is not None
+    unmeasured = (f"no latency measured because {a.latency_why}"
+                  + (f"; {a.latency_try}" if a.latency_try else ""))
+    if scans_unseen:
+        lines.append(f"Cannot tell whether Wi-Fi scans ran on {interface}: the kernel's scan "
+                     f"events were not seen ({scans_unseen}).")
+        if measured:
+            lines.append(f"Its {_n(a.spikes, 'latency spike')} in {a.echoes} "
+                         f"{'echo' if a.echoes == 1 else 'echoes'} can "
+                         "be neither tied to scans nor cleared of them.")
+        else:
+            lines.append(f"Cannot tell whether {interface} stalled either: {unmeasured}.")
+        if guarded(guard):
+            lines.append("nm-scanguard was guarding this interface during the run: bgscan was "
+                         "suspended.")
+        return lines
     if a.scans == 0:
-        if a.spikes:
+        if not measured:
+            lines.append(f"No Wi-Fi scan ran on {interface}; cannot tell whether it stalled for "
+                         f"another reason: {unmeasured}.")
+        elif a.spikes:
             lines.append(f"No Wi-Fi scan ran on {interface}: its {_n(a.spikes, 'latency spike')} "
                          "have another cause (the network beyond the access point, interference, "
                          "power saving), not scans.")
@@ -295,19 +333,28 @@ def verdict(a: Analysis, guard: Guard) -> list[str]:
                          "suspended.")
         return lines
     share = a.spikes_in_scans / a.spikes if a.spikes else 0.0
-    if a.spikes and share >= CAUSE_SHARE:
+    if not measured:
+        lines.append(f"Cannot tell whether the {_n(a.scans, 'scan')} on {interface} stalled it: "
+                     f"{unmeasured}.")
+    elif a.spikes and share >= CAUSE_SHARE:
         lines.append(f"Scans cause the stalls on {interface}: {a.spikes_in_scans} of "
                      f"{_n(a.spikes, 'latency spike')} fell inside the {_n(a.scans, 'scan')}.")
     elif a.spikes_in_scans:
         lines.append(f"Scans cause some stalls on {interface}: {a.spikes_in_scans} of "
                      f"{_n(a.spikes, 'latency spike')} fell inside the {_n(a.scans, 'scan')}; "
                      "the others have another cause.")
-    elif a.median_ms is not None:
+    else:
         lines.append(f"{_n(a.scans, 'scan')} ran on {interface}, but no latency spike fell "
                      "inside one" + (f"; the {_n(a.spikes, 'spike')} have another cause."
                                      if a.spikes else "."))
     share_bps = a.inside_share
-    if share_bps is not None and a.busy:
+    if not a.counted_seconds:
+        lines.append(f"What scans cost in throughput cannot be told: the byte counters of "
+                     f"{interface} could not be read.")
+    elif a.outside_bps is None:
+        lines.append("What scans cost in throughput cannot be told: no second of the run was "
+                     "free of scans to compare with.")
+    elif share_bps is not None and a.busy:
         lines.append(f"Throughput inside scans was {share_bps * 100:.0f} % of the throughput "
                      "outside them (median seconds).")
     elif not a.busy:
@@ -319,13 +366,21 @@ def verdict(a: Analysis, guard: Guard) -> list[str]:
         who = DESCRIPTIONS[source]
         if figures.names and source in (NETWORKMANAGER, DIRECT):
             who += f" — {_names(figures.names)}"
+        spikes = f", {_n(figures.spikes, 'spike')}" if measured else ""
         lines.append(f"{_n(figures.scans, 'scan')} by {who} "
-                     f"({figures.seconds_off:.1f} s off the channel, {_n(figures.spikes, 'spike')}"
+                     f"({figures.seconds_off:.1f} s off the channel{spikes}"
                      f"): {advice(source, figures, guard)}.")
     return lines
 
 
 # ---- the JSON document -----------------------------------------------------------------------
+
+def scans_unseen(rec: Recording) -> str:
+    """Why the recording saw no scan events ("" when it saw them)."""
+    if rec.scans_seen:
+        return ""
+    return rec.scan_events_source.removeprefix("not seen: ") or "no reason given"
+
 
 def _finite(value: Any) -> Any:
     """None for NaN and the infinities, so that the document stays strict JSON."""
@@ -346,7 +401,8 @@ def as_json(rec: Recording) -> dict[str, Any]:
         links.append({
             "interface": link.interface, "ssid": link.ssid, "signal_dbm": link.signal_dbm,
             "signal_source": link.signal_source, "gateway": link.gateway,
-            "latency_method": link.latency_method,
+            "target": link.target, "latency_method": link.latency_method,
+            "latency_try": link.latency_try,
             "bgscan": link.bgscan, "bgscan_source": link.bgscan_source,
             "bgscan_explained": link.bgscan_words,
             "guard": {"installed": guard.installed, "running": guard.running,
@@ -365,7 +421,7 @@ def as_json(rec: Recording) -> dict[str, Any]:
                                   "spikes": v.spikes, "names": v.names}
                               for k, v in a.by_source.items()},
             },
-            "verdict": verdict(a, guard),
+            "verdict": verdict(a, guard, scans_unseen(rec)),
             "scans": [{"start": round(s.start, 3), "end": None if s.end is None else round(s.end, 3),
                        "duration": None if s.duration is None else round(s.duration, 3),
                        "outcome": s.outcome, "source": s.source, "name": s.name,
@@ -426,7 +482,7 @@ def report(rec: Recording) -> str:
         head = shown(link.interface, NAME_CHARS) + (f" ('{clipped(link.ssid, 64)}')" if link.ssid else "")
         out.append("")
         out.append(f"== {head}")
-        out.extend(f"* {line}" for line in verdict(a, guard))
+        out.extend(f"* {line}" for line in verdict(a, guard, scans_unseen(rec)))
         out.append("")
         signal = (f"{link.signal_dbm} dBm ({link.signal_source})" if link.signal_dbm is not None
                   else f"unknown ({link.signal_source or 'not readable'})")
@@ -438,7 +494,7 @@ def report(rec: Recording) -> str:
             out.append(f"bgscan: {value}, {link.bgscan_source}: {link.bgscan_words}")
         out.append(f"nm-scanguard: {guard_line(guard)}")
         if a.median_ms is None:
-            out.append(f"Latency: not measured ({link.latency_method})")
+            out.append(f"Latency: not measured ({a.latency_why})")
         else:
             out.append(f"Latency: {a.echoes} echoes, {link.latency_method}; median "
                        f"{a.median_ms:.1f} ms; {_n(a.spikes, 'spike')} (≥ "

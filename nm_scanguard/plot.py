@@ -131,7 +131,7 @@ def draw(rec: Recording, path: str, pyplot: Any) -> None:
         answered = [(e.sent, e.rtt_ms) for e in link.echoes if e.rtt_ms is not None]
         if answered:
             lat.plot([t for t, _ in answered], [r for _, r in answered], lw=0.8, color="black",
-                     label="round trip to the gateway")
+                     label=f"round trip to {shown(link.target or 'the gateway', NAME_CHARS)}")
         spikes = [e for e in link.echoes if is_spike(e, a.spike_threshold_ms)]
         slow = [e for e in spikes if e.rtt_ms is not None]
         lost = [e for e in spikes if e.rtt_ms is None]
@@ -148,8 +148,9 @@ def draw(rec: Recording, path: str, pyplot: Any) -> None:
         title = shown(link.interface, NAME_CHARS) + (f" ('{clipped(link.ssid, 64)}')"
                                                       if link.ssid else "")
         # Plain text: matplotlib would read "$...$" in an SSID as mathtext, and "$\frac$" fails.
-        lat.set_title(f"{title}: {a.scans} scan(s), {a.spikes} spike(s), "
-                      f"{a.spikes_in_scans} inside scans", parse_math=False)
+        latency = (f"{a.spikes} spike(s), {a.spikes_in_scans} inside scans"
+                   if a.median_ms is not None else "latency not measured")
+        lat.set_title(f"{title}: {a.scans} scan(s), {latency}", parse_math=False)
         secs = link.seconds
         thr.step([s.at for s in secs], [s.bps / 1e6 for s in secs], where="post", color="black",
                  lw=0.9, label="throughput (rx + tx)")

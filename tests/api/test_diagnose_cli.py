@@ -23,7 +23,7 @@ import pytest
 
 from tests.api.harness import scanguardctl
 from tests.conftest import ALLOW_ALL_POLICY, PrivateBus, start_private_bus
-from tests.peers import REPO, env_for
+from tests.peers import REPO, Link, env_for
 
 AP_IFACE = "org.freedesktop.NetworkManager.AccessPoint"
 
@@ -63,8 +63,9 @@ async def test_diagnose_as_nobody_finds_the_link_and_the_guard(scenario, ssid):
     assert guard["states_seen"] == ["idle"]
     # Without cfg80211 nothing is seen, and the report says so instead of "no scans".
     assert doc["scan_events"].startswith(("seen in the kernel", "not seen: this kernel has no Wi-Fi"))
-    assert "no IPv4 default gateway" in link["latency_method"]
-    assert link["verdict"][0].startswith("Latency could not be measured")
+    assert link["latency_method"] == no_gateway(s.ifname)
+    assert link["latency_try"] == try_target(s.ifname)
+    assert link["verdict"] == unmeasured_verdict(doc, s.ifname)
     assert doc["duration"] >= 2.5 and not doc["interrupted"]
     assert link["bgscan_source"], link
 
@@ -104,6 +105,99 @@ async def test_without_networkmanager_it_says_so(system_bus):
                                 user="nobody", timeout=60)
     assert r.returncode == 1
     assert "NetworkManager could not be asked" in r.stderr and "is it running?" in r.stderr
+
+
+# ---- a verdict only for what was measured (issue 34, item 2) ----------------------------------
+
+def no_gateway(ifname: str) -> str:
+    return (f"{ifname} has no IPv4 gateway of its own to send echoes to: NetworkManager names "
+            f"none, and no route in the kernel's main table goes through one on {ifname}")
+
+
+def try_target(ifname: str) -> str:
+    return (f"try `--target ADDR`, an IPv4 address that answers pings through {ifname} (its "
+            "gateway, or a host on its network)")
+
+
+def unmeasured_verdict(doc: dict, ifname: str) -> list[str]:
+    """What diagnose must say of a run on a link with no gateway: no latency, and scans only
+    when the kernel's scan events were seen."""
+    why = f"no latency measured because {no_gateway(ifname)}; {try_target(ifname)}"
+    if doc["scan_events"].startswith("seen in the kernel"):
+        return [f"No Wi-Fi scan ran on {ifname}; cannot tell whether it stalled for another "
+                f"reason: {why}."]
+    unseen = doc["scan_events"].removeprefix("not seen: ")
+    return [f"Cannot tell whether Wi-Fi scans ran on {ifname}: the kernel's scan events were "
+            f"not seen ({unseen}).", f"Cannot tell whether {ifname} stalled either: {why}."]
+
+
+@pytest.mark.parametrize("ssid", ["Home", "Café ☕"])
+async def test_nothing_measured_is_never_all_is_well(scenario, ssid):
+    """The report a person reads, on a link without a gateway: "cannot tell", with what to try,
+    never "latency stayed steady"."""
+    s = scenario
+    if ssid != "Home":
+        s.nm.mock_object(s.ap).UpdateProperties(AP_IFACE, {"Ssid": dbus.ByteArray(ssid.encode())})
+    r = await asyncio.to_thread(scanguardctl, s.address, "diagnose", "--seconds", "3",
+                                user="nobody", timeout=90)
+    assert r.returncode == 0, r.stderr
+    j = await asyncio.to_thread(scanguardctl, s.address, "diagnose", "--seconds", "1", "--json",
+                                user="nobody", timeout=90)
+    expected = unmeasured_verdict(strict(j.stdout), s.ifname)
+    lines = r.stdout.splitlines()
+    assert lines[2] == f"== {s.ifname} ('{ssid}')"
+    assert lines[3:3 + len(expected)] == [f"* {line}" for line in expected]
+    assert f"Latency: not measured ({no_gateway(s.ifname)})" in lines
+    assert "steady" not in r.stdout
+
+
+@contextlib.contextmanager
+def route(*spec: str):
+    subprocess.run(["ip", "route", "add", *spec], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["ip", "route", "del", *spec], stderr=subprocess.DEVNULL)
+
+
+def measured(doc: dict, ifname: str) -> dict:
+    """The link of a run whose echoes were answered, and the verdict only for that."""
+    (link,) = doc["links"]
+    assert link["interface"] == ifname
+    summary = link["summary"]
+    assert summary["answered"] > 0 and summary["median_rtt_ms"] is not None, link
+    assert not any("no latency measured" in line for line in link["verdict"]), link["verdict"]
+    assert "steady" not in " ".join(link["verdict"]) or summary["scans"] == 0
+    return link
+
+
+async def test_the_wifi_gateway_is_pinged_when_the_default_route_is_elsewhere(scenario, link: Link):
+    """A VPN's shape: the default route is not the interface's (here, the host's own), and the
+    interface keeps a route to the VPN's server (198.51.100.7) through its gateway.  diagnose
+    finds that gateway and echoes it through the interface.  Run as root: this host's
+    net.ipv4.ping_group_range may exclude every group, and root's raw socket is bound the same
+    way as the ping socket."""
+    s = scenario
+    with route("198.51.100.7/32", "via", link.peer_addr, "dev", s.ifname):
+        r = await asyncio.to_thread(scanguardctl, s.address, "diagnose", "--seconds", "3",
+                                    "--json", timeout=90)
+    assert r.returncode == 0, r.stderr
+    found = measured(strict(r.stdout), s.ifname)
+    assert found["gateway"] == found["target"] == link.peer_addr
+    assert found["latency_method"].startswith(
+        f"ICMP echo to the gateway {link.peer_addr} through {s.ifname} every 0.2 s ("), found
+    assert found["latency_try"] == ""
+
+
+async def test_target_is_pinged_through_the_interface(scenario, link: Link):
+    s = scenario
+    r = await asyncio.to_thread(scanguardctl, s.address, "diagnose", "--seconds", "3", "--json",
+                                "--target", link.peer_addr, timeout=90)
+    assert r.returncode == 0, r.stderr
+    found = measured(strict(r.stdout), s.ifname)
+    assert (found["gateway"], found["target"]) == ("", link.peer_addr)
+    assert found["latency_method"].startswith(
+        f"ICMP echo to {link.peer_addr} (--target) through {s.ifname} every 0.2 s ("), found
 
 
 # ---- --plot (issue 34, item 1) ----------------------------------------------------------------

@@ -197,6 +197,82 @@ def test_an_idle_link_gives_no_throughput_ratio():
     assert any("nearly idle" in line for line in F.verdict(a, guard()))
 
 
+# ---- a verdict only for what was measured (issue 34, item 2) --------------------------------
+
+NO_GATEWAY = ("wlan0 has no IPv4 gateway of its own to send echoes to: NetworkManager names "
+              "none, and no route in the kernel's main table goes through one on wlan0")
+TRY = ("try `--target ADDR`, an IPv4 address that answers pings through wlan0 (its gateway, or "
+       "a host on its network)")
+
+
+def unmeasured(link: F.Link) -> F.Link:
+    """The link as diagnose leaves it when it found no gateway to echo."""
+    link.echoes.clear()
+    link.latency_method, link.latency_try = NO_GATEWAY, TRY
+    return link
+
+
+def test_without_latency_a_run_without_scans_is_not_called_steady(ssid):
+    a = F.analyse(unmeasured(recorded(ssid, [])), 60.0)
+    lines = F.verdict(a, guard(installed=True, running=True, state="idle"))
+    assert lines == [f"No Wi-Fi scan ran on wlan0; cannot tell whether it stalled for another "
+                     f"reason: no latency measured because {NO_GATEWAY}; {TRY}."]
+    assert not any("steady" in line for line in lines)
+
+
+def test_without_latency_scans_are_neither_blamed_nor_cleared(ssid):
+    link = unmeasured(recorded(ssid, [(20.0, started((ssid,))), (27.0, ended())]))
+    lines = F.verdict(F.analyse(link, 60.0), guard())
+    assert lines[0] == (f"Cannot tell whether the 1 scan on wlan0 stalled it: no latency "
+                        f"measured because {NO_GATEWAY}; {TRY}.")
+    assert lines[2].startswith("1 scan by wpa_supplicant's bgscan (the periodic scan "
+                               "NetworkManager configures) (7.0 s off the channel): install")
+    assert not any("spike" in line for line in lines)
+
+
+def test_echoes_nobody_answered_are_no_measurement(ssid):
+    link = recorded(ssid, [(20.0, started((ssid,))), (27.0, ended())], rtt=lambda t, s: None)
+    link.target = "192.168.1.1"
+    a = F.analyse(link, 60.0)
+    assert a.median_ms is None and a.echoes == 300
+    lines = F.verdict(a, guard())
+    assert lines[0] == ("Cannot tell whether the 1 scan on wlan0 stalled it: no latency measured "
+                        "because none of the 300 echoes to 192.168.1.1 was answered (it may not "
+                        f"answer pings); {TRY}.")
+    assert "Latency: not measured (none of the 300 echoes" in F.report(recording(link))
+
+
+@pytest.mark.parametrize("measured", [True, False])
+def test_without_the_kernels_scan_events_no_scan_is_counted(ssid, measured):
+    link = recorded(ssid, [], rtt=lambda t, s: 90.0 if int(t) % 10 == 0 else 2.0)
+    if not measured:
+        unmeasured(link)
+    rec = recording(link)
+    rec.scans_seen = False
+    rec.scan_events_source = "not seen: this kernel has no Wi-Fi (cfg80211)"
+    lines = F.as_json(rec)["links"][0]["verdict"]
+    assert lines[0] == ("Cannot tell whether Wi-Fi scans ran on wlan0: the kernel's scan events "
+                        "were not seen (this kernel has no Wi-Fi (cfg80211)).")
+    assert lines[1] == ("Its 30 latency spikes in 300 echoes can be neither tied to scans nor "
+                        "cleared of them." if measured else
+                        f"Cannot tell whether wlan0 stalled either: no latency measured because "
+                        f"{NO_GATEWAY}; {TRY}.")
+    assert not any("No Wi-Fi scan ran" in line for line in lines)
+
+
+def test_throughput_that_was_not_counted_is_not_called_idle(ssid):
+    link = recorded(ssid, [(20.0, started((ssid,))), (27.0, ended())])
+    link.seconds.clear()
+    lines = F.verdict(F.analyse(link, 60.0), guard())
+    assert ("What scans cost in throughput cannot be told: the byte counters of wlan0 could not "
+            "be read.") in lines
+    assert not any("idle" in line for line in lines)
+    whole = recorded(ssid, [(0.0, started((ssid,)))])  # one scan the whole run long
+    lines = F.verdict(F.analyse(whole, 60.0), guard())
+    assert ("What scans cost in throughput cannot be told: no second of the run was free of "
+            "scans to compare with.") in lines
+
+
 def test_recorder_ignores_other_interfaces_and_counts_ends_it_never_saw_start():
     clock = Clock()
     t = target(HOME)
@@ -272,7 +348,9 @@ def test_json_without_echoes_has_nulls_not_nan():
     json.dumps(doc, allow_nan=False)
     assert doc["links"][0]["summary"]["median_rtt_ms"] is None
     assert doc["links"][0]["summary"]["inside_share"] is None
-    assert "Latency could not be measured" in doc["links"][0]["verdict"][0]
+    assert doc["links"][0]["verdict"] == [
+        "No Wi-Fi scan ran on wlan0; cannot tell whether it stalled for another reason: no "
+        "latency measured because no echo was sent."]
 
 
 def test_explain_bgscan():
@@ -290,6 +368,31 @@ def test_explain_bgscan():
 
 
 # ---- what the system shows any user ----------------------------------------------------------
+
+ROUTE_HEAD = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\n"
+
+
+def test_the_wifi_gateway_is_found_when_a_vpn_owns_the_default_route(tmp_path):
+    """tun0 has the default route; wlan0 keeps only its network and the route to the VPN's
+    server (203.0.113.9) through its gateway 192.168.1.1."""
+    route = tmp_path / "route"
+    route.write_text(ROUTE_HEAD
+                     + "tun0\t00000000\t00000000\t0001\t0\t0\t50\t00000000\n"
+                     + "wlan0\t0001A8C0\t00000000\t0001\t0\t0\t600\t00FFFFFF\n"
+                     + "wlan0\t097100CB\t0101A8C0\t0007\t0\t0\t600\tFFFFFFFF\n")
+    assert D.route_gateway("wlan0", str(route)) == "192.168.1.1"
+    assert D.route_gateway("tun0", str(route)) == ""  # a default route without a gateway
+
+
+def test_the_default_route_with_the_lowest_metric_comes_first(tmp_path):
+    route = tmp_path / "route"
+    route.write_text(ROUTE_HEAD
+                     + "wlan0\t097100CB\t0301A8C0\t0007\t0\t0\t10\tFFFFFFFF\n"
+                     + "wlan0\t00000000\t0201A8C0\t0003\t0\t0\t700\t00000000\n"
+                     + "wlan0\t00000000\t0101A8C0\t0003\t0\t0\t600\t00000000\n"
+                     + "wlan0\t00000000\t0401A8C0\t0002\t0\t0\t1\t00000000\n")  # not up
+    assert D.route_gateway("wlan0", str(route)) == "192.168.1.1"
+
 
 def test_route_gateway(tmp_path):
     route = tmp_path / "route"
@@ -352,6 +455,42 @@ def test_pinger_measures_loopback():
     assert all(e.rtt_ms is not None and 0 < e.rtt_ms < 50 for e in echoes)
 
 
+def test_the_echoes_leave_through_the_interface_they_measure():
+    """Bound to lo, the echoes to 127.0.0.1 are answered; bound to an interface that does not
+    lead there, none is: SO_BINDTODEVICE overrides the routing table, as for a VPN's route."""
+    import socket
+
+    async def go(device: str) -> tuple[bool, list[F.Echo]]:
+        echoes: list[F.Echo] = []
+        try:
+            p = D.Pinger("127.0.0.1", echoes, time.monotonic, device=device)
+        except PermissionError:  # ping_group_range excludes us: the raw socket, as root
+            p = D.Pinger("127.0.0.1", echoes, time.monotonic, raw=True, device=device)
+        for _ in range(3):
+            p.send()
+            await asyncio.sleep(0.05)
+        p.expire(final=True)
+        p.close()
+        return p.bound, echoes
+
+    bound, echoes = asyncio.run(go("lo"))
+    assert bound and len(echoes) == 3 and all(e.rtt_ms is not None for e in echoes)
+    other = next((name for _, name in socket.if_nameindex() if name != "lo"), None)
+    if other is None:
+        pytest.skip("no interface beside lo")
+    bound, echoes = asyncio.run(go(other))
+    assert bound and not any(e.rtt_ms is not None for e in echoes)
+
+
+@pytest.mark.parametrize("name", ["wlan0", "wlé0"])
+def test_no_gateway_says_why_and_what_to_try(name):
+    t = D.Target(interface=name, ifindex=3)
+    assert D.open_pinger(t, time.monotonic) is None
+    assert t.link.latency_method == NO_GATEWAY.replace("wlan0", name)
+    assert t.link.latency_try == TRY.replace("wlan0", name)
+    assert t.link.target == ""
+
+
 # ---- the command line ------------------------------------------------------------------------
 
 def test_parser_defaults_and_bad_seconds(capsys):
@@ -361,6 +500,28 @@ def test_parser_defaults_and_bad_seconds(capsys):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["diagnose", "--seconds", bad])
         assert "seconds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["Café ☕", "192.168.1", "192.168.001.1", "224.0.0.1",
+                                  "0.0.0.0", "255.255.255.255", "router.home"])
+def test_target_is_the_address_of_one_host(monkeypatch, capsys, text):
+    monkeypatch.setattr(D, "run", lambda *a: pytest.fail("recorded"))
+    assert refused(["diagnose", "--target", text]) == 2
+    err = capsys.readouterr().err
+    assert f"argument --target: '{text}' is not" in err and "give one such as 192.168.1.1" in err
+
+
+def test_target_reaches_the_recording(monkeypatch, capsys, ssid):
+    seen = []
+
+    def run(seconds, only, on_terminal, address):
+        seen.append(address)
+        return recording(recorded(ssid, []))
+
+    monkeypatch.setattr(D, "run", run)
+    assert main(["diagnose", "--seconds", "1", "--target", "192.168.1.1"]) == 0
+    assert main(["diagnose", "--seconds", "1"]) == 0
+    assert seen == ["192.168.1.1", ""]
 
 
 def test_plot_without_matplotlib_says_what_to_install(monkeypatch, capsys):
@@ -490,7 +651,7 @@ def test_a_link_placed_during_the_recording_is_refused_and_the_report_still_prin
     victim.write_bytes(b"precious")
     out = tmp_path / f"{CAFE.decode()}.png"
 
-    def run(seconds, only, on_terminal):
+    def run(seconds, only, on_terminal, address):
         out.symlink_to(victim)  # after check_writable, as a race would
         return plotted(tmp_path)
 

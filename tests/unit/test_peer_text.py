@@ -290,13 +290,13 @@ def test_the_json_verbs_print_that_text(monkeypatch, capsys):
     monkeypatch.setattr(cli, "properties", properties)
     assert asyncio.run(cli.cmd_status(argparse.Namespace(json=True))) == 0
     clean(capsys.readouterr().out)
-    monkeypatch.setattr(D, "run", lambda seconds, only, on_terminal: hostile_recording())
+    monkeypatch.setattr(D, "run", lambda seconds, only, on_terminal, address: hostile_recording())
     assert cli.main(["diagnose", "--json", "--seconds", "1"]) == 0
     clean(capsys.readouterr().out)
 
 
 def test_networkmanagers_error_text_is_escaped_when_diagnose_cannot_ask_it(monkeypatch, capsys):
-    def run(seconds, only, on_terminal):
+    def run(seconds, only, on_terminal, address):
         raise BusError("org.freedesktop.NetworkManager.Failed", EVIL)
 
     monkeypatch.setattr(D, "run", run)
