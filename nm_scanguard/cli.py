@@ -68,8 +68,8 @@ def _ago(since: float) -> str:
 GEOCLUE_HINT = ("scans ran while bgscan was suspended and the polkit rule refused no program's "
                 "request to NetworkManager: most likely GeoClue (location services: automatic "
                 "time zone, Night Light schedule, weather), or root (e.g. sudo nmcli device wifi "
-                "rescan), about whom polkit is never asked; see \"Scans other programs ask for\" "
-                "in nm-scanguard's README to turn location off or down")
+                "rescan), about whom polkit is never asked; to turn location off or down, see "
+                "/usr/share/doc/nm-scanguard/docs/scan-deferral.md, \"GeoClue is never refused\"")
 
 
 def scan_hint(d: dict[str, Any]) -> str | None:

@@ -252,8 +252,9 @@ def _n(count: int, word: str) -> str:
 
 
 ADVICE_GUARD_OFF = {
-    "not-installed": "install nm-scanguard, which suspends bgscan while the link is busy "
-                     "(README, \"Install on Debian 12 or 13\")",
+    "not-installed": "install nm-scanguard, which suspends bgscan while the link is busy: as "
+                     "root, in a checkout of https://github.com/nm-scanguard/nm-scanguard, make "
+                     "deb, then apt install ../nm-scanguard_*_all.deb",
     "not-running": "start the guard: systemctl enable --now scanguard.service",
 }
 
@@ -280,7 +281,7 @@ def advice(source: str, figures: SourceFigures, guard: Guard) -> str:
         return ("GeoClue scans for location services (automatic time zone, Night Light, "
                 "weather); nm-scanguard's abort_scans = yes cuts them short while guarding, or "
                 "turn its Wi-Fi source off with [wifi] enable=false in /etc/geoclue/geoclue.conf "
-                "(docs/scan-deferral.md, \"GeoClue is never refused\")")
+                "(/usr/share/doc/nm-scanguard/docs/scan-deferral.md, \"GeoClue is never refused\")")
     if source == GUARD:
         return ("the signal fell below nm-scanguard's floor and it scanned so that the station "
                 "could roam: this scan is wanted")
