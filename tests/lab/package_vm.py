@@ -7,6 +7,11 @@ time the checks' VM leaves (it waits for bgscan's 30 s timers most of the time),
 rung costs the checks' time, not the sum of both (issue 9: the lab under 20 minutes).  The
 checks' VM keeps the CPU whenever it wants it: a SCHED_IDLE thread yields at once.  Run alone
 (`pytest tests/lab/test_package_vm.py`), the same work runs in the foreground.
+
+After vm-check.sh, in the same VM: a profile private to another user (issue 21); `systemctl
+reload` with a bad settings file (issue 34, item 7); the package's autopkgtest scripts
+(debian/tests) against the installed package; and the upgrade from the previous release's
+package, built from git, to this tree's (issue 34, item 11).
 """
 
 from __future__ import annotations
@@ -15,19 +20,24 @@ import json
 import re
 import shlex
 import shutil
+import signal
+import subprocess
 import sys
 import threading
 import time
 import traceback
 from pathlib import Path
 
-from tests.package.test_package import build_deb
+from tests.package.test_package import ENV, BuildError, build_deb
 
+from .build import release
 from .lab import CONNECTION, wait_until
 from .systemd_lab import SystemdLab
 from .vm import REPO, idle_priority
 
 VM_CHECK = REPO / "tests" / "package" / "vm-check.sh"
+DEBIAN_TESTS = REPO / "debian" / "tests"
+CONF = "/etc/scanguard/scanguard.conf"
 IFACE = "wlan1"
 # The user a profile is made private to.  NetworkManager keeps a private profile active only
 # while one of its users has a login session (else it deactivates it), so this one gets one.
@@ -51,8 +61,11 @@ def parse(out: str) -> dict[str, list[tuple[str, str]]]:
     return sections
 
 
-def run_vm_check(deb: Path, build_seconds: float, background: bool = False) -> dict:
-    """Boot, install the .deb, run vm-check.sh once; its output and results by section.
+def run_vm_check(deb: Path, build_seconds: float, background: bool = False,
+                 previous: dict | None = None) -> dict:
+    """Boot, install the .deb, run vm-check.sh once; its output and results by section, then
+    the checks that follow it (the module's docstring).  `previous` is build_previous_deb()'s
+    result, or {"failed": why}.
 
     Raises AssertionError if the product leaks in from the host or apt would need a network."""
     t0 = time.monotonic()
@@ -77,6 +90,17 @@ def run_vm_check(deb: Path, build_seconds: float, background: bool = False) -> d
         seconds = time.monotonic() - t
         (lab.vm.rundir / "vm-check.txt").write_text(out + "\n--- stderr ---\n" + err)
         private = private_profile_check(lab, guest_deb, 600 if background else 300)
+        reload = reload_check(lab)  # the package is installed again by the private check
+        autopkgtest = autopkgtest_check(lab, 1200 if background else 600)
+        if previous is None or "failed" in previous:
+            upgrade = {"failed": (previous or {}).get("failed", "no previous release was built")}
+        else:
+            guest_prev = f"/lab/pkg/previous/{previous['deb'].name}"
+            (lab.vm.share / "pkg" / "previous").mkdir(exist_ok=True)
+            shutil.copy2(previous["deb"], lab.vm.share / "pkg" / "previous" / previous["deb"].name)
+            upgrade = upgrade_check(lab, guest_prev, guest_deb, previous["version"],
+                                    600 if background else 300)
+            upgrade["previous"] = {k: str(v) for k, v in previous.items()}
         lab.save_diagnostics("package-vm")
     finally:
         lab.stop()
@@ -84,6 +108,7 @@ def run_vm_check(deb: Path, build_seconds: float, background: bool = False) -> d
         f"total {time.monotonic() - t0:.0f} s{' (at idle priority, beside the checks)' if background else ''}; "
         f"output {lab.vm.rundir / 'vm-check.txt'}")
     return {"rc": rc, "out": out, "err": err, "sections": parse(out), "private": private,
+            "reload": reload, "autopkgtest": autopkgtest, "upgrade": upgrade,
             "seconds": time.monotonic() - t0}
 
 
@@ -165,6 +190,266 @@ def private_profile_check(lab: SystemdLab, guest_deb: str, timeout: float) -> di
     return seen
 
 
+def _main_pid(lab: SystemdLab) -> str:
+    return lab.check("systemctl show -p MainPID --value scanguard").strip()
+
+
+def _active(lab: SystemdLab) -> bool:
+    return lab.run("systemctl is-active --quiet scanguard")[0] == 0
+
+
+def _failure(seen: dict, lab: SystemdLab, e: Exception) -> None:
+    """Keep why a check stopped, with the daemon's journal, for the test to report."""
+    seen["failed"] = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
+    try:
+        seen["journal"] = lab.journal("scanguard")[-6000:]
+    except Exception as j:
+        seen["journal"] = f"no journal: {j}"
+
+
+def reload_check(lab: SystemdLab) -> dict:
+    """Issue 34, item 7: `systemctl reload scanguard` with a bad settings file fails, the reason
+    shows in `systemctl status`, and the daemon runs on; with the file mended, the reload passes.
+    The bad value is a user's text, non-ASCII.  Returns what it saw, for the test to judge."""
+    seen: dict = {}
+    original = None
+    try:
+        wait_until(lambda: _active(lab), 120, "scanguard.service active")
+        pid = _main_pid(lab)
+        original = lab.read_file(CONF)
+        lab.write_file(CONF, original + "\nthreshold_mbit = Café ☕\n".encode())
+        since = lab.check("date +%s").strip()
+        rc, out, err = lab.run("systemctl reload scanguard", 120)
+        seen["bad"] = {"rc": rc, "out": out, "err": err}
+        seen["status"] = lab.run("systemctl status scanguard --no-pager --full -n 20")[1]
+        seen["journal since"] = lab.check(f"journalctl -u scanguard --no-pager -o cat --since @{since}")
+        seen["running on, same process"] = _active(lab) and _main_pid(lab) == pid
+        lab.write_file(CONF, original)
+        original = None
+        rc, out, err = lab.run("systemctl reload scanguard", 120)
+        seen["mended"] = {"rc": rc, "out": out, "err": err}
+        seen["running on after the mended reload"] = _active(lab) and _main_pid(lab) == pid
+    except Exception as e:  # reported by the test
+        _failure(seen, lab, e)
+    finally:
+        if original is not None:
+            lab.write_file(CONF, original)
+    say(f"reload check: {json.dumps(seen, ensure_ascii=False, default=str)[:3000]}")
+    return seen
+
+
+def dep8_tests(control: Path = DEBIAN_TESTS / "control") -> list[dict]:
+    """The stanzas of a DEP-8 debian/tests/control: each one's test names, its Depends as a list
+    of alternatives (package names only; "@" is the package itself) and its Restrictions."""
+    text = "\n".join(line for line in control.read_text(encoding="utf-8").splitlines()
+                     if not line.startswith("#"))
+    out = []
+    for para in re.split(r"\n[ \t]*\n", text.strip()):
+        fields: dict[str, str] = {}
+        key = ""
+        for line in para.splitlines():
+            if line[:1].isspace() and key:
+                fields[key] += " " + line.strip()
+            else:
+                name, _, value = line.partition(":")
+                key = name.strip().lower()
+                fields[key] = value.strip()
+        depends = [[alt.split()[0] for alt in dep.split("|")]
+                   for dep in fields.get("depends", "").split(",") if dep.strip()]
+        out.append({"tests": fields["tests"].replace(",", " ").split(), "depends": depends,
+                    "restrictions": fields.get("restrictions", "").replace(",", " ").split()})
+    return out
+
+
+def autopkgtest_check(lab: SystemdLab, timeout: float) -> dict:
+    """debian/tests run as autopkgtest's null runner runs them on a test machine: as root, from
+    the source tree, with AUTOPKGTEST_TMP, against the installed package (installed by the checks
+    before).  The guest has no network, so a test whose dependencies are not installed is not
+    run, and says so.  A test without allow-stderr fails if it writes to stderr, as there.
+    Returns {test: {"rc", "out", "err", "allow_stderr"} or {"missing": [...]}}."""
+    results: dict = {}
+    installed: dict[str, bool] = {}
+
+    def have(package: str) -> bool:
+        name = "nm-scanguard" if package == "@" else package
+        if name not in installed:
+            rc, out, _ = lab.run(f"dpkg-query -W -f '${{Status}}' {shlex.quote(name)}")
+            installed[name] = rc == 0 and out.strip() == "install ok installed"
+        return installed[name]
+
+    try:
+        for stanza in dep8_tests():
+            missing = [" | ".join(alts) for alts in stanza["depends"] if not any(map(have, alts))]
+            for name in stanza["tests"]:
+                if missing:
+                    results[name] = {"missing": missing}
+                    continue
+                tmp = lab.check("mktemp -d").strip()
+                t = time.monotonic()
+                rc, out, err = lab.run(f"cd {shlex.quote(str(REPO))} && AUTOPKGTEST_TMP={tmp} "
+                                       f"{shlex.quote(str(DEBIAN_TESTS / name))}", timeout)
+                results[name] = {"rc": rc, "out": out[-8000:], "err": err[-4000:],
+                                 "allow_stderr": "allow-stderr" in stanza["restrictions"],
+                                 "seconds": time.monotonic() - t}
+                lab.run(f"rm -rf {tmp}")
+    except Exception as e:  # reported by the test
+        _failure(results, lab, e)
+    say("autopkgtest: " + ", ".join(f"{n} {r.get('rc', r.get('missing'))}" for n, r in results.items()
+                                    if isinstance(r, dict)))
+    return results
+
+
+def previous_release(repo: Path = REPO) -> tuple[str, str]:
+    """(version, commit) of the release before this tree's, from git.
+
+    A release is the commit that adds its debian/changelog entry (NEWS.md).  The previous
+    release's package is built from the last commit before the one that added this tree's top
+    entry: its top entry is the previous version, and it is the newest tree that carried that
+    version, which is what a machine that built the package from a checkout then runs.  (The
+    commit that added the 0.1.0 entry itself does not build: its debian/rules wrote
+    scanguardctl(1) from nm_scanguard/cli.py, which the next commit added.)  With this tree's
+    top entry not committed yet, that is HEAD."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
+                              check=True).stdout
+
+    versions = re.findall(r"^nm-scanguard \(([^)]+)\) ",
+                          (repo / "debian" / "changelog").read_text(encoding="utf-8"), re.M)
+    if len(versions) < 2:
+        raise BuildError(f"debian/changelog has no release before {versions[:1]}")
+    current, previous = versions[0], versions[1]
+    line = f"nm-scanguard ({current}) "
+    base = "HEAD"
+    for commit in git("log", "--format=%H", f"-S{line}", "--", "debian/changelog").split():
+        if line in git("show", f"{commit}:debian/changelog"):  # added here, not removed
+            base = f"{commit}^"
+            break
+    top = re.search(r"^nm-scanguard \(([^)]+)\) ", git("show", f"{base}:debian/changelog"), re.M)
+    if top is None or top.group(1) != previous:
+        raise BuildError(f"{base}'s debian/changelog starts with {top and top.group(1)}, not the "
+                         f"previous release {previous}")
+    return previous, git("rev-parse", base).strip()
+
+
+def build_previous_deb(top: Path, preexec_fn=None) -> dict:
+    """The previous release's .deb (previous_release()), built from `git archive` of its commit
+    in `top` without running its tests; {"deb", "version", "commit", "seconds"}, or BuildError."""
+    version, commit = previous_release()
+    src = top / f"nm-scanguard-{version}"
+    src.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", commit], cwd=REPO, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
+    t0 = time.monotonic()
+    proc = subprocess.run(["dpkg-buildpackage", "-us", "-uc", "-b"], cwd=src,
+                          env={**ENV, "DEB_BUILD_OPTIONS": "nocheck"}, capture_output=True,
+                          text=True, preexec_fn=preexec_fn)
+    (top / "build-previous.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode:
+        raise BuildError(f"the previous release {version} ({commit[:12]}) does not build:\n"
+                         + (proc.stdout + proc.stderr)[-3000:])
+    debs = sorted(top.glob(f"nm-scanguard_{version}_all.deb"))
+    if len(debs) != 1:
+        raise BuildError(f"no nm-scanguard_{version}_all.deb in {sorted(p.name for p in top.iterdir())}")
+    say(f"built the previous release {version} from {commit[:12]} in {time.monotonic() - t0:.1f} s")
+    return {"deb": debs[0], "version": version, "commit": commit, "seconds": time.monotonic() - t0}
+
+
+def upgrade_check(lab: SystemdLab, guest_prev: str, guest_new: str, prev_version: str,
+                  timeout: float) -> dict:
+    """Issue 34, item 11: the previous release installed, its conffile edited, a transfer it
+    guards and a hold; then it dies without restoring bgscan (SIGKILL, as in a crash before the
+    upgrade), so that only its journal in /run/scanguard can put bgscan back; then this tree's
+    package is installed over it as unattended upgrades do (keeping the admin's conffile).
+    Returns what it saw, for the test to judge."""
+    seen: dict = {}
+    dropins = "/run/systemd/system/scanguard.service.d"
+    traffic = hold = None
+
+    def version() -> str:
+        return lab.check("dpkg-query -W -f '${Version}' nm-scanguard").strip()
+
+    def device() -> dict:
+        doc = json.loads(lab.check("scanguardctl status --json", 60))
+        return next((d for d in doc["devices"] if d["interface"] == IFACE), {})
+
+    try:
+        lab.check("apt-get purge -y -q nm-scanguard", timeout)
+        lab.check(f"apt-get install -y -q {guest_prev}", timeout)
+        seen["version before"] = version()
+        wait_until(lambda: _active(lab), 120, "the previous release's service active")
+        lab.ensure_connected()
+        seen["bgscan before"] = original = lab.bgscan()
+        # The administrator's edit: a comment with a user's text and one setting.
+        lab.write_file(CONF, lab.read_file(CONF)
+                       + "\n# Café ☕: a local edit\nrelease_after = 20\n".encode())
+        lab.check("systemctl reload scanguard", 120)
+        traffic = lab.start_traffic("upload", 900, None)
+        seen["state under the transfer"] = wait_until(
+            lambda: (lambda d: d.get("state") if d.get("state") == "guarding" else None)(device()),
+            timeout, "the previous release to guard the transfer")
+        hold = lab.spawn(f"exec scanguardctl hold --reason upgrade-check --interface {IFACE} "
+                         "-- sleep 1800", name="upgrade-hold")
+        wait_until(lambda: "upgrade-check" in lab.check("scanguardctl status", 60), timeout,
+                   "the hold to be granted")
+        seen["bgscan guarded and held"] = lab.bgscan()
+        seen["journal file"] = lab.check("cat /run/scanguard/suspended.json")
+        # Dies without restoring; no restart by systemd, and nothing may call the bus name
+        # (a call would start the old daemon, which would restore from its own journal).
+        lab.check(f"mkdir -p {dropins} && printf '[Service]\\nRestart=no\\n' "
+                  f">{dropins}/50-upgrade-check.conf && systemctl daemon-reload")
+        lab.check("systemctl kill -s KILL scanguard")
+        wait_until(lambda: not _active(lab), 60, "the previous release's daemon to die")
+        hold.stop(signal.SIGKILL)  # no Release call: it would activate the old daemon
+        hold = None
+        traffic.stop()
+        traffic = None
+        lab.check(f"rm -rf {dropins} && systemctl daemon-reload")
+        seen["bgscan after the kill"] = lab.bgscan()
+        since = lab.check("date +%s").strip()
+        rc, out, err = lab.run("apt-get install -y -q -o Dpkg::Options::=--force-confdef "
+                               f"-o Dpkg::Options::=--force-confold {guest_new}", timeout)
+        seen["upgrade"] = {"rc": rc, "out": out[-4000:], "err": err[-2000:]}
+        seen["version after"] = version()
+        wait_until(lambda: _active(lab), 120, "this tree's service active after the upgrade")
+        seen["daemon version"] = lab.check("scanguardd --version").strip()
+        t = time.monotonic()
+        seen["bgscan restored"] = wait_until(lambda: lab.bgscan() == original, 120,
+                                             "the upgraded daemon to restore bgscan") and lab.bgscan()
+        seen["seconds to restore"] = time.monotonic() - t
+        seen["replay lines"] = [line for line in lab.check(
+            f"journalctl -u scanguard --no-pager -o cat --since @{since}").splitlines()
+            if "crash journal replayed" in line]
+        seen["conffile"] = lab.read_file(CONF).decode("utf-8", "replace")
+        seen["dpkg-dist"] = lab.run(f"test -e {CONF}.dpkg-dist")[0] == 0
+        seen["check-config"] = lab.check("scanguardd --check-config")
+        # The upgraded service guards: a hold with this tree's CLI suspends, its end restores.
+        hold = lab.spawn(f"exec scanguardctl hold --reason after-upgrade --interface {IFACE} "
+                         "-- sleep 1800", name="upgrade-hold-after")
+        wait_until(lambda: lab.bgscan() == "", timeout, "a hold after the upgrade to suspend bgscan")
+        hold.stop()
+        hold = None
+        seen["bgscan after a hold on the new release"] = wait_until(
+            lambda: lab.bgscan() == original, 120, "bgscan restored after the hold") and lab.bgscan()
+    except Exception as e:  # reported by the test
+        _failure(seen, lab, e)
+    finally:
+        for process in (hold, traffic):
+            if process is not None:
+                process.stop()
+        lab.run(f"rm -rf {dropins} && systemctl daemon-reload")
+    say(f"upgrade check: {json.dumps(seen, ensure_ascii=False, default=str)[:4000]}")
+    return seen
+
+
+def previous_or_why(top: Path, preexec_fn=None) -> dict:
+    """build_previous_deb(), or {"failed": why}: only the upgrade test fails without it."""
+    try:
+        return build_previous_deb(top, preexec_fn)
+    except (BuildError, subprocess.CalledProcessError, OSError) as e:
+        say(f"previous release not built: {e}")
+        return {"failed": f"{type(e).__name__}: {e}"}
+
+
 class PackageVmJob(threading.Thread):
     """Build the .deb and run the package VM in the background; `result()` waits for it."""
 
@@ -179,7 +464,8 @@ class PackageVmJob(threading.Thread):
         try:
             idle_priority()  # this thread's own work (copies, parsing) too
             built = build_deb(self.top, preexec_fn=idle_priority)
-            self._result = run_vm_check(built["deb"], built["seconds"], background=True)
+            self._result = run_vm_check(built["deb"], built["seconds"], background=True,
+                                        previous=previous_or_why(self.top / "previous", idle_priority))
         except BaseException as e:  # handed to the tests, which report it
             self._error = e
             say(f"failed: {type(e).__name__}: {e}")

@@ -8,6 +8,9 @@ user/groups/capabilities/seccomp, STATUS=, the CLI as an unprivileged user, polk
 policy refusals, a hold suspending bgscan, reload, SIGKILL restart, a run with the system call
 filter in log mode, a probe of every sandbox directive from inside the unit, bus activation,
 `apt-get remove` restoring bgscan and stopping the service, `apt-get purge` leaving nothing.
+Then (tests/lab/package_vm.py): a profile private to another user, `systemctl reload` with a bad
+settings file, the package's autopkgtest scripts (debian/tests) against the installed package,
+and the upgrade from the previous release's package, built from git, to this tree's.
 
 The guest sees the host's / read-only, so the daemon's dependencies are the host's; nothing of
 nm-scanguard is on the host's Python path, so every file of the product comes from the .deb.
@@ -23,7 +26,8 @@ import pytest
 from tests.package.test_package import build  # noqa: F401  (the clean-tree .deb build fixture)
 
 from . import conftest
-from .package_vm import IFACE, run_vm_check
+from .build import release
+from .package_vm import IFACE, previous_or_why, run_vm_check
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +41,8 @@ def vm_check(request) -> dict:
         result = job.result()
     else:
         built = request.getfixturevalue("build")
-        result = run_vm_check(built["deb"], built["seconds"])
+        previous = previous_or_why(request.getfixturevalue("tmp_path_factory").mktemp("deb-previous"))
+        result = run_vm_check(built["deb"], built["seconds"], previous=previous)
     print(result["out"], flush=True)
     return result
 
@@ -162,3 +167,63 @@ def test_a_profile_private_to_a_user_is_shown_and_left_alone(vm_check: dict) -> 
     print(f"private profile: shown {seen['seconds to show']:.1f} s after the change, guarded "
           f"{seen['seconds to guard']:.1f} s after `{seen['advice']}`; log line: "
           f"{seen['log lines'][0]}")
+
+
+def _shown(seen: dict) -> str:
+    return "\n".join(f"{k}: {v}" for k, v in seen.items())
+
+
+def test_reload_with_a_bad_file_fails_with_the_reason(vm_check: dict) -> None:
+    """Issue 34, item 7: the unit's ExecReload= runs `scanguardd --check-config` before SIGHUP,
+    so a reload with a bad value fails, `systemctl status` shows why, and the daemon runs on
+    with its settings; once the file is mended the reload passes."""
+    seen = vm_check["reload"]
+    assert "failed" not in seen, _shown(seen)
+    assert seen["bad"]["rc"] != 0, _shown(seen)
+    assert "scanguard.service" in seen["bad"]["err"] and "failed" in seen["bad"]["err"], _shown(seen)
+    assert "threshold_mbit" in seen["status"] and "Café ☕" in seen["status"], _shown(seen)
+    assert seen["running on, same process"], _shown(seen)
+    assert seen["mended"]["rc"] == 0 and seen["running on after the mended reload"], _shown(seen)
+
+
+def test_autopkgtest_against_the_installed_package(vm_check: dict) -> None:
+    """debian/tests, as Debian's CI runs them: --check-config, the CLI, the D-Bus rung's core
+    checks, each against /usr."""
+    results = vm_check["autopkgtest"]
+    assert "failed" not in results, _shown(results)
+    assert {"check-config", "cli", "dbus-api"} <= set(results), sorted(results)
+    for name, r in results.items():
+        if "missing" in r:
+            # The trixie lab's root has only what its packages list names (tests/release).
+            assert release() == "trixie", f"{name}: the guest lacks {r['missing']} (make deps-test)"
+            print(f"autopkgtest {name}: not run, the guest lacks {r['missing']}")
+            continue
+        assert r["rc"] == 0, f"{name}: exit {r['rc']}\n{r['out']}\n{r['err']}"
+        assert r["allow_stderr"] or not r["err"].strip(), f"{name} wrote to stderr:\n{r['err']}"
+        print(f"autopkgtest {name}: pass in {r['seconds']:.0f} s")
+
+
+def test_upgrade_from_the_previous_release(vm_check: dict) -> None:
+    """Issue 34, item 11: the previous release (built from git) guarding a transfer under a hold
+    dies without restoring; this tree's package installed over it reads the old journal and puts
+    bgscan back, keeps the administrator's conffile edit, and guards."""
+    seen = vm_check["upgrade"]
+    assert "failed" not in seen, _shown(seen)
+    previous = seen["previous"]["version"]
+    assert seen["version before"] == previous and seen["version after"] != previous, _shown(seen)
+    assert seen["daemon version"] == f"scanguardd {seen['version after']}", _shown(seen)
+    original = seen["bgscan before"]
+    assert original, _shown(seen)
+    assert seen["state under the transfer"] == "guarding", _shown(seen)
+    assert seen["bgscan guarded and held"] == "" and IFACE in seen["journal file"], _shown(seen)
+    assert seen["bgscan after the kill"] == "", "the old daemon restored bgscan before it died"
+    assert seen["upgrade"]["rc"] == 0, _shown(seen)
+    assert seen["bgscan restored"] == original, _shown(seen)
+    assert seen["replay lines"] and re.search(r"replayed: [1-9]\d* restored", seen["replay lines"][0]), \
+        _shown(seen)
+    assert seen["conffile"].endswith("\n# Café ☕: a local edit\nrelease_after = 20\n"), _shown(seen)
+    assert re.search(r"release_after\W+20\b", seen["check-config"]), seen["check-config"]
+    assert seen["bgscan after a hold on the new release"] == original, _shown(seen)
+    print(f"upgrade {previous} ({seen['previous']['commit'][:12]}) -> {seen['version after']}: "
+          f"bgscan restored from the old journal in {seen['seconds to restore']:.1f} s; "
+          f"conffile kept{' (new one as .dpkg-dist)' if seen['dpkg-dist'] else ''}")
