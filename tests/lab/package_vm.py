@@ -30,7 +30,6 @@ from pathlib import Path
 
 from tests.package.test_package import ENV, BuildError, build_deb
 
-from .build import release
 from .lab import CONNECTION, wait_until
 from .systemd_lab import SystemdLab
 from .vm import REPO, idle_priority
