@@ -24,7 +24,7 @@ MAN5 = REPO / "systemd" / "scanguard.conf.5"
 XML = REPO / "nm_scanguard" / "io.github.nm_scanguard.ScanGuard1.xml"
 # Every Markdown document whose links are checked.
 LINKED = [README, *DOCS, REPO / "tests" / "lab" / "README.md", REPO / "tests" / "release" / "README.md",
-          REPO / "systemd" / "README.md"]
+          REPO / "systemd" / "README.md", REPO / "NEWS.md"]
 
 
 # ---- reading Markdown -----------------------------------------------------------------------------
@@ -123,6 +123,42 @@ def test_readme_is_short_and_in_the_order_an_installer_needs():
     assert "](tests/lab/demo-example.png)" in text.split("## Install")[0]  # the lab's plot first
     scanning = text.split("## Is it scanning?")[1].split("\n## ")[0]  # issue 23: near the top
     assert "scanguardctl diagnose" in scanning and "](docs/diagnose-example.png)" in scanning
+
+
+PAPER = ("Experimental Analysis and Resolution Proposal on Performance Degradation of TCP over "
+         "IEEE 802.11n Wireless LAN Caused by Access Point Scanning")
+
+
+def sentences(paragraph: str) -> list[str]:
+    return re.split(r"(?<=[.!?])\s+(?=[A-Z])", " ".join(paragraph.split()))
+
+
+def test_the_first_screen_says_who_gains_and_what_it_cannot_do():
+    """Issue 34, item 13: two sentences at the top, the first on who gains (by signal and by
+    number of access points, per release), the second on the scans programs ask for; the paper
+    named; every figure on the first screen from one dated run."""
+    first = README.read_text(encoding="utf-8").split("\n## ", 1)[0]
+    paragraphs = first.split("\n\n")
+    who, cannot = sentences(paragraphs[1])
+    for words in ("`simple:30:-70:86400`", "once a day", "−70 dBm", "every 30 s", "1.44 (Debian 13)",
+                  "`simple:30:-65:300`", "more than one BSSID", "dual-band or mesh router",
+                  "Debian 12 below −70 dBm", "Debian 13 at any signal"):
+        assert words in who, f"the first sentence lacks {words!r}: {who}"
+    for words in ("GNOME", "every 15 s while open", "KDE", "every 10 s", "GeoClue", "refuses", "aborts"):
+        assert words in cannot, f"the second sentence lacks {words!r}: {cannot}"
+    assert PAPER in " ".join(first.split())
+    assert PAPER in " ".join((REPO / "docs" / "paper.md").read_text(encoding="utf-8").split())
+    with_figures = [p for p in paragraphs if "%" in p]
+    assert len(with_figures) == 1, "figures in more than one paragraph of the first screen"
+    (figures,) = with_figures
+    assert len(re.findall(r"\b\d{4}-\d\d-\d\d \d\d:\d\d UTC\b", figures)) == 1, figures
+    assert "`make demo`" in figures and "−72 dBm" in figures
+    assert not re.search(r"\b\d{4}-\d\d-\d\d\b", first.replace(figures, "")), "another date"
+
+
+def test_the_sentence_split_keeps_parentheses_and_units():
+    assert sentences("A (Debian 13) at 5.5 s, e.g. b.\nThe other (GNOME 15 s).") == [
+        "A (Debian 13) at 5.5 s, e.g. b.", "The other (GNOME 15 s)."]
 
 
 def test_the_two_commands_are_make_demo_and_make_test():
