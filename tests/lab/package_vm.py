@@ -376,6 +376,10 @@ def upgrade_check(lab: SystemdLab, guest_prev: str, guest_new: str, prev_version
         lab.check(f"apt-get install -y -q {guest_prev}", timeout)
         seen["version before"] = version()
         wait_until(lambda: _active(lab), 120, "the previous release's service active")
+        # The private-profile check left the lab's profile private to users: shared again.
+        con = shlex.quote(CONNECTION)
+        uuid = lab.check(f"nmcli -g connection.uuid connection show id {con}").strip()
+        lab.check(f"nmcli connection modify uuid {uuid} connection.permissions ''")
         lab.ensure_connected()
         seen["bgscan before"] = original = lab.bgscan()
         # The administrator's edit: a comment with a user's text and one setting.
