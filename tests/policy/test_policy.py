@@ -83,9 +83,18 @@ async def test_hold_refused_by_polkit_changes_nothing(strict_scenario, nobody, p
     assert (await strict_scenario.state()) == "idle"
     assert untouched(strict_scenario)
 
-    r = await asyncio.to_thread(scanguardctl, strict_scenario.address, "hold", "--", "true", user="nobody")
-    assert r.returncode == 1
-    assert r.stderr.startswith("scanguardctl: permission denied: not authorised")
+    r = await asyncio.to_thread(scanguardctl, strict_scenario.address, "hold", "--strict", "--",
+                                "true", user="nobody")
+    assert r.returncode == 125
+    assert r.stderr.startswith("scanguardctl: no hold could be taken, so true was not run "
+                               "(--strict): permission denied: not authorised"), r.stderr
+    # Without --strict the command runs all the same, and the warning says why it is unheld.
+    r = await asyncio.to_thread(scanguardctl, strict_scenario.address, "hold", "--", "sh", "-c",
+                                "exit 3", user="nobody")
+    assert r.returncode == 3
+    assert r.stderr.startswith("scanguardctl: warning: running sh without a hold, so Wi-Fi "
+                               "background scans may run during it: permission denied: not "
+                               "authorised"), r.stderr
     assert untouched(strict_scenario)
 
 

@@ -1,0 +1,162 @@
+"""`scanguardctl hold -- COMMAND` as a user runs it: the command runs whether or not a hold could
+be taken (unless --strict), hold's own failures exit 125, the command's status passes through,
+and a hold lost to a restart of the service is taken again.
+
+The service is the real daemon on a private bus (tests/api/conftest.py); a restart is
+DaemonProcess stop and start, what `systemctl restart scanguard` (and every upgrade) does."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nm_scanguard.bus import call
+from nm_scanguard.dbuslib import MessageBus
+from nm_scanguard.names import DBUS
+from tests.api.harness import NAME, REPO, env_for, kill, props, scanguardctl
+from tests.conftest import assert_eventually
+
+REASONS = ["backup", "Café ☕"]
+NOT_RUNNING = "the scanguard service is not running"
+
+
+def started(address: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "nm_scanguard.cli", *args],
+                            env=env_for(address), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def waiting_for(flag: Path) -> list[str]:
+    """A command that runs until the test creates `flag`, then exits 4."""
+    return ["sh", "-c", 'while [ ! -e "$1" ]; do sleep 0.05; done; echo "done $2"; exit 4',
+            "sh", str(flag), "Café ☕"]
+
+
+async def holds(scenario) -> list[dict]:
+    return list((await props(scenario.bus))["ActiveHolds"])
+
+
+@pytest.mark.parametrize("reason", REASONS)
+async def test_without_the_service_the_command_still_runs_with_a_warning(system_bus, reason):
+    r = await asyncio.to_thread(scanguardctl, system_bus.address, "hold", "--reason", reason,
+                                "--", "sh", "-c", 'echo "ran $1"; exit 3', "sh", reason)
+    assert r.returncode == 3, r.stderr
+    assert r.stdout == f"ran {reason}\n"
+    assert r.stderr.startswith("scanguardctl: warning: running sh without a hold, so Wi-Fi "
+                               "background scans may run during it: " + NOT_RUNNING), r.stderr
+    assert "--strict" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("reason", REASONS)
+async def test_strict_does_not_run_the_command_and_exits_125(system_bus, reason):
+    r = await asyncio.to_thread(scanguardctl, system_bus.address, "hold", "--strict",
+                                "--reason", reason, "--", "sh", "-c", "echo ran")
+    assert r.returncode == 125, r.stderr
+    assert r.stdout == ""
+    assert r.stderr.startswith("scanguardctl: no hold could be taken, so sh was not run "
+                               "(--strict): " + NOT_RUNNING), r.stderr
+
+
+async def test_holds_own_usage_errors_exit_125_and_a_missing_command_127(system_bus):
+    r = await asyncio.to_thread(scanguardctl, system_bus.address, "hold")
+    assert r.returncode == 125
+    assert "scanguardctl: hold needs a command to run: scanguardctl hold -- COMMAND" in r.stderr
+    r = await asyncio.to_thread(scanguardctl, system_bus.address, "hold", "--reason")
+    assert r.returncode == 125 and "expected one argument" in r.stderr
+    r = await asyncio.to_thread(scanguardctl, system_bus.address, "hold", "--Café", "--", "true")
+    assert r.returncode == 125
+    assert "scanguardctl hold: error: unrecognized arguments: --Café" in r.stderr
+    r = await asyncio.to_thread(scanguardctl, system_bus.address, "hold", "--",
+                                "/nonexistent/Café ☕")
+    assert r.returncode == 127 and "/nonexistent/Café ☕: command not found" in r.stderr
+
+
+@pytest.mark.parametrize("reason", REASONS)
+async def test_the_hold_is_taken_again_when_the_service_restarts(scenario, tmp_path, reason):
+    flag = tmp_path / "done"
+    proc = started(scenario.address, "hold", "--reason", reason, "--", *waiting_for(flag))
+    try:
+        async def held_by_us():
+            return [h["reason"] for h in await holds(scenario)] == [reason]
+        await assert_eventually(held_by_us, message="the hold is listed")
+        (before,) = await holds(scenario)
+
+        scenario.daemon.stop()
+        scenario.daemon.start()
+        await scenario.daemon.wait_ready(scenario.bus)
+        await assert_eventually(held_by_us, timeout=15, message="the hold is taken again")
+        (after,) = await holds(scenario)
+        assert after["application_id"] == "scanguardctl" and after["cookie"] != before["cookie"]
+        await assert_eventually(lambda: scenario.bgscan() == '""', message="bgscan suspended")
+
+        flag.touch()
+        out, err = await asyncio.to_thread(proc.communicate, timeout=20)
+        assert proc.returncode == 4, err
+        assert out == "done Café ☕\n"
+        assert "scanguardctl: warning: the scanguard service stopped" in err
+        assert "scanguardctl: the scanguard service restarted; hold taken again\n" in err
+        assert "Traceback" not in err
+        assert await holds(scenario) == []  # released by the new instance at the end
+    finally:
+        kill(proc)
+
+
+async def test_a_service_that_starts_later_is_held_too(scenario, tmp_path):
+    scenario.daemon.stop()
+    flag = tmp_path / "done"
+    proc = started(scenario.address, "hold", "--reason", "Café ☕", "--", *waiting_for(flag))
+    try:
+        await asyncio.sleep(1)  # the command is running without a hold
+        assert proc.poll() is None
+        scenario.daemon.start()
+        await scenario.daemon.wait_ready(scenario.bus)
+
+        async def held():
+            return [h["reason"] for h in await holds(scenario)] == ["Café ☕"]
+        await assert_eventually(held, timeout=15, message="the hold is taken")
+        flag.touch()
+        out, err = await asyncio.to_thread(proc.communicate, timeout=20)
+        assert proc.returncode == 4, err
+        assert err.startswith("scanguardctl: warning: running sh without a hold"), err
+        assert "scanguardctl: the scanguard service started; hold taken\n" in err
+    finally:
+        kill(proc)
+
+
+async def test_a_hold_that_cannot_be_taken_again_is_a_warning_and_the_command_goes_on(
+        scenario, tmp_path):
+    flag = tmp_path / "done"
+    proc = started(scenario.address, "hold", "--", *waiting_for(flag))
+    impostor = await MessageBus(bus_address=scenario.address).connect()
+    try:
+        async def held():
+            return len(await holds(scenario)) == 1
+        await assert_eventually(held, message="the hold is listed")
+        scenario.daemon.stop()
+        # Something that is not the daemon takes the name and answers Hold with an error.
+        await call(impostor, *DBUS, "RequestName", "su", [NAME, 4])
+        await asyncio.sleep(1)
+        assert proc.poll() is None, proc.stderr.read()
+        flag.touch()
+        out, err = await asyncio.to_thread(proc.communicate, timeout=20)
+        assert proc.returncode == 4, err
+        assert ("scanguardctl: warning: the scanguard service restarted, but the hold could not "
+                "be taken again: ") in err, err
+        assert "; sh keeps running without it\n" in err
+    finally:
+        impostor.disconnect()
+        kill(proc)
+
+
+@pytest.mark.parametrize("interface", ["wlan99", "Café☕"])
+async def test_an_unknown_interface_is_explained_in_the_cli_s_own_terms(scenario, interface):
+    r = await asyncio.to_thread(scanguardctl, scenario.address, "hold", "--strict",
+                                "--interface", interface, "--", "true")
+    assert r.returncode == 125
+    assert f"NetworkManager knows no Wi-Fi interface '{interface}'" in r.stderr, r.stderr
+    assert r.stderr.endswith("; omit --interface to hold every Wi-Fi interface\n"), r.stderr
+    assert 'use ""' not in r.stderr
