@@ -20,6 +20,7 @@ from .bus import BusError, NameOwners, add_match, call, get_all, unwrap
 from .config import (DEFAULT_CONFIG_PATH, KEYS, USER_DATA_PREFIX, ConfigError, Settings,
                      apply_profile, load_file, parse_value)
 from .dbuslib import BusType, Message, MessageBus, MessageFlag, MessageType
+from .output import closed_pipe_quiet
 from .names import ACCESS_DENIED, BUS_NAME as NAME, ERROR_UNKNOWN_HOLD, IFACE, UNREACHABLE, PATH
 from .profiles import ProfileError
 from .status import FIELDS, aborted_total, device_line, duration, requests, who_scanned
@@ -506,7 +507,18 @@ async def cmd_monitor(args: argparse.Namespace) -> int:
     # the signals of the connection that owns the service's name are shown.
     owners = NameOwners((NAME,))
 
+    closed: list[BrokenPipeError] = []
+
     def on_message(msg: Message) -> None:
+        # The library would log an exception from a handler and go on: a reader that has gone
+        # (monitor | head) ends the monitor instead.
+        try:
+            show(msg)
+        except BrokenPipeError as e:
+            closed.append(e)
+            stop.set()
+
+    def show(msg: Message) -> None:
         if msg.message_type != MessageType.SIGNAL:
             return
         if msg.member == "NameOwnerChanged" and msg.interface == "org.freedesktop.DBus":
@@ -542,6 +554,8 @@ async def cmd_monitor(args: argparse.Namespace) -> int:
         await stop.wait()
     finally:
         bus.disconnect()
+    if closed:
+        raise closed[0]
     return 0
 
 
@@ -752,6 +766,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return closed_pipe_quiet(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(format="scanguardctl: %(levelname)s: %(message)s", level=logging.WARNING)
     try:

@@ -24,6 +24,7 @@ from .daemon import Daemon
 from .guard import log_traceback_once, unexpected_line
 from .dbuslib import LIBRARY, SKIPPED, BusType, Message, MessageBus, MessageType
 from .journal import DEFAULT_STATE_DIR, Journal
+from .output import closed_pipe_quiet
 from .names import BUS_NAME, DBUS
 from .supplicant import Supplicant, SupplicantError
 from .suspension import Suspender
@@ -130,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return closed_pipe_quiet(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
     try:

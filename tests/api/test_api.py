@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -297,3 +298,23 @@ async def test_service_absent_gives_a_clear_error(system_bus):
     assert r.returncode == 1
     assert "scanguard service is not running" in r.stderr and "Traceback" not in r.stderr
 
+
+
+async def test_monitor_ends_quietly_when_its_reader_goes(scenario):
+    """`scanguardctl monitor | head -3`: the first line after the reader left ends it."""
+    read, write = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-m", "nm_scanguard.cli", "monitor"],
+                            env=env_for(scenario.address), cwd=REPO, stdout=write,
+                            stderr=subprocess.PIPE, text=True)
+    os.close(write)
+    try:
+        with os.fdopen(read, "rb") as reader:
+            assert b"monitoring nm-scanguard" in reader.readline()
+        for reason in ("Café ☕", "again"):  # something to print, after the reader is gone
+            (cookie,) = (await api_call(scenario.bus, "Hold", "sss", [reason, "", ""])).body
+            await api_call(scenario.bus, "Release", "u", [cookie])
+        _, err = await asyncio.to_thread(proc.communicate, timeout=15)
+        assert proc.returncode == 141, err
+        assert err == ""
+    finally:
+        kill(proc)

@@ -3,9 +3,12 @@ checked on the real start-up path, as `python3 -m nm_scanguard` runs it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 # OpenSSL (asyncio's ssl, hashlib's _hashlib), GObject (the D-Bus libraries' GLib glue), the
@@ -44,3 +47,32 @@ def test_the_daemon_still_hashes_with_blake2b_without_openssl(tmp_path):
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert len(out.stdout.strip()) == 32
+
+
+# ---- a reader that has gone (`scanguardctl config show | head -1`) ---------------------------
+
+CLOSED_PIPE_CASES = {
+    "scanguardctl --help": ["-m", "nm_scanguard.cli", "--help"],
+    "scanguardctl config show": ["-m", "nm_scanguard.cli", "config", "--config", "{conf}", "show"],
+    "scanguardd --check-config": ["-m", "nm_scanguard", "--check-config", "-c", "{conf}"],
+    "scanguardd --help": ["-m", "nm_scanguard", "--help"],
+}
+
+
+@pytest.mark.parametrize("case", CLOSED_PIPE_CASES)
+@pytest.mark.parametrize("text", ["busy", "Café ☕"])
+def test_output_to_a_closed_pipe_exits_quietly_with_141(tmp_path, case, text):
+    """What `| true` or `| head -1` does, made certain: the reading end is closed before the
+    program writes, so its first write fails with EPIPE."""
+    conf = tmp_path / f"{text}.conf"
+    conf.write_text(f"# {text}\n[scanguard]\nthreshold_mbit = 2\n", encoding="utf-8")
+    args = [a.replace("{conf}", str(conf)) for a in CLOSED_PIPE_CASES[case]]
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        out = subprocess.run([sys.executable, *args], cwd=REPO, stdout=write,
+                             stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write)
+    assert out.returncode == 141, out.stderr
+    assert out.stderr == ""
