@@ -17,8 +17,9 @@ from typing import Any
 from . import __version__
 from .attribution import DESCRIPTIONS
 from .bus import BusError, NameOwners, add_match, call, get_all, unwrap
-from .config import (DEFAULT_CONFIG_PATH, KEYS, USER_DATA_PREFIX, ConfigError, Settings,
-                     apply_profile, load_file, parse_value)
+from .config import (DEFAULT_CONFIG_PATH, KEYS, USER_DATA_PREFIX, ConfigError, ConfigMissing,
+                     Settings, apply_profile, load_file, named_file_required, parse_value,
+                     settings_table)
 from .dbuslib import BusType, Message, MessageBus, MessageFlag, MessageType
 from .output import closed_pipe_quiet
 from .names import ACCESS_DENIED, BUS_NAME as NAME, ERROR_UNKNOWN_HOLD, IFACE, UNREACHABLE, PATH
@@ -362,20 +363,16 @@ def _profiles() -> ModuleType:
 
 
 def _global(path: str) -> Settings:
+    """The global settings for the config verbs.  A file named with --config must exist
+    (Failure); a bad file is only a warning, since the verbs still work with the defaults."""
     try:
-        return load_file(path)
+        return load_file(path, required=named_file_required(path))
+    except ConfigMissing as e:
+        raise Failure(str(e)) from None
     except ConfigError as e:
         print(f"scanguardctl: warning: {e}; the service will not start until it is fixed. "
               "Showing built-in defaults instead", file=sys.stderr)
         return Settings()
-
-
-def _show_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:
@@ -390,9 +387,8 @@ def cmd_config_show(args: argparse.Namespace) -> int:
                    and k[len(USER_DATA_PREFIX):] not in KEYS]
         for k in ignored:
             print(f"  (ignored: unknown user data key {clipped(k, NAME_CHARS)})")
-    width = max(len(k) for k in KEYS)
-    for key, value in settings.values().items():
-        print(f"{key:<{width}}  {_show_value(value):<10}  {shown(settings.source(key))}")
+    for line in settings_table(settings):
+        print(line)
     return 0
 
 
@@ -404,6 +400,7 @@ def _key(text: str) -> str:
 
 
 def cmd_config_set(args: argparse.Namespace) -> int:
+    base = _global(args.config)  # a mistyped --config is said before NetworkManager is asked
     p = _profiles()
     conn = p.find(p.client(), args.connection)
     where = f"profile '{shown(conn.get_id(), NAME_CHARS)}'"
@@ -424,7 +421,7 @@ def cmd_config_set(args: argparse.Namespace) -> int:
                 parsed[k] = parse_value(k, v, where)
             except ConfigError:
                 pass  # an old bad value: the daemon ignores it with a warning
-    _global(args.config).with_values(parsed, where).check(where)
+    base.with_values(parsed, where).check(where)
     p.update(conn, values, [])
     print(f"{shown(conn.get_id(), NAME_CHARS)}: "
           + ", ".join(f"{USER_DATA_PREFIX}{k}={v}" for k, v in values.items()))
@@ -704,10 +701,18 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Settings come from built-in defaults, "
                                    f"{DEFAULT_CONFIG_PATH}, and NetworkManager profile user data "
                                    "(scanguard.KEY), in that order.")
-    c.add_argument("--config", default=DEFAULT_CONFIG_PATH, metavar="FILE",
-                   help="global settings file (default: %(default)s)")
+    config_help = (f"global settings file (default: {DEFAULT_CONFIG_PATH}, which may be absent; "
+                   "a file given here must exist)")
+    c.add_argument("--config", default=DEFAULT_CONFIG_PATH, metavar="FILE", help=config_help)
     csub = c.add_subparsers(dest="config_verb", metavar="ACTION", required=True)
+
+    def config_option(verb: argparse.ArgumentParser) -> None:
+        """--config after the action too (`config show --config F`); given nowhere, the
+        default of `config`'s own option stays (SUPPRESS adds nothing to the namespace)."""
+        verb.add_argument("--config", default=argparse.SUPPRESS, metavar="FILE", help=config_help)
+
     cs = csub.add_parser("show", help="effective settings and where each one came from")
+    config_option(cs)
     cs.add_argument("connection", nargs="?", metavar="CONNECTION",
                     help="a NetworkManager profile name or UUID")
     cs.set_defaults(func=cmd_config_show, run_async=False)
@@ -715,11 +720,13 @@ def build_parser() -> argparse.ArgumentParser:
                            description="Validate, then write scanguard.KEY user data into the "
                                        "profile through libnm. The daemon picks the change up "
                                        "at once.")
+    config_option(cset)
     cset.add_argument("connection", metavar="CONNECTION", help="profile name or UUID")
     cset.add_argument("assignments", nargs="+", metavar="KEY=VALUE",
                       help=f"keys: {', '.join(KEYS)}")
     cset.set_defaults(func=cmd_config_set, run_async=False)
     cu = csub.add_parser("unset", help="remove settings from a NetworkManager profile")
+    config_option(cu)
     cu.add_argument("connection", metavar="CONNECTION", help="profile name or UUID")
     cu.add_argument("keys", nargs="+", metavar="KEY")
     cu.set_defaults(func=cmd_config_unset, run_async=False)

@@ -16,10 +16,11 @@ import logging
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Callable, Mapping
 
 from .files import Unreadable, kind, read_regular
-from .text import NAME_CHARS, clipped, quoted
+from .text import NAME_CHARS, clipped, quoted, shown
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,10 @@ _MAX_NUMBER_CHARS = 32
 
 class ConfigError(Exception):
     """A configuration problem, worded for the person who has to fix it."""
+
+
+class ConfigMissing(ConfigError):
+    """A settings file that had to exist does not."""
 
 
 @dataclass(frozen=True)
@@ -232,13 +237,18 @@ def _ini_error(path: str, e: configparser.Error) -> ConfigError:
     return ConfigError(f"{what}: {type(e).__name__}; compare it with the shipped example")
 
 
-def load_file(path: str | None) -> Settings:
-    """Read the global file.  A missing file means defaults; anything else wrong is fatal."""
+def load_file(path: str | None, required: bool = False) -> Settings:
+    """Read the global file.  A missing file means defaults, unless `required`; anything else
+    wrong is fatal."""
     base = Settings()
     if path is None:
         return base
     text = _read_config(path)
     if text is None:
+        if required:
+            raise ConfigMissing(f"{path}: no such file; give the path of an existing file, or "
+                              f"leave --config out to use {DEFAULT_CONFIG_PATH} (which may be "
+                              "absent: then the built-in defaults apply)")
         log.debug("no %s, using built-in defaults", path)
         return base
     # default_section "\n" cannot occur in a header, so a [DEFAULT] section is refused as unknown
@@ -260,6 +270,34 @@ def load_file(path: str | None) -> Settings:
     settings = base.with_values(values, path)
     settings.check(path)
     return settings
+
+
+def named_file_required(path: str) -> bool:
+    """Whether the settings file at `path` must exist: only the default one may be absent
+    (built-in defaults); a path given on the command line that is not there is a typing
+    mistake, which must not pass for "built-in defaults apply"."""
+    return path != DEFAULT_CONFIG_PATH
+
+
+def format_value(value: Any) -> str:
+    """A value in the file's own syntax, the form parse_value reads back to the same value:
+    yes/no, whole numbers without a point, other numbers without an exponent."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        text = repr(value)  # the shortest text that reads back as the same float
+        if "e" in text:
+            text = format(Decimal(text), "f")
+        return text[:-2] if text.endswith(".0") else text
+    return str(value)
+
+
+def settings_table(settings: Settings) -> list[str]:
+    """One line per key: name, value (format_value) and where it came from, as `scanguardctl
+    config show` and `scanguardd --check-config` print them."""
+    width = max(len(k) for k in KEYS)
+    return [f"{key:<{width}}  {format_value(value):<10}  {shown(settings.source(key))}"
+            for key, value in settings.values().items()]
 
 
 def _digest(*parts: str) -> bytes:

@@ -19,7 +19,8 @@ from typing import Any, Callable, Coroutine
 from . import __version__
 from .api import Api
 from .bus import BusError, call, close_bus
-from .config import DEFAULT_CONFIG_PATH, ConfigError, Settings, load_file
+from .config import (DEFAULT_CONFIG_PATH, ConfigError, Settings, load_file, named_file_required,
+                     settings_table)
 from .daemon import Daemon
 from .guard import log_traceback_once, unexpected_line
 from .dbuslib import LIBRARY, SKIPPED, BusType, Message, MessageBus, MessageType
@@ -28,6 +29,7 @@ from .output import closed_pipe_quiet
 from .names import BUS_NAME, DBUS
 from .supplicant import Supplicant, SupplicantError
 from .suspension import Suspender
+from .text import shown
 
 log = logging.getLogger("scanguard")
 
@@ -117,8 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     setattr(p, "man_short_description",  # read by argparse-manpage
             "suspend Wi-Fi background scans while the link is busy")
     p.add_argument("-c", "--config", metavar="FILE", default=DEFAULT_CONFIG_PATH,
-                   help="global settings file (default: %(default)s; a missing file means "
-                        "built-in defaults)")
+                   help="global settings file (default: %(default)s, which may be absent: "
+                        "then the built-in defaults apply; a file given here must exist)")
     p.add_argument("--state-dir", metavar="DIR",
                    default=os.environ.get("SCANGUARD_STATE_DIR", DEFAULT_STATE_DIR),
                    help="where the journal of suspended bgscans is kept, so that a restart after "
@@ -138,7 +140,7 @@ def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
     try:
-        settings = load_file(args.config)
+        settings = load_file(args.config, required=named_file_required(args.config))
     except ConfigError as e:
         print(f"scanguardd: {e}", file=sys.stderr)
         if not args.check_config:
@@ -148,10 +150,12 @@ def _main(argv: list[str] | None) -> int:
             asyncio.run(_restore_only(args.state_dir))
         return 1
     if args.check_config:
+        # The table `scanguardctl config show` prints, so that both say a value the same way.
         present = os.path.exists(args.config)
-        print(f"{args.config}: OK" if present else f"{args.config}: not present, built-in defaults apply")
-        for key, value in settings.values().items():
-            print(f"  {key} = {value}    ({settings.source(key)})")
+        print(f"{shown(args.config)}: {'OK' if present else 'not present, built-in defaults apply'}"
+              "; the effective settings:")
+        for line in settings_table(settings):
+            print(line)
         return 0
     for why in SKIPPED:
         log.warning("D-Bus library: %s", why)

@@ -10,8 +10,12 @@ NetworkManager 1.42.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
-from tests.api.harness import scanguardctl
+import pytest
+
+from tests.api.harness import REPO, scanguardctl
 from tests.conftest import assert_eventually
 
 
@@ -98,3 +102,46 @@ async def test_config_show_without_connection_and_with_a_broken_file(scenario):
     r = await ctl(scenario, "show")
     assert r.returncode == 0
     assert "sample_interval = 'often' is not valid" in r.stderr and "built-in defaults" in r.stderr
+
+
+def daemon_check(*args):
+    return subprocess.run([sys.executable, "-m", "nm_scanguard", "--check-config", *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.parametrize("name", ["plain", "Café ☕"])
+def test_check_config_and_config_show_print_the_same_values_the_same_way(system_bus, tmp_path,
+                                                                        name):
+    conf = tmp_path / f"{name}.conf"
+    conf.write_text("[scanguard]\nthreshold_mbit = 7\nenabled = no\nrelease_below_mbit = .5\n"
+                    "signal_floor_dbm = -80.25\n", encoding="utf-8")
+    check = daemon_check("-c", str(conf))
+    assert check.returncode == 0, check.stderr
+    header, *table = check.stdout.splitlines()
+    assert header == f"{conf}: OK; the effective settings:"
+    # --config after the verb, as after `config`
+    show = scanguardctl(system_bus.address, "config", "show", "--config", str(conf))
+    assert show.returncode == 0, show.stderr
+    assert show.stdout.splitlines() == table
+    values = {line.split()[0]: line.split()[1] for line in table}
+    assert values["threshold_mbit"] == "7" and values["enabled"] == "no"
+    assert values["release_below_mbit"] == "0.5" and values["signal_floor_dbm"] == "-80.25"
+    assert values["release_after"] == "15" and values["abort_scans"] == "yes"
+    assert f"threshold_mbit        7           {conf}" in table  # signal_hysteresis_db's width
+
+
+@pytest.mark.parametrize("name", ["nope", "Café ☕"])
+def test_a_config_file_named_on_the_command_line_must_exist(system_bus, tmp_path, name):
+    missing = tmp_path / f"{name}.conf"
+    words = (f"{missing}: no such file; give the path of an existing file, or leave --config "
+             "out to use /etc/scanguard/scanguard.conf (which may be absent: then the built-in "
+             "defaults apply)")
+    check = daemon_check("-c", str(missing))
+    assert check.returncode == 1 and check.stdout == ""
+    assert check.stderr == f"scanguardd: {words}\n"
+    for where in (("config", "--config", str(missing), "show"),
+                  ("config", "show", "--config", str(missing)),
+                  ("config", "set", "--config", str(missing), "Home", "enabled=no")):
+        r = scanguardctl(system_bus.address, *where)
+        assert r.returncode == 1, where
+        assert r.stderr == f"scanguardctl: {words}\n", where

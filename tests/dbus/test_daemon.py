@@ -419,12 +419,16 @@ def test_check_config_prints_effective_settings(tmp_path):
     r = subprocess.run([sys.executable, "-m", "nm_scanguard", "-c", str(conf), "--check-config"],
                        cwd=REPO, capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
-    assert "threshold_mbit = 7.0" in r.stdout and str(conf) in r.stdout
-    assert "release_after = 15.0    (default)" in r.stdout
+    assert r.stdout.startswith(f"{conf}: OK; the effective settings:\n")
+    rows = [line.split() for line in r.stdout.splitlines()[1:]]
+    assert ["threshold_mbit", "7", str(conf)] in rows  # as the file says it, not 7.0
+    assert ["release_after", "15", "default"] in rows
 
 
 def test_no_system_bus_is_a_clear_error(tmp_path):
     env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=f"unix:path={tmp_path}/nobus")
-    r = subprocess.run([sys.executable, "-m", "nm_scanguard", "-c", "/nonexistent"], cwd=REPO, env=env,
+    conf = tmp_path / "scanguard.conf"
+    conf.write_text("[scanguard]\n")
+    r = subprocess.run([sys.executable, "-m", "nm_scanguard", "-c", str(conf)], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and "cannot connect to the system bus" in r.stderr

@@ -440,3 +440,52 @@ def test_every_key_documented_in_example_config(tmp_path):
     p.write_text(uncommented, encoding="utf-8")
     assert load_file(str(p)).values() == Settings().values()
     assert len(example.read_bytes()) < MAX_FILE_BYTES // 8  # plenty of room under the cap
+
+
+# ---- one way to write a value, and which files must exist ---------------------------------------
+
+@pytest.mark.parametrize("key,value,text", [
+    ("enabled", True, "yes"), ("enabled", False, "no"), ("threshold_mbit", 1.0, "1"),
+    ("threshold_mbit", 0.00001, "0.00001"), ("threshold_mbit", 100000.0, "100000"),
+    ("threshold_mbit", 2.5, "2.5"), ("signal_floor_dbm", -80.25, "-80.25"),
+    ("sample_interval", 0.1, "0.1"), ("threshold_pps", 60, "60"), ("engage_after", 3, "3"),
+])
+def test_values_are_written_in_the_file_s_own_syntax(key, value, text):
+    assert config.format_value(value) == text
+    assert parse_value(key, text, "here") == value
+
+
+def test_every_default_reads_back_as_itself():
+    for key, value in Settings().values().items():
+        assert parse_value(key, config.format_value(value), "here") == value, key
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_settings_table_names_each_source(name):
+    s = Settings().with_values({"threshold_mbit": 7.0}, f"profile {name}\x1b[2J")
+    lines = config.settings_table(s)
+    assert len(lines) == len(KEYS)
+    assert lines[1] == f"threshold_mbit        7           profile {name}\\x1b[2J"
+    assert lines[0].split() == ["enabled", "yes", "default"]
+
+
+def test_a_required_file_must_exist_and_says_what_to_do(conf_dir):
+    path = str(conf_dir / "absent.conf")
+    with pytest.raises(config.ConfigMissing) as e:
+        load_file(path, required=True)
+    assert str(e.value).startswith(f"{path}: no such file; give the path of an existing file, "
+                                   "or leave --config out to use /etc/scanguard/scanguard.conf")
+    assert config.named_file_required(path)
+    assert not config.named_file_required(config.DEFAULT_CONFIG_PATH)
+
+
+def test_scanguardd_accepts_an_absent_default_file_only(tmp_path, monkeypatch, capsys):
+    from nm_scanguard import service
+    monkeypatch.setattr(service, "DEFAULT_CONFIG_PATH", str(tmp_path / "Café ☕.conf"))
+    monkeypatch.setattr(config, "DEFAULT_CONFIG_PATH", str(tmp_path / "Café ☕.conf"))
+    monkeypatch.setattr(service, "setup_logging", lambda verbose: None)  # keep pytest's handlers
+    assert service.main(["--check-config"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{tmp_path}/Café ☕.conf: not present, built-in defaults apply; ")
+    assert service.main(["--check-config", "-c", str(tmp_path / "other.conf")]) == 1
+    assert "other.conf: no such file" in capsys.readouterr().err
