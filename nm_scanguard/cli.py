@@ -28,7 +28,7 @@ from .status import FIELDS, aborted_total, device_line, duration, requests, who_
 from .text import NAME_CHARS, clipped, escaped, quoted, shown
 
 
-HOLD_TIMEOUT = 130.0  # polkit may be asking for a password
+HOLD_TIMEOUT = 130.0  # Hold and Reload: polkit may be asking for a password
 
 
 
@@ -350,6 +350,27 @@ async def _run(command: list[str]) -> int:
 def _forward(proc: asyncio.subprocess.Process, sig: int) -> None:
     if proc.returncode is None:
         proc.send_signal(sig)
+
+
+# ---- reload ----------------------------------------------------------------------------------
+
+async def cmd_reload(args: argparse.Namespace) -> int:
+    bus = await connect()
+    try:
+        msg = Message(destination=NAME, path=PATH, interface=IFACE, member="Reload",
+                      flags=MessageFlag.ALLOW_INTERACTIVE_AUTHORIZATION)
+        try:
+            reply = await asyncio.wait_for(bus.call(msg), HOLD_TIMEOUT)
+        except asyncio.TimeoutError:
+            raise Failure(f"the scanguard service did not answer Reload within "
+                          f"{HOLD_TIMEOUT:g} s; see `journalctl -u scanguard`") from None
+        if reply.message_type == MessageType.ERROR:
+            # A bad file: the daemon's reply names the file, the key and the form expected.
+            raise explain(BusError(reply.error_name or "", reply.body[0] if reply.body else ""))
+    finally:
+        bus.disconnect()
+    print("the scanguard service re-read its settings file")
+    return 0
 
 
 # ---- config ----------------------------------------------------------------------------------
@@ -696,6 +717,15 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]",
                    help="the command to run while holding")
     h.set_defaults(func=cmd_hold, run_async=True)
+
+    r = sub.add_parser("reload", help="make the service re-read its settings file",
+                       description="Ask the running service to re-read its settings file (as "
+                                   "`systemctl reload scanguard` does). A file with an error is "
+                                   "refused: the reason is printed, the exit status is 1 and "
+                                   "the previous settings stay in force. Needs root or the "
+                                   "polkit action io.github.nm_scanguard.reload "
+                                   "(administrators).")
+    r.set_defaults(func=cmd_reload, run_async=True)
 
     c = sub.add_parser("config", help="show or change settings, globally or per connection",
                        description="Settings come from built-in defaults, "
