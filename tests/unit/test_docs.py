@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from nm_scanguard import cli
-from nm_scanguard.config import KEYS, Settings
+from nm_scanguard.config import KEYS, Settings, format_value
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -207,7 +207,7 @@ def test_readme_settings_table_has_every_key_with_the_default_config_show_prints
     defaults = Settings().values()
     assert set(table) == set(KEYS), "the README's settings table and config.KEYS differ"
     for key, shown in table.items():
-        assert shown == cli._show_value(defaults[key]), f"README: {key} default {shown!r}"
+        assert shown == format_value(defaults[key]), f"README: {key} default {shown!r}"
 
 
 def _man_entries() -> dict[str, str]:
