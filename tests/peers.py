@@ -149,6 +149,17 @@ UPDATE2 = (
 )
 
 
+# A profile store that loses user data on the way (netplan's keyfile round trip on Ubuntu splits
+# `user` keys at their last dot: canonical/netplan#615): Update2 succeeds, and the profile reads
+# back without its `user` setting.
+UPDATE2_LOSING_USER_DATA = (
+    "self.settings = dbus.Dictionary({k: v for k, v in args[0].items() if k != 'user'},\n"
+    "                                signature='sa{sv}')\n"
+    "self.EmitSignal('org.freedesktop.NetworkManager.Settings.Connection', 'Updated', '', [])\n"
+    "ret = dbus.Dictionary({}, signature='sv')\n"
+)
+
+
 class NetworkManagerMock(MockProcess):
     """python-dbusmock's networkmanager template in its own process, driven with dbus-python."""
 
@@ -169,6 +180,11 @@ class NetworkManagerMock(MockProcess):
         conn = self.control.AddWiFiConnection(dev, name, ssid, "wpa-psk")
         self.mock_object(conn).AddMethod(CONN_IFACE, "Update2", "a{sa{sv}}ua{sv}", "a{sv}", UPDATE2)
         return str(conn)
+
+    def lose_user_data(self, conn: str) -> None:
+        """From now on, saving *conn* silently drops its user data (UPDATE2_LOSING_USER_DATA)."""
+        self.mock_object(conn).AddMethod(CONN_IFACE, "Update2", "a{sa{sv}}ua{sv}", "a{sv}",
+                                         UPDATE2_LOSING_USER_DATA)
 
     def activate(self, dev: str, conn: str, ap: str, name: str = "ac0") -> str:
         """The device goes ACTIVATED with *conn*, as NetworkManager signals it."""

@@ -145,3 +145,34 @@ def test_a_config_file_named_on_the_command_line_must_exist(system_bus, tmp_path
         r = scanguardctl(system_bus.address, *where)
         assert r.returncode == 1, where
         assert r.stderr == f"scanguardctl: {words}\n", where
+
+
+@pytest.mark.parametrize("profile", ["Home", "Café ☕"])
+async def test_config_set_says_so_when_the_setting_did_not_survive(scenario, profile):
+    conn = scenario.conn
+    if profile != "Home":
+        scenario.nm.rename_profile(conn, profile)
+    scenario.nm.lose_user_data(conn)
+    r = await ctl(scenario, "set", profile, "threshold_mbit=5", "enabled=no")
+    assert r.returncode == 1
+    assert r.stdout == ""
+    assert r.stderr == (
+        f"scanguardctl: NetworkManager saved '{profile}', but it reads back without "
+        "scanguard.threshold_mbit=5 (missing), without scanguard.enabled=no (missing): the "
+        "change did not survive and is not in effect. Some profile stores lose user data (netplan on "
+        "Ubuntu: canonical/netplan#615); set it for every network in "
+        "/etc/scanguard/scanguard.conf instead\n")
+    assert scenario.nm.user_data(conn) == {}
+
+
+async def test_config_unset_says_so_when_a_setting_stays(scenario):
+    r = await ctl(scenario, "set", "Home", "threshold_mbit=5")
+    assert r.returncode == 0, r.stderr
+    # A store that keeps what it had: Update2 answers, and nothing changes.
+    scenario.nm.mock_object(scenario.conn).AddMethod(
+        "org.freedesktop.NetworkManager.Settings.Connection", "Update2", "a{sa{sv}}ua{sv}",
+        "a{sv}", "ret = dbus.Dictionary({}, signature='sv')")
+    r = await ctl(scenario, "unset", "Home", "threshold_mbit")
+    assert r.returncode == 1
+    assert ("NetworkManager saved 'Home', but it reads back with scanguard.threshold_mbit=5 "
+            "(still there): the change did not survive") in r.stderr, r.stderr
