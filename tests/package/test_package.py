@@ -54,6 +54,7 @@ INSTALLED = {
     "./usr/share/man/man8/scanguardd.8.gz": "-rw-r--r--",
     "./usr/share/man/man1/scanguardctl.1.gz": "-rw-r--r--",
     "./usr/share/man/man5/scanguard.conf.5.gz": "-rw-r--r--",
+    "./usr/share/bash-completion/completions/scanguardctl": "-rw-r--r--",
     "./usr/share/doc/nm-scanguard/copyright": "-rw-r--r--",
     "./usr/lib/python3/dist-packages/nm_scanguard/__init__.py": "-rw-r--r--",
     "./usr/lib/python3/dist-packages/nm_scanguard/daemon.py": "-rw-r--r--",
