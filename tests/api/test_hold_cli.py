@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from nm_scanguard.bus import call
-from nm_scanguard.dbuslib import MessageBus
+from nm_scanguard.dbuslib import Message, MessageBus, MessageType
 from nm_scanguard.names import DBUS
 from tests.api.harness import NAME, REPO, env_for, kill, props, scanguardctl
 from tests.conftest import assert_eventually
@@ -160,3 +160,34 @@ async def test_an_unknown_interface_is_explained_in_the_cli_s_own_terms(scenario
     assert f"NetworkManager knows no Wi-Fi interface '{interface}'" in r.stderr, r.stderr
     assert r.stderr.endswith("; omit --interface to hold every Wi-Fi interface\n"), r.stderr
     assert 'use ""' not in r.stderr
+
+
+async def test_a_forged_name_owner_change_is_not_believed(scenario, tmp_path):
+    """Any local user may send a signal to hold's connection: only the bus's own
+    NameOwnerChanged says the service stopped or restarted."""
+    flag = tmp_path / "done"
+    proc = started(scenario.address, "hold", "--reason", "Café ☕", "--", *waiting_for(flag))
+    forger = await MessageBus(bus_address=scenario.address).connect()
+    try:
+        async def held():
+            return len(await holds(scenario)) == 1
+        await assert_eventually(held, message="the hold is listed")
+        (hold,) = await holds(scenario)
+        (owner,) = await call(forger, *DBUS, "GetNameOwner", "s", [NAME])
+        for old, new in ((owner, ""), ("", forger.unique_name)):
+            sent = forger.send(Message(
+                message_type=MessageType.SIGNAL, destination=hold["caller"],
+                path="/org/freedesktop/DBus", interface="org.freedesktop.DBus",
+                member="NameOwnerChanged", signature="sss", body=[NAME, old, new]))
+            if asyncio.isfuture(sent):
+                await sent
+        await asyncio.sleep(1)
+        assert [h["cookie"] for h in await holds(scenario)] == [hold["cookie"]]
+        flag.touch()
+        _, err = await asyncio.to_thread(proc.communicate, timeout=20)
+        assert proc.returncode == 4, err
+        assert err == ""
+        assert await holds(scenario) == []  # released: hold still knew its giver
+    finally:
+        forger.disconnect()
+        kill(proc)
