@@ -165,7 +165,8 @@ def test_config_show_escapes_the_profiles_name(monkeypatch, capsys, tmp_path):
                            user_data=lambda c: {"scanguard.threshold_mbit": "3",
                                                 f"scanguard.{EVIL}": "1"})
     monkeypatch.setattr(cli, "_profiles", lambda: fake)
-    args = argparse.Namespace(config=str(tmp_path / "none.conf"), connection=CAFE)
+    (tmp_path / "empty.conf").write_text("")  # a --config file must exist
+    args = argparse.Namespace(config=str(tmp_path / "empty.conf"), connection=CAFE)
     assert cli.cmd_config_show(args) == 0
     captured = capsys.readouterr()
     clean(captured.out)
