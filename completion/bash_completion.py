@@ -29,7 +29,7 @@ KINDS = {
     "CONNECTION": "profile",
     "KEY=VALUE": "assignment", "KEY": "key",
     "-- COMMAND [ARGS...]": "command",
-    "REASON": "text", "APP_ID": "text", "N": "text",
+    "REASON": "text", "APP_ID": "text", "N": "text", "ADDR": "text",
 }
 
 BOOLEAN_KEYS = [k for k, spec in KEYS.items() if spec.form == "yes or no"]
