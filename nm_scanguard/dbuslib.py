@@ -13,8 +13,12 @@ then refuses (dbus-fast 1.84.2 stayed loaded on Debian 12: 2.1 MiB, issue 21):
    on each release, that every installed version this rule refuses really marshals wrongly and
    every one it lets through marshals right: the rule is tied to the behaviour, not assumed.
 2. The library is imported and marshals "é" once; one that gets it wrong anyway (a version we
-   did not know about) is skipped then.  Each skip's reason is kept in `SKIPPED`, for the
-   caller to log once.
+   did not know about) is skipped then.
+Each skip's reason is kept for the caller to log once: in `SKIPPED` when a person should hear
+of it (a library asked for with SCANGUARD_DBUS_LIB, a version the rule did not know, one that
+could not be checked), in `PASSED_OVER` when it is the expected case (Debian 12's dbus-fast,
+installed beside dbus-next: not worth a warning at every start).  `describe()` names the
+library in use and what was passed over, for a debug line.
 
 Both libraries' package __init__ import their GLib main-loop integration, which imports gi and
 GLib when python3-gi is installed (3.5 MiB; the daemon runs on asyncio and never uses it).  So
@@ -111,15 +115,18 @@ def without_gi() -> Iterator[None]:
             del sys.modules["gi"]
 
 
-def _choose() -> tuple[str, ModuleType, list[str]]:
+def _choose() -> tuple[str, ModuleType, list[str], list[str]]:
+    """The library to use, its module, and the reasons others were skipped: (to warn about,
+    expected)."""
     forced = os.environ.get("SCANGUARD_DBUS_LIB", "").strip()
     order = [forced] + [n for n in KNOWN if n != forced] if forced else list(KNOWN)
     skipped: list[str] = []
+    passed_over: list[str] = []
     for name in order:
         version = installed_version(name)
         label = f"{name} {version or '(unknown version)'}"
         if known_broken(name, version):
-            skipped.append(f"{label} {WRONG_LENGTH}")
+            (skipped if name == forced else passed_over).append(f"{label} {WRONG_LENGTH}")
             continue
         try:
             with without_gi():
@@ -138,14 +145,21 @@ def _choose() -> tuple[str, ModuleType, list[str]]:
         if not correct:
             skipped.append(f"{label} {WRONG_LENGTH}")
             continue
-        return name, lib, skipped
+        return name, lib, skipped, passed_over
+    reasons = skipped + passed_over
     raise ImportError(
         "nm-scanguard needs a D-Bus library that sends non-ASCII text correctly: "
         "python3-dbus-next, or python3-dbus-fast 2.x (Debian 13). "
-        + ("; ".join(skipped) if skipped else "Neither is installed") + ". Install one with apt")
+        + ("; ".join(reasons) if reasons else "Neither is installed") + ". Install one with apt")
 
 
-LIBRARY, _lib, SKIPPED = _choose()
+LIBRARY, _lib, SKIPPED, PASSED_OVER = _choose()
+
+
+def describe() -> str:
+    """The library in use with its version, and what was passed over and why."""
+    text = f"using D-Bus library {LIBRARY} {installed_version(LIBRARY) or '(unknown version)'}"
+    return text + "".join(f"; passed over: {why}" for why in PASSED_OVER)
 _aio = importlib.import_module(LIBRARY + ".aio")
 _introspection = importlib.import_module(LIBRARY + ".introspection")
 
@@ -206,6 +220,7 @@ class MessageBus(_aio.MessageBus):  # type: ignore[misc,name-defined]
 
     async def connect(self) -> "MessageBus":
         bus = await super().connect()
+        _log_choice_once()
         why = make_writer_eagain_safe(self)
         if why is not None:
             _warn_unsafe_writer(why)
@@ -232,6 +247,16 @@ def make_writer_eagain_safe(bus: Any) -> str | None:
 
 
 _warned_unsafe_writer = False
+_logged_choice = False
+
+
+def _log_choice_once() -> None:
+    """At the first connection, once logging is set up (the choice is made at import, before
+    it): which library, and what was passed over, as a debug line (`scanguardd -v`)."""
+    global _logged_choice
+    if not _logged_choice:
+        _logged_choice = True
+        log.debug("%s", describe())
 
 
 def _warn_unsafe_writer(why: str) -> None:
@@ -255,6 +280,6 @@ DBusError = _lib.DBusError
 introspection = _introspection
 
 __all__ = [
-    "LIBRARY", "SKIPPED", "MessageBus", "BusType", "Message", "MessageType", "MessageFlag",
+    "LIBRARY", "SKIPPED", "PASSED_OVER", "describe", "MessageBus", "BusType", "Message", "MessageType", "MessageFlag",
     "Variant", "DBusError", "introspection", "marshals_utf8", "installed_version", "known_broken",
 ]

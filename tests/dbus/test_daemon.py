@@ -17,7 +17,9 @@ import pytest
 from nm_scanguard.config import Settings
 from nm_scanguard.daemon import Daemon
 from nm_scanguard.service import Supervisor
-from nm_scanguard.dbuslib import BusType, MessageBus
+from nm_scanguard.dbuslib import (
+    WRONG_LENGTH, BusType, MessageBus, installed_version, known_broken,
+)
 from nm_scanguard.supplicant import Supplicant
 
 from tests.conftest import call_failed
@@ -399,6 +401,37 @@ async def test_status_line_reaches_systemd(bus, link, peers, processes, tmp_path
                        for m in seen)
 
         await eventually(got_guarding, timeout=15, what="STATUS= guarding line")
+
+
+async def test_a_library_passed_over_is_a_debug_line_not_a_warning(bus, peers, system_bus,
+                                                                  tmp_path, monkeypatch, request):
+    """Issue 34: every start on Debian 12 warned `D-Bus library: dbus_fast 1.84.2 writes
+    non-ASCII strings with a wrong length...; not using it`.  The library in use is what
+    matters: one line at debug level (-v) names it and what was passed over; without -v,
+    nothing."""
+    monkeypatch.delenv("SCANGUARD_DBUS_LIB", raising=False)  # as systemd starts it
+    await peers.setup()
+    fast = installed_version("dbus_fast")
+    if known_broken("dbus_fast", fast):  # Debian 12
+        expected = (f"scanguardd: DEBUG: using D-Bus library dbus_next "
+                    f"{installed_version('dbus_next')}; passed over: dbus_fast {fast} {WRONG_LENGTH}")
+    else:  # Debian 13
+        expected = f"scanguardd: DEBUG: using D-Bus library dbus_fast {fast}"
+    logs = {}
+    for verbose in (False, True):
+        workdir = tmp_path / ("verbose" if verbose else "quiet")
+        workdir.mkdir()
+        p = DaemonProcess(system_bus.address, workdir, FAST_CONF, verbose=verbose).start()
+        try:
+            await p.wait_ready(bus)
+        finally:
+            p.stop()
+        logs[verbose] = p.log()
+        if call_failed(request):
+            print(f"---- daemon log (-v: {verbose}) ----\n{logs[verbose]}")
+    assert "D-Bus library" not in logs[False] and "dbus_fast" not in logs[False], logs[False]
+    lines = logs[True].splitlines()
+    assert expected in lines and not [ln for ln in lines if "WARNING: D-Bus library" in ln]
 
 
 def test_bad_config_stops_startup_with_a_clear_message(tmp_path):

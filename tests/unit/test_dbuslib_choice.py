@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,8 +24,8 @@ import pytest
 
 from nm_scanguard import dbuslib
 from nm_scanguard.dbuslib import (
-    KNOWN, _EagainSafeSocket, installed_version, known_broken, make_writer_eagain_safe,
-    marshals_utf8, version_tuple,
+    BROKEN_BELOW, KNOWN, WRONG_LENGTH, _EagainSafeSocket, installed_version, known_broken,
+    make_writer_eagain_safe, marshals_utf8, version_tuple,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,6 +96,92 @@ def test_a_refused_library_is_named_with_its_version_and_why() -> None:
         assert "wrong length" in skipped
     else:  # Debian 13
         assert library == "dbus_fast" and skipped == ""
+
+
+def test_an_expected_pass_over_is_no_warning() -> None:
+    """Issue 34: every start on Debian 12 warned that dbus-fast 1.84.2 is not used.  With
+    nothing asked for, passing it over is the expected case: kept for a debug line
+    (`describe`), not among the skips the daemon warns of."""
+    out = fresh("import os; os.environ.pop('SCANGUARD_DBUS_LIB', None)\n"
+                "import nm_scanguard.dbuslib as d\n"
+                "print(d.LIBRARY); print(len(d.SKIPPED)); print(d.describe())")
+    library, skipped, described = out.splitlines()
+    fast = installed_version("dbus_fast")
+    assert skipped == "0"
+    if known_broken("dbus_fast", fast):  # Debian 12
+        assert described == (f"using D-Bus library dbus_next {installed_version('dbus_next')}; "
+                             f"passed over: dbus_fast {fast} {WRONG_LENGTH}")
+    else:  # Debian 13
+        assert described == f"using D-Bus library {library} {installed_version(library)}"
+
+
+# ---- the package asks for a library the daemon uses ----------------------------------------------
+
+def control_fields(paragraph: str) -> dict[str, list[str]]:
+    """A debian/control paragraph's relation fields: name -> its comma-separated entries."""
+    fields: dict[str, list[str]] = {}
+    for name, value in re.findall(r"^([A-Za-z-]+):(.*(?:\n[ \t].*)*)", paragraph, re.M):
+        fields[name] = [e.strip() for e in " ".join(value.split()).split(",") if e.strip()]
+    return fields
+
+
+def alternatives(entry: str) -> list[tuple[str, str, str]]:
+    """`a (>= 2) | b <!nocheck>` -> [("a", ">=", "2"), ("b", "", "")]; none for a
+    substitution variable such as ${misc:Depends}."""
+    if entry.startswith("${"):
+        return []
+    out = []
+    for alt in entry.split("|"):
+        m = re.fullmatch(r"\s*([a-z0-9.+-]+)\s*(?:\((>=|<=|>>|<<|=)\s*([^)\s]+)\s*\))?\s*(?:<[^>]*>)?\s*", alt)
+        assert m, alt
+        out.append((m[1], m[2] or "", m[3] or ""))
+    return out
+
+
+def satisfies(version: str, op: str, floor: str) -> bool:
+    """dpkg's answer to `version op floor` (dpkg --compare-versions), as apt applies it."""
+    if not op:
+        return True
+    word = {">=": "ge", "<=": "le", ">>": "gt", "<<": "lt", "=": "eq"}[op]
+    if shutil.which("dpkg") is None:
+        pytest.skip("dpkg is needed to compare Debian versions")
+    return subprocess.run(["dpkg", "--compare-versions", version, word, floor],
+                          check=False).returncode == 0
+
+
+def module_of(package: str) -> str | None:
+    """python3-dbus-fast -> dbus_fast, for the D-Bus libraries dbuslib knows."""
+    module = package.removeprefix("python3-").replace("-", "_")
+    return module if module in KNOWN else None
+
+
+def test_the_package_installs_only_a_library_the_daemon_uses() -> None:
+    """Issue 34: on Debian 12 the package must not pull in or recommend dbus-fast 1.84.2,
+    which the daemon refuses.  apt takes the first alternative of a dependency that the
+    release can satisfy: every alternative naming a library has a floor at or above the
+    versions dbuslib refuses (BROKEN_BELOW), so Debian 12 (dbus-fast 1.84.2) gets dbus-next
+    and Debian 13 (2.44.1) dbus-fast; Recommends and Suggests name neither.  Checked against
+    the versions installed here as well (the Makefile installs this release's both)."""
+    control = (ROOT / "debian" / "control").read_text(encoding="utf-8")
+    source, binary = control.split("\n\n", 1)
+    src, pkg = control_fields(source), control_fields(binary)
+    entries = {field: [e for e in fields.get(field, []) if
+                       any(module_of(name) for name, _, _ in alternatives(e))]
+               for fields, field in ((pkg, "Depends"), (pkg, "Recommends"), (pkg, "Suggests"),
+                                     (src, "Build-Depends"))}
+    assert entries["Recommends"] == [] and entries["Suggests"] == [], entries
+    assert len(entries["Depends"]) == 1 and entries["Build-Depends"] == entries["Depends"], entries
+    choice = alternatives(entries["Depends"][0])
+    for name, op, floor in choice:
+        broken_below = BROKEN_BELOW.get(module_of(name) or "")
+        if broken_below is not None:
+            assert op == ">=" and version_tuple(floor) >= broken_below, (name, op, floor)
+    for name, op, floor in choice:
+        module = module_of(name)
+        have = installed_version(module) if module else None
+        if have is not None and satisfies(have, op, floor):
+            assert not known_broken(module, have) and marshals_utf8(module), (name, have)
+            break
 
 
 # ---- what the daemon's import loads -------------------------------------------------------------
