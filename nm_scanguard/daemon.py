@@ -28,6 +28,7 @@ from .journal import Journal
 from .netlink import LinkCounters
 from .nl80211 import Nl80211Error, ScanEvent, ScanEvents
 from .nm import NAME as NM_NAME, NetworkManager, WifiDevice
+from .policy import threshold_words
 from .status import DeviceStatus
 from .supplicant import IFACE as WPAS_IFACE, NAME as WPAS_NAME, PATH as WPAS_PATH, Supplicant
 from .suspension import Suspender
@@ -216,9 +217,8 @@ class Daemon:
                         suspender=self.suspender, listener=self)
                     guard.hold_changed(self.holds.held(ifname))
                     if settings.enabled:
-                        log.info("%s: connected to %s; guarding (threshold %g Mbit/s or %d "
-                                 "packets/s)", ifname, quoted(dev.connection_id, NAME_CHARS),
-                                 settings.threshold_mbit, settings.threshold_pps)
+                        log.info("%s: connected to %s; will guard while busy (%s)", ifname,
+                                 quoted(dev.connection_id, NAME_CHARS), threshold_words(settings))
                     else:
                         log.info("%s: connected to %s; not guarding (%s)", ifname,
                                  quoted(dev.connection_id, NAME_CHARS),
@@ -358,7 +358,11 @@ class Daemon:
     # ---- other programs' scan requests (the polkit rule) ----------------------------------
 
     def _update_deferral(self) -> None:
+        """Refuse other programs' scan requests while any guard wants that, and tell each
+        guard what the file says, so that its status claims no deferral that is not."""
         self.deferral.set(any(g.deferring for g in self.guards.values()))
+        for guard in self.guards.values():
+            guard.deferral_status(self.deferral.in_force, self.deferral.problem)
 
     # ---- who asked for each scan (the kernel's scan events) --------------------------------
 

@@ -42,8 +42,17 @@ class ScanDeferral:
     def __init__(self, state_dir: str) -> None:
         self.path = os.path.join(state_dir, DEFER_FILE)
         self.active: bool | None = None  # None: unknown or cleared, write at the next set()
-        self._problem: str | None = None
+        # What the file on disk says for this process: True "defer", False "watch", None no
+        # file of ours.  A write that fails leaves the file as it was (it is replaced whole).
+        self.in_file: bool | None = None
+        self.problem: str | None = None  # why the file does not say what was last asked
         self._stopped = False
+
+    @property
+    def in_force(self) -> bool:
+        """Whether the polkit rule refuses other programs' scan requests now, as far as this
+        process can tell: its own file says "defer"."""
+        return self.in_file is True
 
     def set(self, defer: bool) -> None:
         """Defer (True) or only watch (False) from now on; nothing once cleared."""
@@ -52,13 +61,19 @@ class ScanDeferral:
         try:
             self._write(f"{'defer' if defer else 'watch'} {os.getpid()} {_start_time()}\n")
         except OSError as e:
-            self._failed(f"{self.path}: cannot write ({e.strerror or e})",
-                         "not deferred" if defer else "still refused while it names this process")
+            if defer:
+                effect = "are not refused"
+            elif self.in_file:
+                effect = "stay refused until it can be written or scanguardd stops"
+            else:
+                effect = "are allowed, but scanguardctl diagnose cannot name who asked for them"
+            self._failed(f"{self.path}: cannot write ({e.strerror or e}), so other programs' "
+                         f"Wi-Fi scan requests {effect}")
             return
-        self._problem = None
+        self.problem = None
         if defer != bool(self.active):
             log.debug("client Wi-Fi scan requests are %s", "deferred" if defer else "allowed again")
-        self.active = defer
+        self.active = self.in_file = defer
 
     def clear(self) -> None:
         """The daemon stops: neither defer nor report any more (the guards' last changes while
@@ -68,16 +83,20 @@ class ScanDeferral:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
         except OSError as e:
-            self._failed(f"{self.path}: cannot remove ({e.strerror or e})",
-                         "refused while it names this process")
+            problem = f"{self.path}: cannot remove ({e.strerror or e})"
+            if self.in_file:
+                self._failed(f"{problem}, so other programs' Wi-Fi scan requests stay refused "
+                             "until this process has exited")
+            else:  # "watch": the helper allows once this process has gone
+                log.debug("%s; harmless: it names this process, which is ending", problem)
             return
-        self.active = None
+        self.active = self.in_file = None
 
-    def _failed(self, problem: str, meanwhile: str) -> None:
-        if problem != self._problem:
-            log.warning("%s; other programs' Wi-Fi scans are %s meanwhile; check that the "
-                        "directory exists and belongs to the service user", problem, meanwhile)
-            self._problem = problem
+    def _failed(self, problem: str) -> None:
+        if problem != self.problem:
+            log.warning("%s; check that the directory exists and belongs to the service user",
+                        problem)
+            self.problem = problem
         self.active = None  # try again on the next change
 
     def _write(self, text: str) -> None:

@@ -26,7 +26,7 @@ from .rates import Counters, RateMeter, Rates
 from .status import DeviceStatus, device_line, who_scanned
 from .supplicant import NoScanRunning, ObjectGone, SupplicantError, UncertainOutcome
 from .suspension import NothingToSuspend, Suspended, Suspender, interface_of
-from .text import clipped
+from .text import clipped, cut
 
 log = logging.getLogger("scanguard")
 
@@ -43,10 +43,17 @@ SETTINGS, STEP, SIGNAL, UNEXPECTED = "settings", "step", "signal", "unexpected"
 COUNTERS = "counters"
 # ABORT: an AbortScan that failed, cleared by the next one wpa_supplicant answered.
 ABORT = "abort"
-_KINDS = (SETTINGS, STEP, COUNTERS, SIGNAL, ABORT, UNEXPECTED)
-# The states in which a scan hurts the transfer and is aborted (abort_scans): not WEAK, where
-# scans are what roaming needs, nor IDLE.
-GUARDED = (P.GUARDING, P.HELD, P.NO_BGSCAN)
+# DEFERRAL: the scan-deferral file does not say what this guard wants (the daemon's
+# ScanDeferral could not write it, and logged that); set and cleared by deferral_status.
+DEFERRAL = "deferral"
+_KINDS = (SETTINGS, STEP, COUNTERS, SIGNAL, ABORT, DEFERRAL, UNEXPECTED)
+# The states in which a scan hurts the transfer: it is aborted (abort_scans) and other
+# programs' scan requests are refused (defer_client_scans).  Not WEAK, where scans are what
+# roaming needs, nor IDLE.  Also where bgscan is not suspended, because the network has none
+# (NO_BGSCAN) or suspending it failed (ERROR): neither needs the crash journal (AbortScan
+# changes nothing that lasts, and the deferral file names this process, so a crash cannot
+# leave it refusing), and both keep other programs' scans off the transfer.
+GUARDED = (P.GUARDING, P.HELD, P.NO_BGSCAN, P.ERROR)
 # When an aborted scan had started, the keys of `scans_aborted`: it was running as the guard
 # engaged (bgscan's timer, a client's request NetworkManager accepted just before), or it
 # started while guarding (a program that calls wpa_supplicant directly, such as GeoClue; root).
@@ -152,6 +159,10 @@ class Guard:
         self._error: dict[str, str] = {}
         self._logged: dict[str, str] = {}
         self._tracebacks: set[str] = set()  # unexpected errors whose traceback was logged
+        self._engage_failed = False  # the last try to suspend bgscan raised
+        # Whether the polkit rule refuses other programs' scan requests now, as the daemon's
+        # ScanDeferral has it (deferral_status); until told, what this guard wants.
+        self._deferral_in_force: bool | None = None
         self._lock = asyncio.Lock()  # one change to wpa_supplicant at a time
         self._roam_scan_at: float | None = None  # monotonic time of our last scan request
         self._settings_problem()
@@ -174,10 +185,22 @@ class Guard:
     @property
     def deferring(self) -> bool:
         """Whether other programs' NetworkManager scan requests should be refused now: the
-        link is guarded or held (also when the network has no bgscan to suspend: their scans
-        hurt the transfer just the same) and defer_client_scans is on.  Not on a weak signal:
-        then scans help, and bgscan is back on anyway."""
+        link is guarded or held (also when bgscan is not suspended, for want of one or
+        because suspending failed: their scans hurt the transfer just the same) and
+        defer_client_scans is on.  Not on a weak signal: then scans help, and bgscan is back
+        on anyway.  Whether they are refused is `deferral_status`'s to say."""
         return self._deferring_in(self.state)
+
+    def deferral_status(self, in_force: bool, problem: str | None) -> None:
+        """What the daemon's scan-deferral file says now (`in_force`: it refuses other
+        programs' scan requests) and, if that could not be made what the guards want, why.
+        The problem is shown where it contradicts what this guard wants; it was logged once
+        by ScanDeferral."""
+        self._deferral_in_force = in_force
+        if problem and in_force != self.deferring:
+            self._error[DEFERRAL] = problem
+        else:
+            self._error.pop(DEFERRAL, None)
 
     async def attach(self) -> None:
         """Find the interface in wpa_supplicant now, so that scans are counted from the start,
@@ -302,7 +325,9 @@ class Guard:
                 if self.policy.want_engaged and not self.engaged and not self._stopping:
                     # Once stopped, nothing restores what it would suspend (a kick spawned for
                     # a hold can still be on its way when the interface stops being guarded).
+                    self._engage_failed = True  # until it returns
                     await self._engage()
+                    self._engage_failed = False
                 elif not self.policy.want_engaged and self.engaged:
                     await self._release(self.policy.reason)
                     if self.policy.state == P.WEAK:
@@ -363,6 +388,9 @@ class Guard:
                 log.info("%s: nothing to suspend: %s", self.ifname, e.reason)
             self.no_bgscan = e.reason
             return
+        except SupplicantError:
+            self.no_bgscan = None  # whatever was found before, this try failed (ERROR)
+            raise
         self.no_bgscan = None
         log.info("%s: bgscan suspended on %s (was \"%s\"): %s", self.ifname,
                  suspended.network, suspended.saved, self.policy.reason)
@@ -573,9 +601,7 @@ class Guard:
         self._fail(message, UNEXPECTED)
 
     def _publish(self) -> None:
-        state = self.policy.state
-        if state in (P.GUARDING, P.HELD) and not self.engaged and self.no_bgscan:
-            state = P.NO_BGSCAN
+        state, reason = self.shown_state()
         if state != self.state:
             if self._deferred_now and not self._deferring_in(state):
                 log.info("%s: %d Wi-Fi scan request(s) of other programs were refused while "
@@ -585,15 +611,30 @@ class Guard:
                 log.info("%s: %d scan(s) were aborted while guarding", self.ifname,
                          self._aborted_now)
                 self._aborted_now = 0
-            self.state, self.since = state, time.time()
-            self.reason = self.no_bgscan if state == P.NO_BGSCAN and self.no_bgscan \
-                else self.policy.reason
+            self.state, self.since, self.reason = state, time.time(), reason
             log.info("%s: %s (%s)", self.ifname, state, self.reason)
             self._listener.guard_state_changed(self, state, self.reason)
+        else:
+            # The same state with this sample's figures: sent with the other figures (the
+            # bus API and the STATUS= line throttle those), not as a state change.
+            self.reason = reason
         self._listener.guard_changed(self)
 
+    def shown_state(self) -> tuple[str, str]:
+        """The state and reason the status shows: what the guard does, not only what the
+        policy wants.  GUARDING and HELD only while bgscan is suspended; else NO_BGSCAN when
+        the network has none, ERROR when suspending it failed (the error says why)."""
+        state, reason = self.policy.state, self.policy.reason
+        if state not in (P.GUARDING, P.HELD) or self.engaged:
+            return state, reason
+        if self.no_bgscan:
+            return P.NO_BGSCAN, self.no_bgscan
+        if self._engage_failed:
+            return P.ERROR, f"{reason}; bgscan could not be suspended, see the problem"
+        return P.IDLE, "the guard is stopping"
+
     def _deferring_in(self, state: str) -> bool:
-        return self.settings.defer_client_scans and state in (P.GUARDING, P.HELD, P.NO_BGSCAN)
+        return self.settings.defer_client_scans and state in GUARDED
 
     def status(self) -> DeviceStatus:
         r = self.rates
@@ -610,7 +651,7 @@ class Guard:
             network=self.suspended.network if self.suspended else "",
             scans_guarding=self.scans_guarding,
             scans_idle=self.scans_idle,
-            deferring_scans=self.deferring,
+            deferring_scans=self.deferring and self._deferral_in_force is not False,
             scan_requests_deferred=self.scan_requests_deferred,
             scans_aborted=dict(self.scans_aborted),
             own_scans=list(self.own_scans),
@@ -618,7 +659,7 @@ class Guard:
             last_scan=self.last_scan,
             connection_id=self.dev.connection_id,
             connection_uuid=self.dev.connection_uuid,
-            error="; ".join(self._error[k] for k in _KINDS if k in self._error),
+            error="; ".join(cut(self._error[k]) for k in _KINDS if k in self._error),
             settings=self.settings.values(),
             settings_sources={k: self.settings.source(k) for k in self.settings.values()},
         )

@@ -17,6 +17,15 @@ HELD = "held"
 WEAK = "released-weak-signal"
 DISABLED = "disabled"
 NO_BGSCAN = "no-bgscan"  # decided by the daemon: the network has no bgscan to suspend
+# Decided by the daemon: it would guard, but suspending bgscan failed (the guard's error says
+# why).  GUARDING and HELD are shown only while bgscan is really suspended.
+ERROR = "error"
+
+
+def threshold_words(s: Settings) -> str:
+    """What makes a link busy, in the words of the status and the log."""
+    pps = f" or {s.threshold_pps} packets/s" if s.threshold_pps > 0 else ""
+    return f"threshold {s.threshold_mbit:g} Mbit/s{pps}"
 
 
 class Policy:
@@ -54,14 +63,22 @@ class Policy:
 
         if not self.busy and self._busy_samples >= s.engage_after:
             self.busy = True
-            self._reason = (
-                f"traffic {rates.mbit:.1f} Mbit/s, {rates.pps:.0f} packets/s for "
-                f"{self._busy_samples} samples"
-            )
         elif self.busy and self._quiet_since is not None and now - self._quiet_since >= s.release_after:
             self.busy = False
             self._reason = f"quiet for {now - self._quiet_since:.0f} s"
             self._last_poll = None  # next engagement starts with a fresh signal reading
+        if self.busy and not self.weak:
+            # While traffic is what guards, the reason gives this sample's figures, not those
+            # of the moment the guard engaged.
+            self._reason = self._traffic(now, rates)
+
+    def _traffic(self, now: float, rates: Rates) -> str:
+        s = self.settings
+        figures = f"traffic {rates.mbit:.1f} Mbit/s, {rates.pps:.0f} packets/s"
+        if self._quiet_since is not None:
+            return (f"{figures}, quiet for {now - self._quiet_since:.0f} s "
+                    f"(released after {s.release_after:g} s)")
+        return f"{figures} ({threshold_words(s)})"
 
     def observe_signal(self, now: float, rssi: float | None) -> None:
         """A SignalPoll result; `None` means the poll failed and changes nothing."""

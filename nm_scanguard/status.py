@@ -2,8 +2,9 @@
 
 Each field carries its D-Bus type; the bus API marshals from it, scanguardctl reads with it,
 and a test holds it against the XML's documentation.  Texts that come from users or peers
-(profile names, reasons, errors) are cut to `MAX_TEXT` characters so that no single message
-can grow without bound, and escaped (`shown`) wherever a line shows them to a person.
+(profile names, reasons, each problem in `error`) are cut to `MAX_TEXT` characters so that no
+single message can grow without bound, and escaped (`shown`) wherever a line shows them to a
+person.
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .dbuslib import Variant
-from .text import NAME_CHARS, cut, shown
+from .text import MAX_TEXT, NAME_CHARS, cut, shown
+
+# `error` holds every problem an interface has at once, one per kind (guard._KINDS, at most
+# MAX_PROBLEMS), each cut to MAX_TEXT: a state directory that cannot be written gives two (the
+# journal and the scan-deferral file), and neither may push the other out.
+MAX_PROBLEMS = 8
+ERROR_CHARS = MAX_PROBLEMS * (MAX_TEXT + 2)
+
 
 def device_line(d: Mapping[str, Any], *, connection: bool = True, age: bool = True) -> str:
     """One interface's status in one line, from its Devices entry (the keys of DeviceStatus):
@@ -46,7 +54,7 @@ def device_line(d: Mapping[str, Any], *, connection: bool = True, age: bool = Tr
     since = f" for {duration(time.time() - d.get('since', time.time()))}" if age else ""
     text = f"{head}: {state}{since} ({shown(d.get('reason', ''))}); " + ", ".join(parts)
     if d.get("error"):
-        text += f"; problem: {shown(d['error'])}"
+        text += f"; problem: {shown(d['error'], ERROR_CHARS)}"
     return text
 
 
@@ -70,10 +78,12 @@ def who_scanned(deferring: bool) -> str:
             "directly")
 
 
-def _typed(signature: str, default: Any = dataclasses.MISSING) -> Any:
+def _typed(signature: str, default: Any = dataclasses.MISSING, limit: int = MAX_TEXT) -> Any:
+    """A field of D-Bus type `signature`; a text is cut to `limit` characters on the bus."""
+    metadata = {"dbus": signature, "limit": limit}
     if isinstance(default, (dict, list)):
-        return field(default_factory=type(default), metadata={"dbus": signature})
-    return field(default=default, metadata={"dbus": signature})
+        return field(default_factory=type(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass
@@ -98,7 +108,7 @@ class DeviceStatus:
     last_scan: str = _typed("s", "")
     connection_id: str = _typed("s", "")
     connection_uuid: str = _typed("s", "")
-    error: str = _typed("s", "")
+    error: str = _typed("s", "", ERROR_CHARS)  # the problems, "; " between them
     settings: dict[str, Any] = _typed("a{sv}", {})
     settings_sources: dict[str, str] = _typed("a{ss}", {})
 
@@ -112,7 +122,7 @@ class DeviceStatus:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if value is not None:
-                out[f.name] = _variant(f.metadata["dbus"], value)
+                out[f.name] = _variant(f.metadata["dbus"], value, f.metadata["limit"])
         return out
 
 
@@ -120,7 +130,7 @@ class DeviceStatus:
 FIELDS: dict[str, str] = {f.name: f.metadata["dbus"] for f in dataclasses.fields(DeviceStatus)}
 
 
-def _variant(signature: str, value: Any) -> Variant:
+def _variant(signature: str, value: Any, limit: int = MAX_TEXT) -> Variant:
     if signature in ("a{sv}", "a{ss}", "a{su}"):
         return _dict_variant(signature, tuple(value.items()))
     if signature == "ad":
@@ -131,7 +141,7 @@ def _variant(signature: str, value: Any) -> Variant:
         return Variant(signature, int(round(value)))
     if signature == "d":
         return Variant("d", float(value))
-    return Variant("s", cut(str(value)))
+    return Variant("s", cut(str(value), limit))
 
 
 @functools.lru_cache(maxsize=32)

@@ -328,8 +328,8 @@ class Suspender:
             self.journal.record(net, ifname, value)
         except OSError as e:
             raise SupplicantError(
-                f"cannot write {self.journal.path} ({e}); not suspending bgscan, since it "
-                "could not be restored after a crash. Check the state directory's permissions"
+                f"cannot write {self.journal.path} ({e.strerror or e}), so bgscan is left on "
+                "(a crash could not restore it); check the directory's permissions"
             ) from None
 
     def _forget(self, net: str, ifname: str) -> None:

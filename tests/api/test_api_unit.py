@@ -185,8 +185,12 @@ def test_user_texts_are_cut_so_no_entry_grows_without_bound():
     long_name = "Café ☕ " * 200
     wire = DeviceStatus(interface="wlan0", state="idle", connection_id=long_name,
                         reason=long_name, error=long_name).as_dbus()
-    for key in ("connection_id", "reason", "error"):
+    for key in ("connection_id", "reason"):
         assert len(wire[key].value) == 256 and wire[key].value.endswith("…")
+    # error holds each of an interface's problems (up to 8), each cut to 256 by the guard.
+    assert wire["error"].value == long_name
+    endless = DeviceStatus(interface="wlan0", state="idle", error=long_name * 2).as_dbus()
+    assert len(endless["error"].value) == 8 * 258 and endless["error"].value.endswith("…")
     short = DeviceStatus(interface="wlan0", state="idle", connection_id="Café ☕ lab").as_dbus()
     assert short["connection_id"].value == "Café ☕ lab"
 

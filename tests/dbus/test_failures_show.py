@@ -8,13 +8,17 @@ from __future__ import annotations
 import asyncio
 import os
 import pwd
+import re
+import shutil
+import subprocess
+import sys
 
 import pytest
 
 from nm_scanguard.supplicant import Supplicant
 from tests.api.harness import props, scanguardctl
 from tests.conftest import call_failed
-from tests.peers import CONN_IFACE, DaemonProcess
+from tests.peers import CONN_IFACE, REPO, DaemonProcess, env_for
 
 from .conftest import eventually
 
@@ -175,3 +179,89 @@ async def test_a_signal_the_driver_cannot_read_is_no_problem(bus, link, peers, d
     d = await device(bus, link.ifname)
     assert d["error"] == "" and d["state"] == "guarding"
     assert "cannot read the signal" not in p.log(), p.log()
+
+
+class ReadOnlyStateDaemon(DaemonProcess):
+    """scanguardd with a state directory it cannot write.  Run as root, it runs without the
+    capabilities that override file modes (CAP_DAC_OVERRIDE and friends), as a read-only
+    directory would refuse root too."""
+
+    def start(self) -> ReadOnlyStateDaemon:
+        self.state_dir.mkdir()
+        self.state_dir.chmod(0o555)
+        drop = []
+        if os.geteuid() == 0:
+            drop = [shutil.which("setpriv") or "setpriv",
+                    "--bounding-set=-dac_override,-dac_read_search,-fowner", "--"]
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [*drop, sys.executable, "-m", "nm_scanguard", "-v", "-c", str(self.config),
+                 "--state-dir", str(self.state_dir)],
+                stdout=log, stderr=subprocess.STDOUT, env=env_for(self.address), cwd=REPO)
+        return self
+
+
+async def test_a_state_directory_it_cannot_write_is_an_error_not_guarding(bus, link, peers,
+                                                                        system_bus, tmp_path,
+                                                                        request):
+    """Issue 34: such a daemon said `guarding ... client scans deferred` while bgscan stayed on
+    and nothing was deferred.  The state is `error`, bgscan is untouched, no deferral is
+    claimed, and the log says what happens to other programs' scans in plain words."""
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        pytest.skip("root needs setpriv to meet a directory it cannot write")
+    await peers.setup(activate=False)
+    peers.nm.rename_profile(peers.conn, CAFE)
+    await peers.activate()
+    p = ReadOnlyStateDaemon(system_bus.address, tmp_path, CONF).start()
+    try:
+        await p.wait_ready(bus)
+        link.send(mbit=8)
+
+        async def error():
+            return (await device(bus, link.ifname)).get("state") == "error"
+
+        await eventually(error, what="state error in Devices")
+        await asyncio.sleep(1.0)  # five more samples, each trying again
+        state = p.state_dir
+        d = await device(bus, link.ifname)
+        assert re.fullmatch(r"traffic [0-9.]+ Mbit/s, [0-9]+ packets/s \(threshold 1 Mbit/s\); "
+                            r"bgscan could not be suspended, see the problem", d["reason"]), d
+        assert d["error"] == (
+            f"{link.ifname}: cannot write {state}/suspended.json (Permission denied), so bgscan "
+            "is left on (a crash could not restore it); check the directory's permissions; "
+            f"{state}/defer-scans: cannot write (Permission denied), so other programs' Wi-Fi "
+            "scan requests are not refused"), d
+        assert d["deferring_scans"] is False and d["suspended_bgscan"] == ""
+        assert await bgscan(bus, peers.net) == ORIGINAL and await peers.sets() == []
+        status = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: scanguardctl(system_bus.address, "status"))
+        assert status.returncode == 0 and f"{link.ifname} ('{CAFE}'): error for " in status.stdout
+        assert "guarding" not in status.stdout and "deferred" not in status.stdout, status.stdout
+        log = p.log()
+        assert (f"{link.ifname}: connected to '{CAFE}'; will guard while busy (threshold "
+                "1 Mbit/s)") in log
+        assert (f"{state}/defer-scans: cannot write (Permission denied), so other programs' "
+                "Wi-Fi scan requests are allowed, but scanguardctl diagnose cannot name who "
+                "asked for them; check that the directory exists and belongs to the service "
+                "user") in log
+        assert log.count("so bgscan is left on") == 1, log
+        assert f"{link.ifname}: guarding" not in log and "meanwhile" not in log, log
+
+        # Writable again: guarding for real, with the reason following the traffic.
+        state.chmod(0o755)
+        await eventually(lambda: bgscan_is(bus, peers.net, ""), what="engaged once writable")
+        d = await device(bus, link.ifname)
+        assert d["state"] == "guarding" and d["error"] == "" and d["deferring_scans"] is True
+        link.stop()
+        link.send(mbit=3)
+
+        async def new_figures():
+            reason = (await device(bus, link.ifname)).get("reason", "")
+            return re.match(r"traffic [23]\.[0-9] Mbit/s", reason) is not None
+
+        await eventually(new_figures, what="the reason's figures follow the traffic")
+        assert (await device(bus, link.ifname))["state"] == "guarding"
+    finally:
+        p.stop()
+        if call_failed(request):
+            print(f"---- daemon log ----\n{p.log()}")

@@ -10,11 +10,12 @@ import pytest
 
 from nm_scanguard import policy as P
 from nm_scanguard.config import Settings
-from nm_scanguard.guard import Guard
+from nm_scanguard.guard import _KINDS, Guard
 from nm_scanguard.journal import Journal
 from nm_scanguard.netlink import NetlinkError
 from nm_scanguard.nm import WifiDevice
 from nm_scanguard.rates import Counters
+from nm_scanguard.status import MAX_PROBLEMS
 from nm_scanguard.supplicant import SCAN_ERROR, NoScanRunning
 from nm_scanguard.suspension import ALREADY_OFF, Suspender
 from tests.unit.test_suspension import IFACE0, NET0, NM_BGSCAN, TIMEOUT, FakeSupplicant, fail
@@ -306,6 +307,91 @@ async def test_a_refusal_is_reported_and_the_next_sample_tries_again(guard, part
     assert parts["journal"].entries() == {}  # a definite refusal leaves nothing to restore
     assert await guard.kick()
     assert guard.engaged and sup.networks[NET0]["bgscan"] == ""
+
+
+async def test_a_refusal_is_the_state_not_guarding(guard, parts):
+    """A refused Set leaves bgscan on: the state says error, the reason says why, and a hold
+    is not shown as held either."""
+    sup = parts["sup"]
+    sup.set_errors = [ACCESS_DENIED]
+    guard.hold_changed(True)
+    assert not await guard.kick()
+    assert guard.state == P.ERROR and sup.networks[NET0]["bgscan"] == NM_BGSCAN
+    assert guard.reason == "held by an application; bgscan could not be suspended, see the problem"
+    assert await guard.kick()
+    assert guard.state == P.HELD and guard.reason == "held by an application"
+
+
+def unwritable_journal(journal: Journal, monkeypatch) -> None:
+    """The state directory refuses writes, as a read-only one does."""
+    def refuse(*_args):
+        raise OSError(errno.EROFS, "Read-only file system")
+    monkeypatch.setattr(journal, "record", refuse)
+
+
+async def test_a_journal_that_cannot_be_written_shows_error_and_leaves_bgscan(guard, parts,
+                                                                          monkeypatch, caplog):
+    """Issue 34: such a daemon said `guarding` while bgscan stayed on.  It is an error, and
+    other programs' scans are still deferred (that needs no journal), which the line says only
+    while the deferral file says so."""
+    sup, counters, listener = parts["sup"], parts["counters"], parts["listener"]
+    unwritable_journal(parts["journal"], monkeypatch)
+    caplog.set_level("INFO", "scanguard")
+    await guard.step()
+    await run(guard, counters, 8, 3)
+    assert not guard.engaged and sup.sets() == [] and sup.networks[NET0]["bgscan"] == NM_BGSCAN
+    assert guard.state == P.ERROR and [s for s, _ in listener.states] == [P.ERROR]
+    problem = (f"wlan0: cannot write {parts['journal'].path} (Read-only file system), so bgscan "
+               "is left on (a crash could not restore it); check the directory's permissions")
+    reason = ("traffic 8.0 Mbit/s, 800 packets/s (threshold 1 Mbit/s); bgscan could not be "
+              "suspended, see the problem")
+    assert guard.reason == reason and guard.status().error == problem
+    assert guard.deferring and guard.status().deferring_scans
+    assert guard.status_line() == (f"wlan0: error ({reason}); rx 8.0 Mbit/s, tx 0.0 Mbit/s, "
+                                   "-50 dBm, client scans deferred (0 requests refused so far); "
+                                   f"problem: {problem}")
+    assert caplog.text.count("so bgscan is left on") == 1  # once, not at every sample
+    assert "guarding" not in caplog.text
+
+    # The deferral file cannot be written either (the same directory): no deferral claimed.
+    refused = "/x/defer-scans: cannot write (Read-only file system), so other programs' Wi-Fi " \
+        "scan requests are not refused"
+    guard.deferral_status(False, refused)
+    assert not guard.status().deferring_scans and guard.status().error == f"{problem}; {refused}"
+    assert "client scans deferred" not in guard.status_line()
+
+    monkeypatch.undo()  # writable again: guarding, for real
+    guard.deferral_status(True, None)
+    await run(guard, counters, 8, 1)
+    assert guard.engaged and guard.state == P.GUARDING and sup.networks[NET0]["bgscan"] == ""
+    assert guard.status().error == "" and guard.reason == "traffic 8.0 Mbit/s, 800 packets/s " \
+        "(threshold 1 Mbit/s)"
+
+
+def test_every_kind_of_problem_fits_in_the_error_field():
+    assert len(_KINDS) <= MAX_PROBLEMS
+
+
+async def test_the_reason_follows_the_traffic_while_guarding(guard, parts):
+    """Issue 34: the reason's figures froze at the moment of engaging.  They follow each
+    sample; a new figure is no state change (no StateChanged, no log line)."""
+    counters, listener = parts["counters"], parts["listener"]
+    await guard.step()
+    await run(guard, counters, 8, 2)
+    assert guard.state == P.GUARDING
+    assert guard.reason == "traffic 8.0 Mbit/s, 800 packets/s (threshold 1 Mbit/s)"
+    changes = listener.changes
+    await run(guard, counters, 3, 1)
+    assert guard.reason == "traffic 3.0 Mbit/s, 300 packets/s (threshold 1 Mbit/s)"
+    assert guard.status().reason == guard.reason and "(traffic 3.0 Mbit/s" in guard.status_line()
+    await run(guard, counters, 0.2, 1)  # quiet, not yet for release_after (2 s)
+    assert guard.state == P.GUARDING
+    assert guard.reason == "traffic 0.2 Mbit/s, 20 packets/s, quiet for 1 s (released after 2 s)"
+    assert listener.states == [(P.GUARDING, "traffic 8.0 Mbit/s, 800 packets/s (threshold "
+                                            "1 Mbit/s)")]
+    assert listener.changes == changes + 2  # figures: sent with the others, throttled there
+    await run(guard, counters, 0.2, 1)
+    assert guard.state == P.IDLE and guard.reason == "quiet for 2 s"
 
 
 async def test_a_late_reply_still_gets_restored(guard, parts):

@@ -91,12 +91,54 @@ def test_a_write_that_fails_is_logged_once_and_tried_again(tmp_path, caplog):
     d.active = False  # as if a change came in between
     d.set(True)
     assert d.active is None
-    warnings = [r for r in caplog.records if "cannot write" in r.getMessage()]
-    assert len(warnings) == 1 and "not deferred" in warnings[0].getMessage()
-    assert str(blocked) in warnings[0].getMessage()
+    warnings = [r.getMessage() for r in caplog.records if "cannot write" in r.getMessage()]
+    assert warnings == [f"{blocked / DEFER_FILE}: cannot write (File exists), so other "
+                        "programs' Wi-Fi scan requests are not refused; check that the directory "
+                        "exists and belongs to the service user"]
+    assert d.problem == warnings[0].split("; check")[0] and not d.in_force
     blocked.unlink()
     d.set(True)
     assert d.active is True and (blocked / DEFER_FILE).exists()
+    assert d.in_force and d.problem is None
+
+
+def unwritable(directory: Path) -> None:
+    """Make `directory` refuse new files, for root too (a mode does not stop root): it is
+    replaced by a plain file."""
+    for p in directory.iterdir():
+        p.unlink()
+    directory.rmdir()
+    directory.write_text("not a directory")
+
+
+def test_the_warnings_say_what_happens_to_other_programs_scans(tmp_path, caplog):
+    """At start the daemon writes "watch"; a directory it cannot write must not read as if
+    scans were refused (they are allowed: no file names this process)."""
+    state = tmp_path / "state"
+    state.write_text("not a directory")
+    ScanDeferral(str(state)).set(False)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{state / DEFER_FILE}: cannot write (File exists), so other programs' Wi-Fi scan "
+        "requests are allowed, but scanguardctl diagnose cannot name who asked for them; check "
+        "that the directory exists and belongs to the service user"]
+    caplog.clear()
+    # Deferring, then the directory breaks: the file still says "defer" for this process.
+    state.unlink()
+    state.mkdir()
+    d = ScanDeferral(str(state))
+    d.set(True)
+    (state / DEFER_FILE).rename(tmp_path / "kept")
+    unwritable(state)
+    d.set(False)
+    d.clear()
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{state / DEFER_FILE}: cannot write (File exists), so other programs' Wi-Fi scan "
+        "requests stay refused until it can be written or scanguardd stops; check that the "
+        "directory exists and belongs to the service user",
+        f"{state / DEFER_FILE}: cannot remove (Not a directory), so other programs' Wi-Fi scan "
+        "requests stay refused until this process has exited; check that the directory exists "
+        "and belongs to the service user"]
+    assert d.in_force
 
 
 def test_a_private_state_directory_is_opened_for_search_only(tmp_path):
