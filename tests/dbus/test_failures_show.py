@@ -263,5 +263,6 @@ async def test_a_state_directory_it_cannot_write_is_an_error_not_guarding(bus, l
         assert (await device(bus, link.ifname))["state"] == "guarding"
     finally:
         p.stop()
+        p.state_dir.chmod(0o755)  # so that pytest can remove it, whatever failed
         if call_failed(request):
             print(f"---- daemon log ----\n{p.log()}")
