@@ -76,6 +76,7 @@ EVENTS: tuple[Event, ...] = (
     # the link and the user
     _e("busy", "traffic(ifname='wlan0', mbit=50.0, then=5.0)"),
     _e("quiet", "traffic(ifname='wlan0', mbit=0.0, then=4.0)"),
+    _e("moment", "advance(t=0.0003)"),  # a call or two answered, no sample taken
     _e("tick", "advance(t=1.0)"),
     _e("timeout", "advance(t=11.0)"),
     _e("hold", f"hold(client=0, reason={CAFE!r}, interface='wlan0', then=0.0)"),

@@ -451,6 +451,9 @@ async def test_forget_all_after_a_wpa_supplicant_restart(sup, journal, suspender
     suspender.forget_all()
     assert writes["n"] - before == 1
     assert on_disk(journal) == {}
+    # The suspension went with the old process: a guard asking must not count itself engaged,
+    # or it never suspends the new process's network.
+    assert suspender.suspended_on("wlan0") is None
 
 
 async def test_a_removed_network_ends_its_suspension_and_entry(sup, journal, suspender):
