@@ -260,6 +260,9 @@ def dep8_tests(control: Path = DEBIAN_TESTS / "control") -> list[dict]:
     return out
 
 
+DEBIAN_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+
+
 def autopkgtest_check(lab: SystemdLab, timeout: float) -> dict:
     """debian/tests run as autopkgtest's null runner runs them on a test machine: as root, from
     the source tree, with AUTOPKGTEST_TMP, against the installed package (installed by the checks
@@ -285,7 +288,10 @@ def autopkgtest_check(lab: SystemdLab, timeout: float) -> dict:
                     continue
                 tmp = lab.check("mktemp -d").strip()
                 t = time.monotonic()
-                rc, out, err = lab.run(f"cd {shlex.quote(str(REPO))} && AUTOPKGTEST_TMP={tmp} "
+                # The PATH of a Debian test machine: the guest shares the host's root, whose
+                # PATH may put another python3 first.
+                rc, out, err = lab.run(f"cd {shlex.quote(str(REPO))} && PATH={DEBIAN_PATH} "
+                                       f"AUTOPKGTEST_TMP={tmp} "
                                        f"{shlex.quote(str(DEBIAN_TESTS / name))}", timeout)
                 results[name] = {"rc": rc, "out": out[-8000:], "err": err[-4000:],
                                  "allow_stderr": "allow-stderr" in stanza["restrictions"],

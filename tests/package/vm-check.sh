@@ -88,9 +88,9 @@ packaged_code() {
 }
 # The D-Bus library the daemon chooses here (dbus-fast on Debian 13; dbus-next on Debian 12,
 # whose dbus-fast 1.84.2 it skips without loading it).
-dbus_library=$(python3 -c 'import nm_scanguard.dbuslib as d; print(d.LIBRARY)' 2>&1)
+dbus_library=$(/usr/bin/python3 -c 'import nm_scanguard.dbuslib as d; print(d.LIBRARY)' 2>&1)
 status_field() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
-json() { python3 -c 'import json,sys; d=json.load(sys.stdin)["data"]; print(eval(sys.argv[1]))' "$1"; }
+json() { /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin)["data"]; print(eval(sys.argv[1]))' "$1"; }
 # bgscan of IFACE's current wpa_supplicant network, as wpa_supplicant reports it (quoted).
 bgscan() {
     local ifpath netpath
@@ -201,7 +201,7 @@ id "$user" >/dev/null 2>&1 || useradd --no-create-home --shell /bin/sh "$user"
 check "scanguardctl status works without root" runuser -u "$user" -- scanguardctl status
 sed 's/^/      /' "$out"
 check "scanguardctl status --json is JSON" \
-    sh -c "runuser -u $user -- scanguardctl status --json | python3 -m json.tool"
+    sh -c "runuser -u $user -- scanguardctl status --json | /usr/bin/python3 -m json.tool"
 check "properties readable" runuser -u "$user" -- busctl get-property "$name" "$path" "$name" Version
 check "DeviceEvent refused (root only)" refused as_user "$name.DeviceEvent" string:wlan0 string:up string:
 check "Reload refused without admin authentication (polkit)" refused as_user "$name.Reload"
@@ -230,7 +230,7 @@ check "systemctl reload keeps it running" sh -c \
 # into that mode is the SIGKILL test of Restart=on-failure (one daemon start fewer).
 section "restart after SIGKILL, into system call filter log mode"
 allowed=$(systemctl show -p SystemCallFilter --value scanguard)
-denied=$(python3 - "$allowed" <<'EOF'
+denied=$(/usr/bin/python3 - "$allowed" <<'EOF'
 import subprocess, sys
 allowed = set(sys.argv[1].split())
 def expand(group, seen=set()):
