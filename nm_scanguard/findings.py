@@ -297,6 +297,8 @@ def guarded(guard: Guard) -> bool:
     return any(state in ("guarding", "held") for state in [*guard.states_seen, guard.state])
 
 
+GUARDED_DURING_RUN = "nm-scanguard was guarding this interface during the run: bgscan was suspended."
+
 def verdict(a: Analysis, guard: Guard, scans_unseen: str = "") -> list[str]:
     """Sentences a person can act on, most important first.  Each says only what was measured:
     without latency no stall is tied to a scan or cleared of one, and without the kernel's scan
@@ -316,8 +318,7 @@ def verdict(a: Analysis, guard: Guard, scans_unseen: str = "") -> list[str]:
         else:
             lines.append(f"Cannot tell whether {interface} stalled either: {unmeasured}.")
         if guarded(guard):
-            lines.append("nm-scanguard was guarding this interface during the run: bgscan was "
-                         "suspended.")
+            lines.append(GUARDED_DURING_RUN)
         return lines
     if a.scans == 0:
         if not measured:
@@ -330,8 +331,7 @@ def verdict(a: Analysis, guard: Guard, scans_unseen: str = "") -> list[str]:
         else:
             lines.append(f"No Wi-Fi scan ran on {interface}, and latency stayed steady.")
         if guarded(guard):
-            lines.append("nm-scanguard was guarding this interface during the run: bgscan was "
-                         "suspended.")
+            lines.append(GUARDED_DURING_RUN)
         return lines
     share = a.spikes_in_scans / a.spikes if a.spikes else 0.0
     if not measured:
