@@ -267,11 +267,12 @@ class Guard:
             counters = self._counters.read(self.ifname)
         except NetlinkError as e:
             # An expected failure (a timeout, a refusal): no sample this time, as when the
-            # interface vanished; the decisions wait for the next one the kernel answers.
+            # interface vanished (Policy.observe_unknown).
             self._fail(f"{self.ifname}: cannot read the interface's traffic counters over "
                        f"rtnetlink ({e.strerror or e}); trying again at every sample", COUNTERS)
             self.meter.reset()
             self.rates = None
+            self.policy.observe_unknown(time.monotonic())
             await self.kick()
             self._clear(UNEXPECTED)
             return
@@ -280,6 +281,7 @@ class Guard:
             self._fail(f"{self.ifname}: interface has vanished; waiting for NetworkManager to notice")
             self.meter.reset()
             self.rates = None
+            self.policy.observe_unknown(time.monotonic())
         else:
             self.rates = self.meter.update(counters)
             self.policy.observe(counters.time, self.rates)

@@ -38,12 +38,14 @@ class Policy:
         self._busy_samples = 0
         self._quiet_since: float | None = None
         self._last_poll: float | None = None
+        self._unknown_since: float | None = None  # no sample since then (observe_unknown)
         self._reason = "no traffic yet"
 
     # ---- inputs ---------------------------------------------------------------------------
 
     def observe(self, now: float, rates: Rates | None) -> None:
         """One sample.  `None` (counters reset) counts neither as busy nor as quiet."""
+        self._unknown_since = None
         if rates is None:
             return
         s = self.settings
@@ -71,6 +73,23 @@ class Policy:
             # While traffic is what guards, the reason gives this sample's figures, not those
             # of the moment the guard engaged.
             self._reason = self._traffic(now, rates)
+
+    def observe_unknown(self, now: float) -> None:
+        """No sample this time: the counters could not be read, or the interface vanished.
+        A guard that cannot see the link gives bgscan back once release_after has passed
+        without a sample, as after that long a quiet link: kept off blind, it could stay off
+        for as long as the failure lasts."""
+        self._busy_samples = 0
+        if self._unknown_since is None:
+            self._unknown_since = now
+        unknown = now - self._unknown_since
+        if self.busy and unknown >= self.settings.release_after:
+            self.busy = False
+            self._reason = f"traffic unknown for {unknown:.0f} s (no counters)"
+            self._last_poll = None
+        elif self.busy and not self.weak:
+            self._reason = (f"traffic unknown for {unknown:.0f} s (no counters; released after "
+                            f"{self.settings.release_after:g} s)")
 
     def _traffic(self, now: float, rates: Rates) -> str:
         s = self.settings

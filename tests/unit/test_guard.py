@@ -521,6 +521,33 @@ async def test_a_counter_read_the_kernel_fails_is_shown_once_and_sampling_goes_o
     assert caplog.text.count("cannot read the interface's traffic counters") == 2
 
 
+async def test_a_guard_that_cannot_read_the_counters_gives_bgscan_back_after_release_after(
+        guard, parts, monkeypatch):
+    """Blind to the link, the guard must not keep bgscan off for as long as the failure lasts:
+    after release_after without a sample it releases, as after that long a quiet link."""
+    sup, counters = parts["sup"], parts["counters"]
+    clock = {"now": 5000.0}
+    monkeypatch.setattr("nm_scanguard.guard.time.monotonic", lambda: clock["now"])
+    await guard.step()
+    await run(guard, counters, 8, 2)
+    assert guard.engaged and sup.networks[NET0]["bgscan"] == ""
+    counters.error = NetlinkError(errno.ETIMEDOUT, "no answer from the kernel")
+    await guard.step()
+    clock["now"] += 1.0
+    await guard.step()
+    assert guard.engaged and guard.state == P.GUARDING  # release_after (2 s) has not passed
+    assert guard.status().reason.startswith("traffic unknown for 1 s")
+    clock["now"] += 1.0
+    await guard.step()
+    assert not guard.engaged and guard.state == P.IDLE
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and parts["journal"].entries() == {}
+    assert guard.status().reason == "traffic unknown for 2 s (no counters)"
+    counters.error = None  # the counters are back: busy again after engage_after samples
+    await guard.step()
+    await run(guard, counters, 8, 2)
+    assert guard.engaged and sup.networks[NET0]["bgscan"] == ""
+
+
 async def test_the_interface_is_looked_up_once(guard, parts):
     guard.hold_changed(True)
     await guard.kick()
