@@ -521,6 +521,11 @@ class Suspender:
                     raise _NoSupplicant(f"wpa_supplicant is not running ({e})") from None
                 paths[ifname] = e
         iface_path = paths[ifname]
+        if net in self._live or net in self._pending or self.journal.get(net) != entry:
+            # A guard took the network over while this replay waited (its own entry replaced
+            # ours): restoring the value read before would undo its suspension, and dropping
+            # the entry would leave its "" unjournaled.
+            return TAKEN
         if isinstance(iface_path, SupplicantError):
             self._kept(net, entry, iface_path)
             return KEPT
@@ -535,10 +540,6 @@ class Suspender:
                         ifname, net, iface_path)
             self.journal.forget(net)
             return DROPPED
-        if net in self._live or net in self._pending or self.journal.get(net) != entry:
-            # A guard took the network over while this replay waited (its own entry replaced
-            # ours): restoring the value read before would undo its suspension.
-            return TAKEN
         self._pending.add(net)  # a guard's suspend waits for the next sample meanwhile
         try:
             await self.restore(Suspended(net, entry.bgscan), ifname)
