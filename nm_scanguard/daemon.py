@@ -147,7 +147,12 @@ class Daemon:
         self.deferral.set(False)  # whatever a previous instance left says nothing about now
         await self._follow_scans()
         await self.sync()
-        self._retry = self.spawn(self._replay_journal())
+        self._retry_journal()
+
+    def _retry_journal(self) -> None:
+        """Replay the journal, with its backed-off retries, unless that runs already."""
+        if self._retry is None:
+            self._retry = self.spawn(self._replay_journal())
 
     async def _replay(self) -> int:
         return await self.suspender.restore_journal()
@@ -207,7 +212,16 @@ class Daemon:
             for ifname in [i for i in self.guards if i not in active]:
                 gone = self.guards.pop(ifname)
                 log.info("%s: no longer activated in NetworkManager; stop guarding", ifname)
-                await gone.stop()
+                try:
+                    await gone.stop()
+                except Exception as e:  # keep following NetworkManager for the others
+                    log.error("%s: could not restore bgscan when it stopped being guarded: %s; "
+                              "it stays in %s, restored by the journal's retry", ifname, e,
+                              self.journal.path)
+                if any(e.ifname == ifname for e in self.journal.entries().values()):
+                    # What the stop could not restore (wpa_supplicant refused or did not
+                    # answer) is tried again now, not at the next start.
+                    self._retry_journal()
             for ifname, dev in active.items():
                 settings = self.settings_for(dev)
                 guard = self.guards.get(ifname)
