@@ -836,3 +836,21 @@ async def test_a_removal_after_a_cancelled_suspend_keeps_the_entry_for_the_resto
     await suspender.restore_left_behind(ifname)
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and journal.entries() == {}
     assert suspender.network_removed(NET0) is None  # nothing left that a removal keeps
+
+
+async def test_a_replay_leaves_alone_a_network_a_guard_took_over_during_its_lookup(
+        sup, journal, suspender):
+    """The lookup of the interface awaits wpa_supplicant; a guard that takes the network over
+    meanwhile owns its entry, whatever the lookup then says (here: an answer from before a
+    restart, 'not managed'): dropping it would leave the guard's "" unjournaled."""
+    sup.networks = {NET0: {"bgscan": ""}}
+    left_behind(journal, {NET0: ("wlan0", NM_BGSCAN)})
+
+    async def known(ifname):
+        taken = await suspender.suspend(IFACE0, "wlan0")  # the guard adopts our ""
+        assert taken.saved == NM_BGSCAN
+        return None
+
+    assert await suspender.restore_journal(known) == 0
+    assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
+    assert suspender.suspended_on("wlan0") is not None and sup.networks[NET0]["bgscan"] == ""
