@@ -96,7 +96,7 @@ $(RUFF):
 
 lint: deps-test $(RUFF)
 	$(PYTHON) -m mypy nm_scanguard
-	$(RUFF) check --no-cache nm_scanguard tests
+	$(RUFF) check --no-cache nm_scanguard tests completion man
 
 unit: deps-test
 	$(PYTEST) -v tests/unit

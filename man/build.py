@@ -31,8 +31,8 @@ import email.utils
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
 # argparse wraps usage lines at the terminal's width; man fills lines itself.
@@ -164,13 +164,13 @@ def th(name: str, section: str, date: str, title: str) -> str:
 def release_date() -> str:
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
     if epoch:
-        when = datetime.datetime.fromtimestamp(int(epoch), datetime.timezone.utc)
+        when = datetime.datetime.fromtimestamp(int(epoch), datetime.UTC)
     else:
         changelog = (REPO / "debian" / "changelog").read_text(encoding="utf-8")
         trailer = re.search(r"^ -- .*?>  (.*)$", changelog, re.M)
         if trailer is None:
             raise SystemExit("man/build.py: debian/changelog has no trailer line ( -- NAME <MAIL>  DATE)")
-        when = email.utils.parsedate_to_datetime(trailer.group(1)).astimezone(datetime.timezone.utc)
+        when = email.utils.parsedate_to_datetime(trailer.group(1)).astimezone(datetime.UTC)
     return when.strftime("%Y-%m-%d")
 
 
@@ -185,7 +185,8 @@ def build(outdir: Path) -> list[Path]:
         written[-1].write_text(page, encoding="utf-8")
     for source, name, section, title in HAND_WRITTEN:
         text = source.read_text(encoding="utf-8")
-        text, n = re.subn(r"^\.TH .*$", lambda _: th(name, section, date, title), text, count=1,
+        header = th(name, section, date, title)
+        text, n = re.subn(r"^\.TH .*$", lambda _, header=header: header, text, count=1,
                           flags=re.M)
         if n != 1:
             raise SystemExit(f"man/build.py: {source} has no .TH line")

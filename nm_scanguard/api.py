@@ -10,13 +10,14 @@ the bus reads.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import os
 import pwd
 import time
-import asyncio
-from typing import Any, Callable, Coroutine, Protocol
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 from . import __version__
 from .attribution import Request
@@ -26,12 +27,25 @@ from .dbuslib import Message, MessageBus, MessageType, Variant
 from .export import CallError, ExportedObject, Throttle, load_interface
 from .holds import HOLD_FIELDS, Hold, HoldError, Holds, check_text
 from .ifname import valid_ifname
-from .names import (ACCESS_DENIED, ACTION_HOLD, ACTION_RELOAD, DBUS, ERROR_BAD_CONFIG, ERROR_FAILED,
-                    ERROR_NOT_READY, ERROR_TOO_MANY_HOLDS, ERROR_UNKNOWN_HOLD, IFACE, INVALID_ARGS,
-                    PATH, POLKIT, XML_INSTALLED, XML_NAME)
+from .names import (
+    ACCESS_DENIED,
+    ACTION_HOLD,
+    ACTION_RELOAD,
+    DBUS,
+    ERROR_BAD_CONFIG,
+    ERROR_FAILED,
+    ERROR_NOT_READY,
+    ERROR_TOO_MANY_HOLDS,
+    ERROR_UNKNOWN_HOLD,
+    IFACE,
+    INVALID_ARGS,
+    PATH,
+    POLKIT,
+    XML_INSTALLED,
+    XML_NAME,
+)
 from .status import DeviceStatus
 from .text import MAX_TEXT, clipped, cut, quoted
-
 
 
 def _devices(status: list[DeviceStatus]) -> Variant:
@@ -277,8 +291,9 @@ class Api:
         counted as before; every request is kept a while (RecentScanRequests) so that
         `scanguardctl diagnose` can name the program behind a scan.  Only polkitd's helper and
         root may report, so the user and pid are those of polkit's subject (the bus's
-        credentials of the asking connection); the program is /proc/PID/comm, the name a process gives itself (any process
-        may set its own), so it names a program without proving which one it was."""
+        credentials of the asking connection); the program is /proc/PID/comm, the name a
+        process gives itself (any process may set its own), so it names a program without
+        proving which one it was."""
         user, pid, program, refused, uptime = msg.body
         who = await self._reporter(msg, "ScanRequestSeen", user, pid, program)
         if not (isinstance(uptime, float) and math.isfinite(uptime) and uptime >= 0.0):

@@ -19,8 +19,8 @@ the sentence that established it, and a scan that matches no signature stays "un
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from .text import NAME_CHARS, shown
 

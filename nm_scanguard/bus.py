@@ -10,7 +10,8 @@ import asyncio
 import logging
 import os
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from .dbuslib import Message, MessageBus, MessageType, Variant
 from .names import DBUS
@@ -70,7 +71,7 @@ async def call(
     )
     try:
         reply = await asyncio.wait_for(bus.call(msg), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise BusError("org.freedesktop.DBus.Error.Timeout",
                        f"{destination} did not answer {member} within {timeout:g} s") from None
     if reply.message_type == MessageType.ERROR:

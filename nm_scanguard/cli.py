@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -17,16 +18,26 @@ from typing import Any
 from . import __version__
 from .attribution import DESCRIPTIONS
 from .bus import BusError, NameOwners, add_match, call, get_all, unwrap
-from .config import (DEFAULT_CONFIG_PATH, KEYS, USER_DATA_PREFIX, ConfigError, ConfigMissing,
-                     Settings, apply_profile, load_file, named_file_required, parse_value,
-                     settings_table)
+from .config import (
+    DEFAULT_CONFIG_PATH,
+    KEYS,
+    USER_DATA_PREFIX,
+    ConfigError,
+    ConfigMissing,
+    Settings,
+    apply_profile,
+    load_file,
+    named_file_required,
+    parse_value,
+    settings_table,
+)
 from .dbuslib import BusType, Message, MessageBus, MessageFlag, MessageType
+from .names import ACCESS_DENIED, ERROR_UNKNOWN_HOLD, IFACE, PATH, UNREACHABLE
+from .names import BUS_NAME as NAME
 from .output import closed_pipe_quiet
-from .names import ACCESS_DENIED, BUS_NAME as NAME, ERROR_UNKNOWN_HOLD, IFACE, UNREACHABLE, PATH
 from .profiles import ProfileError
 from .status import FIELDS, aborted_total, device_line, duration, requests, who_scanned
 from .text import NAME_CHARS, clipped, escaped, quoted, shown
-
 
 HOLD_TIMEOUT = 130.0  # Hold and Reload: polkit may be asking for a password
 
@@ -235,7 +246,7 @@ class Holder:
                       flags=MessageFlag.ALLOW_INTERACTIVE_AUTHORIZATION)
         try:
             reply = await asyncio.wait_for(self.bus.call(msg), HOLD_TIMEOUT)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return f"the scanguard service did not answer Hold within {HOLD_TIMEOUT:g} s"
         except Exception as e:  # the bus connection went away
             return f"the system bus connection failed ({e})"
@@ -361,7 +372,7 @@ async def cmd_reload(args: argparse.Namespace) -> int:
                       flags=MessageFlag.ALLOW_INTERACTIVE_AUTHORIZATION)
         try:
             reply = await asyncio.wait_for(bus.call(msg), HOLD_TIMEOUT)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise Failure(f"the scanguard service did not answer Reload within "
                           f"{HOLD_TIMEOUT:g} s; see `journalctl -u scanguard`") from None
         if reply.message_type == MessageType.ERROR:
@@ -438,10 +449,8 @@ def cmd_config_set(args: argparse.Namespace) -> int:
     parsed = {}
     for k, v in merged.items():
         if k in KEYS:
-            try:
+            with contextlib.suppress(ConfigError):  # an old bad value: the daemon ignores it
                 parsed[k] = parse_value(k, v, where)
-            except ConfigError:
-                pass  # an old bad value: the daemon ignores it with a warning
     base.with_values(parsed, where).check(where)
     p.update(conn, values, [])
     print(f"{shown(conn.get_id(), NAME_CHARS)}: "
@@ -682,8 +691,8 @@ def build_parser() -> argparse.ArgumentParser:
                "which nmcli cannot write: use `scanguardctl config set`. See scanguardd(8) and "
                "scanguard.conf(5).",
     )
-    setattr(p, "man_short_description",  # read by argparse-manpage
-            "look at and control the Wi-Fi scan guard")
+    p.man_short_description = (  # type: ignore[attr-defined]  # read by man/build.py
+        "look at and control the Wi-Fi scan guard")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="verb", metavar="COMMAND", required=True)
 
@@ -707,7 +716,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "fails (no COMMAND, a usage error, no hold under --strict); 126 "
                               "when COMMAND cannot be run, 127 when it is not found; 128+N "
                               "when it was killed by signal N.")
-    setattr(h, "usage_status", HOLD_FAILED)
+    h.usage_status = HOLD_FAILED
     h.add_argument("--reason", default="", help="why, shown in status (e.g. \"video call\")")
     h.add_argument("--app-id", default="scanguardctl", help="application id shown in status")
     h.add_argument("--interface", default="", metavar="IFACE",

@@ -15,9 +15,10 @@ import hashlib
 import logging
 import re
 from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .files import Unreadable, kind, read_regular
 from .text import NAME_CHARS, clipped, quoted, shown
@@ -145,7 +146,7 @@ class Settings:
     def values(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in KEYS}
 
-    def with_values(self, values: Mapping[str, Any], source: str) -> "Settings":
+    def with_values(self, values: Mapping[str, Any], source: str) -> Settings:
         sources = dict(self.sources)
         sources.update({k: source for k in values})
         return dataclasses.replace(self, **values, sources=sources)

@@ -12,7 +12,8 @@ import os
 import socket
 import time
 from collections import deque
-from typing import Any, Callable, Coroutine, Protocol
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 import systemd.daemon as sd_daemon
 
@@ -20,17 +21,21 @@ from .attribution import GEOCLUE_NAME, Request
 from .bus import BusError, NameOwners, add_match, owner_pid
 from .config import ProfileWarnings, Settings, apply_profile, load_file
 from .dbuslib import Message, MessageBus, MessageType
-from .export import Throttle
 from .deferral import ScanDeferral
+from .export import Throttle
 from .guard import Guard
 from .holds import Holds
 from .journal import Journal
 from .netlink import LinkCounters
 from .nl80211 import Nl80211Error, ScanEvent, ScanEvents
-from .nm import NAME as NM_NAME, NetworkManager, WifiDevice
+from .nm import NAME as NM_NAME
+from .nm import NetworkManager, WifiDevice
 from .policy import threshold_words
 from .status import DeviceStatus
-from .supplicant import IFACE as WPAS_IFACE, NAME as WPAS_NAME, PATH as WPAS_PATH, Supplicant
+from .supplicant import IFACE as WPAS_IFACE
+from .supplicant import NAME as WPAS_NAME
+from .supplicant import PATH as WPAS_PATH
+from .supplicant import Supplicant
 from .suspension import Suspender
 from .text import NAME_CHARS, quoted
 
@@ -49,16 +54,16 @@ REQUESTS_KEPT_FOR = 600.0
 LABEL_AFTER = 1.0  # seconds after a scan starts that it is labelled (see _label_scan)
 
 MATCH_RULES = (
-    "type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged',arg0='%s'" % NM_NAME,
-    "type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged',arg0='%s'" % WPAS_NAME,
-    "type='signal',sender='%s',interface='%s',member='DeviceAdded'" % (NM_NAME, NM_NAME),
-    "type='signal',sender='%s',interface='%s',member='DeviceRemoved'" % (NM_NAME, NM_NAME),
-    "type='signal',sender='%s',interface='%s.Device',member='StateChanged'" % (NM_NAME, NM_NAME),
-    "type='signal',sender='%s',interface='%s.Settings.Connection',member='Updated'" % (NM_NAME, NM_NAME),
-    "type='signal',sender='%s',interface='%s',member='ScanDone'" % (WPAS_NAME, WPAS_IFACE),
-    "type='signal',sender='%s',interface='%s',member='NetworkRemoved'" % (WPAS_NAME, WPAS_IFACE),
-    "type='signal',sender='%s',interface='org.freedesktop.DBus.Properties',"
-    "member='PropertiesChanged',arg0='%s'" % (WPAS_NAME, WPAS_IFACE),
+    f"type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged',arg0='{NM_NAME}'",
+    f"type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged',arg0='{WPAS_NAME}'",
+    f"type='signal',sender='{NM_NAME}',interface='{NM_NAME}',member='DeviceAdded'",
+    f"type='signal',sender='{NM_NAME}',interface='{NM_NAME}',member='DeviceRemoved'",
+    f"type='signal',sender='{NM_NAME}',interface='{NM_NAME}.Device',member='StateChanged'",
+    f"type='signal',sender='{NM_NAME}',interface='{NM_NAME}.Settings.Connection',member='Updated'",
+    f"type='signal',sender='{WPAS_NAME}',interface='{WPAS_IFACE}',member='ScanDone'",
+    f"type='signal',sender='{WPAS_NAME}',interface='{WPAS_IFACE}',member='NetworkRemoved'",
+    f"type='signal',sender='{WPAS_NAME}',interface='org.freedesktop.DBus.Properties',"
+    f"member='PropertiesChanged',arg0='{WPAS_IFACE}'",
 )
 
 

@@ -39,9 +39,10 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
-from typing import Any, Iterator
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +219,7 @@ class MessageBus(_aio.MessageBus):  # type: ignore[misc,name-defined]
         lost bus); a caller that awaits the future still gets the exception."""
         return quiet(super().send(msg))
 
-    async def connect(self) -> "MessageBus":
+    async def connect(self) -> MessageBus:
         bus = await super().connect()
         _log_choice_once()
         why = make_writer_eagain_safe(self)
@@ -280,6 +281,7 @@ DBusError = _lib.DBusError
 introspection = _introspection
 
 __all__ = [
-    "LIBRARY", "SKIPPED", "PASSED_OVER", "describe", "MessageBus", "BusType", "Message", "MessageType", "MessageFlag",
+    "LIBRARY", "SKIPPED", "PASSED_OVER", "describe", "MessageBus", "BusType", "Message",
+    "MessageType", "MessageFlag",
     "Variant", "DBusError", "introspection", "marshals_utf8", "installed_version", "known_broken",
 ]

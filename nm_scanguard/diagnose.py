@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ipaddress
 import os
 import signal
@@ -25,20 +26,22 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from . import attribution
 from .attribution import GEOCLUE_NAME, Evidence, Request
 from .bus import BusError, call, get_all, get_property, name_has_owner, owner_pid, unwrap
 from .dbuslib import MessageBus
-from .findings import (ECHO_TIMEOUT, TRY_TARGET, Echo, Guard, Link, Recording, Scan, Second,
-                       explain_bgscan)
-from .nm import (ACTIVE, DEVICE, DEVICE_TYPE_WIFI, NAME as NM, PATH as NM_PATH,
-                 STATE_ACTIVATED)
-from .names import (ACCESS_DENIED, BUS_NAME, IFACE as GUARD_IFACE, PATH as GUARD_PATH,
-                    UNKNOWN_METHOD)
+from .findings import ECHO_TIMEOUT, TRY_TARGET, Echo, Guard, Link, Recording, Scan, Second, explain_bgscan
+from .names import ACCESS_DENIED, BUS_NAME, UNKNOWN_METHOD
+from .names import IFACE as GUARD_IFACE
+from .names import PATH as GUARD_PATH
 from .nl80211 import Nl80211Error, ScanEvent, ScanEvents
+from .nm import ACTIVE, DEVICE, DEVICE_TYPE_WIFI, STATE_ACTIVATED
+from .nm import NAME as NM
+from .nm import PATH as NM_PATH
 from .supplicant import Supplicant, SupplicantError
 from .text import NAME_CHARS, clipped, quoted, shown
 
@@ -298,10 +301,8 @@ class Pinger:
         self.echoes.sort(key=lambda e: e.sent)
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):
             asyncio.get_running_loop().remove_reader(self.sock.fileno())
-        except RuntimeError:
-            pass
         self.sock.close()
 
 
@@ -593,10 +594,8 @@ async def record(bus: MessageBus, seconds: float, only: str | None,
         while recorder.now() < seconds and not stop.is_set():
             for p in pingers:
                 p.send()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), ECHO_INTERVAL)
-            except asyncio.TimeoutError:
-                pass
             if recorder.clock() >= next_sample:
                 at = next_sample - SAMPLE_INTERVAL - recorder.t0
                 next_sample += SAMPLE_INTERVAL

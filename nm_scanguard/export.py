@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Awaitable, Callable, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from .dbuslib import Message, MessageBus, MessageType, Variant, introspection
 from .names import ERROR_FAILED, INVALID_ARGS, READ_ONLY, UNKNOWN_METHOD, UNKNOWN_PROPERTY

@@ -18,8 +18,9 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from .attribution import BGSCAN, DESCRIPTIONS, DIRECT, GUARD, NETWORKMANAGER, SOURCES, UNKNOWN
 from .nl80211 import ssid_text

@@ -13,7 +13,8 @@ import os
 import time
 import traceback
 from collections import deque
-from typing import Any, Awaitable, Callable, Coroutine, Protocol, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, Protocol
 
 from . import attribution
 from . import policy as P

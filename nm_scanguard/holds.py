@@ -33,9 +33,10 @@ from __future__ import annotations
 import logging
 import secrets
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Callable, Literal
+from typing import Literal
 
 from .text import KEEP_FORMAT
 

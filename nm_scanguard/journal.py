@@ -25,8 +25,9 @@ import json
 import logging
 import os
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from .files import Unreadable, kind, read_regular, write_atomic
 from .ifname import valid_ifname

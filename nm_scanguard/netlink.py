@@ -22,14 +22,16 @@ older request (a sequence number not ours) are ignored.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import select
 import socket
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from .ifname import valid_ifname
 from .rates import Counters
@@ -174,10 +176,8 @@ def wait_readable(fileno: int, deadline: float) -> bool:
         return False
     poller = select.poll()
     poller.register(fileno, select.POLLIN)
-    try:
+    with contextlib.suppress(InterruptedError):
         poller.poll(left * 1000)
-    except InterruptedError:
-        pass
     return True
 
 

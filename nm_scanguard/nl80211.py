@@ -44,8 +44,9 @@ import os
 import socket
 import struct
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from .netlink import wait_readable
 from .text import INVISIBLE

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 CLOSED_PIPE = 141  # 128 + SIGPIPE
 

@@ -37,7 +37,9 @@ def _load_libnm() -> None:
         import gi
 
         gi.require_version("NM", "1.0")
-        from gi.repository import Gio as _Gio, GLib as _GLib, NM as _NM
+        from gi.repository import NM as _NM
+        from gi.repository import Gio as _Gio
+        from gi.repository import GLib as _GLib
     except (ImportError, ValueError) as e:
         raise ProfileError(f"libnm is not available ({e}); install gir1.2-nm-1.0 and "
                            "python3-gi") from None
@@ -73,8 +75,8 @@ def find(nm: Any, name: str) -> Any:
         raise ProfileError(f"NetworkManager has no connection profile {quoted(name, NAME_CHARS)}; "
                            "`nmcli connection show` lists them (name or UUID)")
     uuids = ", ".join(f"{c.get_uuid()} ({c.get_connection_type()})" for c in matches)
-    raise ProfileError(f"{len(matches)} NetworkManager profiles are named {quoted(name, NAME_CHARS)}: {uuids}; "
-                       "give the UUID instead")
+    raise ProfileError(f"{len(matches)} NetworkManager profiles are named "
+                       f"{quoted(name, NAME_CHARS)}: {uuids}; give the UUID instead")
 
 
 def user_data(conn: Any) -> dict[str, str]:

@@ -14,19 +14,19 @@ import logging
 import os
 import signal
 import sys
-from typing import Any, Callable, Coroutine
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from . import __version__
 from .api import Api
 from .bus import BusError, call, close_bus
-from .config import (DEFAULT_CONFIG_PATH, ConfigError, Settings, load_file, named_file_required,
-                     settings_table)
+from .config import DEFAULT_CONFIG_PATH, ConfigError, Settings, load_file, named_file_required, settings_table
 from .daemon import Daemon
-from .guard import log_traceback_once, unexpected_line
 from .dbuslib import LIBRARY, SKIPPED, BusType, Message, MessageBus, MessageType
+from .guard import log_traceback_once, unexpected_line
 from .journal import DEFAULT_STATE_DIR, Journal
-from .output import closed_pipe_quiet
 from .names import BUS_NAME, DBUS
+from .output import closed_pipe_quiet
 from .supplicant import Supplicant, SupplicantError
 from .suspension import Suspender
 from .text import shown
@@ -116,8 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Normally started by systemd as scanguard.service. See scanguard.conf(5) for the "
                "settings and scanguardctl(1) to look at what it is doing.",
     )
-    setattr(p, "man_short_description",  # read by argparse-manpage
-            "suspend Wi-Fi background scans while the link is busy")
+    p.man_short_description = (  # type: ignore[attr-defined]  # read by man/build.py
+        "suspend Wi-Fi background scans while the link is busy")
     p.add_argument("-c", "--config", metavar="FILE", default=DEFAULT_CONFIG_PATH,
                    help="global settings file (default: %(default)s, which may be absent: "
                         "then the built-in defaults apply; a file given here must exist)")

@@ -12,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .dbuslib import Variant
 from .text import MAX_TEXT, NAME_CHARS, cut, shown

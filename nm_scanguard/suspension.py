@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Collection, Protocol
+from typing import Protocol
 
 from .ifname import valid_ifname
 from .journal import Journal, JournalEntry, valid_bgscan, valid_network_path
