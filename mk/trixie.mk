@@ -50,8 +50,11 @@ trixie-deps:
 trixie-root: trixie-deps
 	$(TRIXIE) root
 
+# The model rung runs with make test's fixed seed (MODEL_SEED), like the host's: the gate draws
+# the same sequences on every run.
 test-trixie: trixie-deps
-	SCANGUARD_FAULT_EXAMPLES=$(TRIXIE_FAULT_EXAMPLES) $(TRIXIE) test $(TRIXIE_ARGS)
+	SCANGUARD_FAULT_EXAMPLES=$(TRIXIE_FAULT_EXAMPLES) SCANGUARD_MODEL_SEED=$(MODEL_SEED) \
+	  $(TRIXIE) test $(TRIXIE_ARGS)
 
 trixie-shell: trixie-deps
 	$(TRIXIE) shell

@@ -76,7 +76,7 @@ EXPECTED_SKIPS = {
 }
 # Passed from the host's environment into the root when set (tests/fault/conftest.py).
 PASSED_VARIABLES = ("SCANGUARD_FAULT_EXAMPLES", "SCANGUARD_FAULT_SHRINK", "SCANGUARD_MODEL_SEQUENCES",
-                    "SCANGUARD_MODEL_STEPS")
+                    "SCANGUARD_MODEL_STEPS", "SCANGUARD_MODEL_SEED")
 # Prints the library a run really uses; exits 3 if it is not the one asked for, because then the
 # suite would silently test the other library twice.
 SHOW_LIBRARY = """
