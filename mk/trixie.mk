@@ -3,8 +3,9 @@
 #   make trixie-root   build the trixie root tree unless it is cached (mmdebstrap, about a
 #                      minute; installs mmdebstrap on the host first); prints its path and size
 #   make test-trixie   the root, then inside it with trixie's python3: unit; tests/dbus tests/api
-#                      tests/policy with dbus_fast and with dbus_next; tests/contract against
-#                      trixie's wpa_supplicant with each; tests/fault with each.  One at a time,
+#                      tests/policy with dbus_fast (Debian 13's library); tests/contract against
+#                      trixie's wpa_supplicant with each library; tests/fault with dbus_fast;
+#                      the model rung with make test's seed.  One at a time,
 #                      each step timed, a summary at the end; non-zero exit if any step failed.
 #   make trixie-shell  a shell inside the root (the repository read-only at /src), to debug
 #   make lab-trixie    the lab on Debian 13: the VM boots a trixie root of its own (kernel 6.12,

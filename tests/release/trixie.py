@@ -61,6 +61,11 @@ KEY_PACKAGES = ("python3", "python3-dbus-fast", "python3-dbus-next", "python3-db
                 "wpasupplicant", "dbus-daemon", "systemd", "iproute2", "libnm0", "polkitd",
                 "network-manager", "duktape", "lintian", "debhelper", "dh-python")
 LIBRARIES = ("dbus_fast", "dbus_next")
+# The library the daemon uses on Debian 13 (its package depends on python3-dbus-fast (>= 2)
+# before python3-dbus-next): the D-Bus and fault rungs run with it alone here, while the host's
+# pass runs them with dbus-next (Debian 12's choice) and the contract rung runs both libraries
+# here.  Both libraries meet every test that way, and make test stays within its 40 minutes.
+DEBIAN_13_LIBRARY = "dbus_fast"
 DBUS_TESTS = ("tests/dbus", "tests/api", "tests/policy")
 # -rs prints every skip's reason.  pytest-asyncio 0.25 (trixie) warns on every run that
 # asyncio_default_fixture_loop_scope is unset; "function" is what 0.20 (Debian 12) does, and every
@@ -353,7 +358,7 @@ def plan(step_timeout: float) -> list[tuple[str, list[list[str]], float]]:
          60),
         ("unit tests", [pytest(None, "-q", "tests/unit")], step_timeout),
     ]
-    for lib in LIBRARIES:
+    for lib in (DEBIAN_13_LIBRARY,):
         steps.append((f"D-Bus tests {' '.join(DBUS_TESTS)} with {lib}",
                       [show_library(lib), pytest(lib, "-q", *DBUS_TESTS)], step_timeout))
     for lib in LIBRARIES:
@@ -363,7 +368,7 @@ def plan(step_timeout: float) -> list[tuple[str, list[list[str]], float]]:
                   "systemd-analyze security",
                   [pytest(None, "-v", "tests/package")], step_timeout))
     if (REPO / "tests" / "fault").is_dir():
-        for lib in LIBRARIES:
+        for lib in (DEBIAN_13_LIBRARY,):
             examples = os.environ.get("SCANGUARD_FAULT_EXAMPLES") or "25 (the default)"
             steps.append((f"fault injection with {lib}, {examples} sequences per test",
                           [show_library(lib), pytest(lib, "-q", "-s", "tests/fault")],
