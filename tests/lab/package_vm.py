@@ -261,6 +261,11 @@ def dep8_tests(control: Path = DEBIAN_TESTS / "control") -> list[dict]:
 
 
 DEBIAN_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+# The DEP-8 tests run here, against the package installed in the VM.  dbus-api (the D-Bus rung's
+# core checks, tens of daemon and mock processes) runs in the package rung instead, against the
+# package's files over the host's /usr (tests/package/test_package.py): under TCG, beside the
+# lab's checks, it took about 10 minutes and its call timeouts fired.
+IN_VM = ("check-config", "cli")
 
 
 def autopkgtest_check(lab: SystemdLab, timeout: float) -> dict:
@@ -283,6 +288,8 @@ def autopkgtest_check(lab: SystemdLab, timeout: float) -> dict:
         for stanza in dep8_tests():
             missing = [" | ".join(alts) for alts in stanza["depends"] if not any(map(have, alts))]
             for name in stanza["tests"]:
+                if name not in IN_VM:
+                    continue
                 if missing:
                     results[name] = {"missing": missing}
                     continue
