@@ -101,8 +101,9 @@ DBUS_LAB_ROOT_POLICY = f"""\
 DISPATCHER_LOG = f"""\
 #!/bin/sh
 t=$(date +%s.%N)
-echo "$t $1 $2 $CONNECTION_ID" >>{GUEST_SHARE}/logs/dispatcher-events.log
+# The user data first: the events line, which the checks wait for, marks the event complete.
 env | grep '^CONNECTION_USER_' | sed "s|^|$t $1 $2 |" >>{GUEST_SHARE}/logs/dispatcher-user.log
+echo "$t $1 $2 $CONNECTION_ID" >>{GUEST_SHARE}/logs/dispatcher-events.log
 """
 
 # ssid2= in hex: `ssid=` would take the raw UTF-8 bytes too, but hex says exactly which bytes go

@@ -227,6 +227,17 @@ def wait_bgscan_off(lab: Lab, since: float, timeout: float) -> float:
     return wait_until(off, timeout, "the guard to suspend bgscan", interval=0.5)
 
 
+def wait_bgscan_set_off(lab: Lab, since: float, timeout: float) -> float:
+    """Wait until bgscan was set to "" over D-Bus after guest time `since` and reads ""; returns
+    the guest time wpa_supplicant logged that Set.  Unlike wait_bgscan_off, this sees a Set
+    made while no bgscan module runs (mid-roam, wpa_supplicant has stopped it itself, so no
+    stop is logged)."""
+    def off():
+        sets = lab.wpa_events("bgscan - hexdump_ascii(len=0)", since)
+        return sets[0] if sets and lab.bgscan() == "" else None
+    return wait_until(off, timeout, "the guard to suspend bgscan again", interval=0.5)
+
+
 def wait_bgscan_on(lab: Lab, since: float, params: str, timeout: float) -> float:
     """Wait until wpa_supplicant initialised bgscan with `params` after guest time `since`;
     returns the guest time of that log line."""

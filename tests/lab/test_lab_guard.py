@@ -751,41 +751,51 @@ def test_config_set_writes_the_real_profile_and_the_daemon_follows(lab, guardd):
     t_call = time.monotonic()
     out = guardd.ctl(f"config set {profile} threshold_mbit=7.5 engage_after=3")
     t_returned = time.monotonic()
-    assert f"{CONNECTION}: scanguard.threshold_mbit=7.5, scanguard.engage_after=3" in out, out
-    on_disk = lab.check(f"cat {shlex.quote(filename)}")
-    assert re.search(r"^\[user\]$", on_disk, re.M) and \
-        "scanguard.threshold_mbit=7.5" in on_disk and "scanguard.engage_after=3" in on_disk, on_disk
-    st = wait_until(lambda: (lambda s: s if s["settings"].get("threshold_mbit") == 7.5 and
-                             s["settings"].get("engage_after") == 3 else None)(guardd.status()),
-                    15, "the daemon to take the profile's new settings", interval=0.2)
-    t_seen = time.monotonic() - t_returned  # an upper bound: one `status` call is ≈1 s here
-    assert CONNECTION in st["settings_sources"]["threshold_mbit"], st["settings_sources"]
-    shown = guardd.ctl(f"config show {profile}")
-    assert re.search(r"^threshold_mbit\s+7\.5\s+.*Café ☕ lab", shown, re.M), shown
+    try:
+        assert f"{CONNECTION}: scanguard.threshold_mbit=7.5, scanguard.engage_after=3" in out, out
+        on_disk = lab.check(f"cat {shlex.quote(filename)}")
+        assert re.search(r"^\[user\]$", on_disk, re.M) and \
+            "scanguard.threshold_mbit=7.5" in on_disk and "scanguard.engage_after=3" in on_disk, on_disk
+        st = wait_until(lambda: (lambda s: s if s["settings"].get("threshold_mbit") == 7.5 and
+                                 s["settings"].get("engage_after") == 3 else None)(guardd.status()),
+                        15, "the daemon to take the profile's new settings", interval=0.2)
+        t_seen = time.monotonic() - t_returned  # an upper bound: one `status` call is ≈1 s here
+        assert CONNECTION in st["settings_sources"]["threshold_mbit"], st["settings_sources"]
+        shown = guardd.ctl(f"config show {profile}")
+        assert re.search(r"^threshold_mbit\s+7\.5\s+.*Café ☕ lab", shown, re.M), shown
 
-    # A bad value: refused, named, nothing written.
-    rc, out, err = lab.run(f"cd {shlex.quote(str(REPO))} && {SCANGUARDCTL} config set {profile} "
-                           "threshold_mbit=fast", 60)
-    assert rc != 0 and "threshold_mbit" in err and "fast" in err, (rc, out, err)
-    assert "scanguard.threshold_mbit=7.5" in lab.check(f"cat {shlex.quote(filename)}")
+        # A bad value: refused, named, nothing written.
+        rc, out, err = lab.run(f"cd {shlex.quote(str(REPO))} && {SCANGUARDCTL} config set {profile} "
+                               "threshold_mbit=fast", 60)
+        assert rc != 0 and "threshold_mbit" in err and "fast" in err, (rc, out, err)
+        assert "scanguard.threshold_mbit=7.5" in lab.check(f"cat {shlex.quote(filename)}")
 
-    # The dispatcher's view after a reconnect.
-    t1 = lab.guest_time()
-    lab.disconnect()
-    lab.connect()
-    wait_until(lambda: (STA_IF, "up") in [(i, a) for ts, i, a in lab.dispatcher_events()
-                                          if ts >= t1], 30, "dispatcher 'up'")
-    user = sorted({v for ts, i, a, v in lab.dispatcher_user_data(t1)
-                   if i == STA_IF and a == "up" and v.startswith("CONNECTION_USER_SCANGUARD")})
-    if version >= (1, 46):
-        assert "CONNECTION_USER_SCANGUARD__THRESHOLD_137MBIT=7.5" in user, user
-    else:
-        assert user == [], user
+        # The dispatcher's view after a reconnect.
+        t1 = lab.guest_time()
+        lab.disconnect()
+        lab.connect()
+        wait_until(lambda: (STA_IF, "up") in [(i, a) for ts, i, a in lab.dispatcher_events()
+                                              if ts >= t1], 30, "dispatcher 'up'")
 
-    guardd.ctl(f"config unset {profile} threshold_mbit engage_after")
-    assert "scanguard." not in lab.check(f"cat {shlex.quote(filename)}")
-    wait_until(lambda: guardd.status().get("settings", {}).get("threshold_mbit") == before, 15,
-               "the daemon to fall back to the global threshold")
+        def user_data():
+            return sorted({v for ts, i, a, v in lab.dispatcher_user_data(t1)
+                           if i == STA_IF and a == "up" and v.startswith("CONNECTION_USER_SCANGUARD")})
+        if version >= (1, 46):
+            user = wait_until(user_data, 10, "CONNECTION_USER_SCANGUARD_* on 'up'", interval=0.5)
+            assert "CONNECTION_USER_SCANGUARD__THRESHOLD_137MBIT=7.5" in user, user
+        else:
+            user = user_data()
+            assert user == [], user
+
+        guardd.ctl(f"config unset {profile} threshold_mbit engage_after")
+        assert "scanguard." not in lab.check(f"cat {shlex.quote(filename)}")
+        wait_until(lambda: guardd.status().get("settings", {}).get("threshold_mbit") == before, 15,
+                   "the daemon to fall back to the global threshold")
+    except BaseException:
+        # The profile's values must not reach the checks that follow.
+        lab.run(f"cd {shlex.quote(str(REPO))} && {SCANGUARDCTL} config unset {profile} "
+                "threshold_mbit engage_after", 60)
+        raise
     took(lab, "check 11", t, f"NetworkManager {'.'.join(map(str, version))}: config set wrote "
                              f"[user] scanguard.* to {filename} in {t_returned - t_call:.1f} s "
                              f"(scanguardctl under TCG), the daemon's status showed the values "

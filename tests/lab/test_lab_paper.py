@@ -65,6 +65,7 @@ def test_without_tsq_the_sender_queues_more_during_a_scan(lab):
             figures[label] = {
                 "in_flight_kB": percentile([q.in_flight / 1000 for q in during], 50),
                 "below_tcp_kB": percentile([q.below_tcp / 1000 for q in during], 50),
+                "below_tcp_upload_kB": percentile([q.below_tcp / 1000 for q in samples], 50),
                 "cwnd": percentile([q.cwnd for q in during], 50),
                 "rtt_ms": percentile([q.rtt_ms for q in during], 50),
                 "samples": len(during), "scan_s": round(sum(s.end - s.start for s in scans), 1)}
@@ -73,13 +74,19 @@ def test_without_tsq_the_sender_queues_more_during_a_scan(lab):
         remove_sender_without_tsq(lab)
     for label, f in figures.items():
         lab.say(f"sender during the scan, {label}: median {f['in_flight_kB']:.0f} kB in flight, "
-                f"{f['below_tcp_kB']:.0f} kB owned below TCP (TSQ's count), cwnd {f['cwnd']:.0f}, "
+                f"{f['below_tcp_kB']:.0f} kB owned below TCP (TSQ's count; "
+                f"{f['below_tcp_upload_kB']:.0f} kB over the whole upload), cwnd {f['cwnd']:.0f}, "
                 f"srtt {f['rtt_ms']:.0f} ms ({f['samples']} readings in {f['scan_s']} s of scan)")
     kernel, raised, no_tsq = figures["kernel"], figures["raised-limit"], figures["no-tsq"]
     # the no-TSQ setting lets the queue at the station grow: several times the kernel's
     assert no_tsq["in_flight_kB"] >= 4 * kernel["in_flight_kB"], figures
-    # ... and TSQ no longer sees it: the sending socket owns nearly nothing below TCP
-    assert no_tsq["below_tcp_kB"] < kernel["below_tcp_kB"], figures
+    # ... and TSQ no longer sees it: over the upload the kernel's sender owns tens of kB below
+    # TCP and the one behind the veth next to nothing, and during the scan the latter owns a
+    # sliver of what it has in flight.  (During the scan alone the kernel's own count is no
+    # yardstick: cwnd-limited, its few segments are on the air and freed, and on 6.12 most
+    # readings inside a scan are 0.)
+    assert no_tsq["below_tcp_upload_kB"] < 0.25 * kernel["below_tcp_upload_kB"], figures
+    assert no_tsq["below_tcp_kB"] <= 0.01 * no_tsq["in_flight_kB"], figures
     # raising the sysctl the paper names changes nothing that matters: TSQ's limit is the
     # smaller of it and a few ms at the pacing rate (docs/paper.md)
     assert raised["in_flight_kB"] <= 2 * kernel["in_flight_kB"], figures
