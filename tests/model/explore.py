@@ -140,8 +140,7 @@ def fingerprint(m: Machine) -> str:
                              for g in d.guards.values()),
             "holds": sorted((h.caller, h.interface) for h in d.holds.all()),
             "suspender": None if s is None else (
-                sorted((k, v.saved, v.generation) for k, v in s._live.items()),
-                sorted(s._pending), sorted(s._unsettled), sorted(s._doubtful),
+                sorted((k, repr(v)) for k, v in s._states.items()),
                 sorted(s._generations.items())),
         }
     timers = sorted(round(h.when() - now, 3) for h in w.loop._scheduled  # type: ignore[attr-defined]

@@ -13,6 +13,7 @@ from nm_scanguard.bus import BusError
 from nm_scanguard.dbuslib import Message, MessageType, Variant
 from nm_scanguard.journal import Journal, JournalEntry
 from nm_scanguard.supplicant import NAME, Supplicant, SupplicantError, explain
+from nm_scanguard.suspension_table import Kind
 from nm_scanguard.suspension import (
     ALREADY_OFF, NO_BGSCAN_KEY, NO_NETWORK, NothingToSuspend, Suspended, Suspender,
     UncertainOutcome, is_not_running, is_uncertain,
@@ -127,7 +128,8 @@ async def test_suspend_journals_first_then_sets_empty(sup, journal, suspender, i
     sup.on_set = lambda net, value: seen.append(on_disk(journal))
     s = await suspender.suspend(IFACE0, ifname)
     assert s == Suspended(network=NET0, saved=NM_BGSCAN, ifname=ifname)
-    assert suspender.suspended_on(ifname) == s and list(suspender._live.values()) == [s]
+    assert suspender.suspended_on(ifname) == s
+    assert suspender.state(NET0).kind is Kind.SUSPENDED
     assert sup.networks[NET0]["bgscan"] == ""
     assert [c[0] for c in sup.calls] == ["current", "get", "set"]
     assert seen == [{NET0: JournalEntry(ifname, NM_BGSCAN)}]  # on disk before the Set went out
@@ -330,7 +332,7 @@ async def test_a_suspend_across_a_wpa_supplicant_restart_is_journaled_and_read_a
     assert on_disk(journal) == {} and sup.networks[NET0]["bgscan"] == NM_BGSCAN
 
 
-async def test_a_suspend_across_a_restart_whose_journal_write_fails_is_still_restored(
+async def test_a_suspend_across_a_restart_keeps_its_entry_and_is_restored(
         sup, journal, suspender, monkeypatch):
     def restart_during_the_set(net, value):
         suspender.forget_all()
@@ -340,10 +342,11 @@ async def test_a_suspend_across_a_restart_whose_journal_write_fails_is_still_res
             raise OSError(28, "No space left on device")
         monkeypatch.setattr(journal, "record", full)
     sup.on_set = restart_during_the_set  # and the Set reaches the new process
-    with pytest.raises(SupplicantError, match="cannot write"):
-        await suspender.suspend(IFACE0, "wlan0")
-    s = suspender.suspended_on("wlan0")
-    assert s is not None and suspender.in_doubt(NET0), "live, so that a release restores it"
+    # The restart kept the entry of the suspend under way, so nothing needs writing.
+    s = await suspender.suspend(IFACE0, "wlan0")
+    assert suspender.suspended_on("wlan0") == s and suspender.in_doubt(NET0), \
+        "live, so that a release restores it"
+    assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
     await suspender.restore(s, "wlan0")
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and suspender.suspended_on("wlan0") is None
 
@@ -480,7 +483,7 @@ async def test_a_removal_drops_a_stale_entry_but_not_that_of_a_suspend_under_way
     with pytest.raises(SupplicantError, match="re-created"):
         await suspender.suspend(IFACE0, "wlan0")
     assert seen == [JournalEntry("wlan0", NM_BGSCAN)]  # kept while the Set was on its way
-    assert journal.entries() == {} and list(suspender._live.values()) == []
+    assert journal.entries() == {} and suspender.state(NET0) is None
 
 
 async def test_one_network_is_never_suspended_twice(sup, journal, suspender):
@@ -748,7 +751,7 @@ async def test_a_replay_leaves_a_network_a_guard_took_over_while_it_waited(sup, 
         return IFACE0
     taken: list = []
     assert await suspender.restore_journal(known) == 0
-    assert sup.networks[NET0]["bgscan"] == "" and list(suspender._live.values()) == taken
+    assert sup.networks[NET0]["bgscan"] == "" and suspender.suspended_on("wlan0") == taken[0]
     assert journal.get(NET0) == JournalEntry("wlan0", OTHER)
     await suspender.restore(taken[0], "wlan0")
     assert sup.networks[NET0]["bgscan"] == OTHER and journal.entries() == {}
@@ -854,3 +857,36 @@ async def test_a_replay_leaves_alone_a_network_a_guard_took_over_during_its_look
     assert await suspender.restore_journal(known) == 0
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
     assert suspender.suspended_on("wlan0") is not None and sup.networks[NET0]["bgscan"] == ""
+
+
+@pytest.mark.parametrize("ifname", ["wlan0", "wlé0"])
+async def test_a_set_left_behind_that_hit_a_recreated_object_is_restored_there(
+        sup, journal, suspender, ifname, monkeypatch):
+    """A suspend cancelled with its Set of "" queued; NetworkManager re-creates the network
+    before wpa_supplicant handles that Set, whose "" lands on the new object; the removal is
+    seen only while the restore of what was left behind reads.  The "" read is ours whatever
+    the generation (only we write ""): restored, not forgotten."""
+    sup.interfaces = {ifname: IFACE0}
+    stuck = asyncio.get_running_loop().create_future()
+
+    async def queued_set(net, value):
+        sup.calls.append(("set", net, value))
+        await stuck
+    monkeypatch.setattr(sup, "set_bgscan", queued_set)
+    task = asyncio.create_task(suspender.suspend(IFACE0, ifname))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert on_disk(journal) == {NET0: JournalEntry(ifname, NM_BGSCAN)}
+    monkeypatch.undo()
+    sup.networks[NET0]["bgscan"] = ""  # the new object, with our queued ""
+    read = sup.get_bgscan
+
+    async def removal_seen_during_the_read(net):
+        suspender.network_removed(NET0)
+        return await read(net)
+    monkeypatch.setattr(sup, "get_bgscan", removal_seen_during_the_read)
+    await suspender.restore_left_behind(ifname)
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
