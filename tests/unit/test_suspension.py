@@ -374,8 +374,8 @@ async def test_definite_refusal_forgets_and_raises(sup, journal, suspender, erro
 
 # ---- restore ------------------------------------------------------------------------------
 
-async def suspended(suspender) -> Suspended:
-    return await suspender.suspend(IFACE0, "wlan0")
+async def suspended(suspender, ifname: str = "wlan0") -> Suspended:
+    return await suspender.suspend(IFACE0, ifname)
 
 
 async def test_restore_puts_back_exactly_the_saved_value(sup, journal, suspender):
@@ -889,4 +889,61 @@ async def test_a_set_left_behind_that_hit_a_recreated_object_is_restored_there(
         return await read(net)
     monkeypatch.setattr(sup, "get_bgscan", removal_seen_during_the_read)
     await suspender.restore_left_behind(ifname)
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
+
+
+async def test_a_recheck_whose_read_fails_keeps_the_entry_and_the_doubt(sup, journal, suspender):
+    s = await suspended(suspender)
+    sup.set_errors, sup.late = [TIMEOUT], False
+    original_set = sup.set_bgscan
+
+    async def set_bgscan(net_path, value):
+        sup.get_errors = [TIMEOUT]  # the read-back after the unanswered restore fails too
+        await original_set(net_path, value)
+    sup.set_bgscan = set_bgscan
+    with pytest.raises(UncertainOutcome):
+        await suspender.restore(s, "wlan0")
+    sup.set_bgscan = original_set
+    assert suspender.in_doubt(NET0)
+    sup.get_errors = [TIMEOUT]
+    with pytest.raises(SupplicantError):
+        await suspender.recheck(s, "wlan0")
+    assert suspender.in_doubt(NET0) and suspender.suspended_on("wlan0") == s
+    assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
+    assert sup.networks[NET0]["bgscan"] == ""
+    await suspender.restore(s, "wlan0")
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
+
+
+@pytest.mark.parametrize("ifname", ["wlan0", "wlé0"])
+async def test_a_restore_cancelled_on_its_way_keeps_the_entry_in_doubt(
+        sup, journal, suspender, ifname, monkeypatch):
+    """The restoring Set may or may not land after the cancel: the entry stays, and the
+    suspension is read before it counts again."""
+    sup.interfaces = {ifname: IFACE0}
+    s = await suspended(suspender, ifname)
+    stuck = asyncio.get_running_loop().create_future()
+
+    async def queued_set(net, value):
+        await stuck
+    monkeypatch.setattr(sup, "set_bgscan", queued_set)
+    task = asyncio.create_task(suspender.restore(s, ifname))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert on_disk(journal) == {NET0: JournalEntry(ifname, NM_BGSCAN)}
+    assert suspender.in_doubt(NET0) and suspender.suspended_on(ifname) == s
+
+
+async def test_a_suspend_that_cannot_read_a_leftover_network_keeps_its_entry(
+        sup, journal, suspender):
+    journal.record(NET0, "wlan0", NM_BGSCAN)
+    sup.networks[NET0]["bgscan"] = ""  # an earlier instance's ""
+    sup.get_errors = [TIMEOUT]
+    with pytest.raises(SupplicantError):
+        await suspender.suspend(IFACE0, "wlan0")
+    assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
+    assert await suspender.restore_journal() == 0
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
