@@ -81,7 +81,7 @@ test: deps-test deps-lab deps-deb
 	  $(call with_lib,dbus_fast,$(PYTEST) -v -s tests/fault) && \
 	  $(call with_lib,dbus_next,$(PYTEST) -v -s tests/fault) && \
 	  $(PYTHON) -m tests.model.parallel --seed $(MODEL_SEED) && \
-	  $(PYTHON) -m tests.model.explore --depth $(EXHAUSTIVE_DEPTH_IN_TEST))
+	  $(PYTHON) -m tests.model.explore --depth $(EXHAUSTIVE_DEPTH_IN_TEST) --close)
 	$(call step,6/10 contract tests against the real wpa_supplicant (dbus-fast; dbus-next),\
 	  $(call with_lib,dbus_fast,$(PYTEST) -v tests/contract) && \
 	  $(call with_lib,dbus_next,$(PYTEST) -q tests/contract))

@@ -194,8 +194,14 @@ def _quiet_teardown(m: Machine) -> None:
         pass
 
 
-def explore_subtree(first: int, depth: int, prune: bool, stop_at_first: bool) -> Outcome:
-    """Every sequence that begins with EVENTS[first], up to `depth` events, depth first."""
+BUSY_CHECK = next(i for i, e in enumerate(EVENTS) if e.name == "busy-check")
+
+
+def explore_subtree(first: int, depth: int, prune: bool, stop_at_first: bool,
+                    close: bool = False) -> Outcome:
+    """Every sequence that begins with EVENTS[first], up to `depth` events, depth first; with
+    `close`, each sequence of `depth` events is also run followed by the liveness check (the
+    shorter ones have it among their next events already)."""
     warnings.simplefilter("ignore")
     out = Outcome()
     seen: dict[str, int] = {}
@@ -216,6 +222,17 @@ def explore_subtree(first: int, depth: int, prune: bool, stop_at_first: bool) ->
         seen[fp] = len(seq)
         if len(seq) < depth:
             stack.extend(seq + (i,) for i in reversed(range(len(EVENTS))))
+        elif close and seq[-1] != BUSY_CHECK:
+            closed = seq + (BUSY_CHECK,)
+            out.nodes += 1
+            out.transitions += len(closed)
+            fp, why = run_sequence(closed)
+            if fp is None:
+                out.failures.append((closed, why))
+                if stop_at_first:
+                    return out
+            else:
+                out.fingerprints.add(fp)
     return out
 
 
@@ -224,7 +241,7 @@ def as_code(seq: tuple[int, ...]) -> str:
 
 
 def explore(depth: int, jobs: int, prune: bool = False, stop_at_first: bool = False,
-            out=sys.stdout) -> Outcome:
+            out=sys.stdout, close: bool = False) -> Outcome:
     started = time.monotonic()
     total = Outcome()
     firsts = list(range(len(EVENTS)))
@@ -236,7 +253,8 @@ def explore(depth: int, jobs: int, prune: bool = False, stop_at_first: bool = Fa
     else:
         total.fingerprints.add(fp)
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(explore_subtree, f, depth, prune, stop_at_first) for f in firsts]
+        futures = [pool.submit(explore_subtree, f, depth, prune, stop_at_first, close)
+                   for f in firsts]
         for f in futures:
             part = f.result()
             total.nodes += part.nodes
@@ -249,7 +267,8 @@ def explore(depth: int, jobs: int, prune: bool = False, stop_at_first: bool = Fa
                 break
     took = time.monotonic() - started
     print(f"explored: {len(total.fingerprints)} states, {total.transitions} transitions, "
-          f"depth {depth}, {took:.0f} s ({total.nodes} sequences over {len(EVENTS)} events"
+          f"depth {depth}{' + the liveness check' if close else ''}, {took:.0f} s "
+          f"({total.nodes} sequences over {len(EVENTS)} events"
           f"{', pruned by fingerprint' if prune else ', none pruned'})", file=out, flush=True)
     for seq, why in total.failures[:5]:
         names = " → ".join(EVENTS[i].name for i in seq) or "(no event)"
@@ -268,12 +287,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prune", action="store_true",
                    help="do not extend a prefix whose fingerprint was seen (a heuristic)")
     p.add_argument("--stop-at-first", action="store_true", help="stop at the first failure")
+    p.add_argument("--close", action="store_true",
+                   help="also run every sequence of DEPTH events followed by the liveness check "
+                        "(busy-check)")
     args = p.parse_args(argv)
     if args.depth < 1:
         p.error("--depth must be at least 1")
     print(f"systematic model rung: every sequence of at most {args.depth} of {len(EVENTS)} "
-          f"events, {args.jobs} worker(s)", flush=True)
-    total = explore(args.depth, args.jobs, args.prune, args.stop_at_first)
+          f"events{', each of the longest also closed by the liveness check' if args.close else ''}"
+          f", {args.jobs} worker(s)", flush=True)
+    total = explore(args.depth, args.jobs, args.prune, args.stop_at_first, close=args.close)
     return 1 if total.failures else 0
 
 

@@ -212,7 +212,7 @@ def _systematic(root: Path, env: dict[str, str], python: str, depth: int,
     start = time.monotonic()
     for d in range(1, depth + 1):
         out = subprocess.run([python, "-m", "tests.model.explore", "--depth", str(d), "--jobs",
-                              str(jobs), "--stop-at-first"], cwd=root, env=env,
+                              str(jobs), "--stop-at-first", "--close"], cwd=root, env=env,
                              capture_output=True, text=True)
         if out.returncode != 0:
             text = out.stdout + out.stderr
