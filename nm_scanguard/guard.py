@@ -241,8 +241,13 @@ class Guard:
         self._task = None
         if restore:
             async with self._lock:
-                await self._release("the guard stopped")
-                await self._suspender.restore_left_behind(self.ifname)
+                try:
+                    await self._release("the guard stopped")
+                    await self._suspender.restore_left_behind(self.ifname)
+                finally:
+                    # What could not be restored is nobody's now: the journal's replay
+                    # restores it (Daemon retries it at once), not a guard that is gone.
+                    self._suspender.abandon(self.ifname)
 
     def update(self, dev: WifiDevice, settings: Settings) -> None:
         if dev.connection_uuid != self.dev.connection_uuid:

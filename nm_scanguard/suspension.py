@@ -24,7 +24,18 @@ from typing import Protocol
 from .ifname import valid_ifname
 from .journal import Journal, valid_bgscan, valid_network_path
 from .supplicant import INTERFACE_UNKNOWN, NOT_RUNNING, ObjectGone, SupplicantError, UncertainOutcome
-from .suspension_table import BUSY, LIVE, UNOWNED, Ev, Kind, Refused, State, journaled, step
+from .suspension_table import (
+    BUSY,
+    LIVE,
+    STARTS,
+    UNOWNED,
+    Ev,
+    Kind,
+    Refused,
+    State,
+    journaled,
+    step,
+)
 
 log = logging.getLogger("scanguard")
 
@@ -112,6 +123,7 @@ class Suspender:
         # How many NetworkRemoved signals each path has had: wpa_supplicant reuses ids, so
         # NetworkManager's remove-then-add brings back the same path with a fresh bgscan.
         self._generations: dict[str, int] = {}
+        self._ops = 0  # the last call sequence's token (State.op)
 
     # ---- the table ------------------------------------------------------------------------
 
@@ -124,19 +136,47 @@ class Suspender:
                                               self.generation(network))
         return s
 
-    def _go(self, net: str, ev: Ev, *, ifname: str = "", value: str | None = None) -> State | None:
+    def _go(self, net: str, ev: Ev, *, op: int | None = None, ifname: str = "",
+            value: str | None = None) -> State | None:
         """Apply one event to `net`'s state, then make the journal say what the new state
-        needs (before any call that state makes).  If the entry cannot be written, the event
-        has not happened: the state stays, and SupplicantError says why."""
+        needs (before any call that state makes).  `op` names the call the event answers: if
+        the state is no longer that call's (it ended meanwhile: removed, wpa_supplicant
+        restarted, and maybe another task's since), the answer is not applied and None is
+        returned.  If an entry an event needs cannot be written, the event has not happened
+        when it leads to a call (ASK, READ_VALUE: the state stays and SupplicantError says
+        why), and is logged otherwise (the state the bus or a cancel left is the truth)."""
         before = self.state(net)
-        after = step(before, ev, generation=self.generation(net), ifname=ifname, value=value)
+        if op is not None and (before is None or before.op != op):
+            return None
+        after = step(before, ev, generation=self.generation(net), ifname=ifname, value=value,
+                     op=self._ops if ev in STARTS else 0)
         self._set(net, after)
         try:
             self._write(net, after)
-        except SupplicantError:
-            self._set(net, before)
-            raise
+        except SupplicantError as e:
+            if ev in (Ev.ASK, Ev.READ_VALUE):
+                self._set(net, before)
+                raise
+            log.error("%s", e)
         return after
+
+    def _begin(self, net: str, ev: Ev, ifname: str = "") -> int:
+        """Start a call sequence on `net` (ASK, RELEASE, REPLAY): the token its answers carry."""
+        self._ops += 1
+        self._go(net, ev, ifname=ifname)
+        return self._ops
+
+    def _owner(self, net: str) -> int | None:
+        """The token of the call sequence `net`'s state belongs to (None: no state)."""
+        s = self._states.get(net)
+        return None if s is None else s.op
+
+    def abandon(self, ifname: str) -> None:
+        """The guard of `ifname` is gone: what it could not restore is nobody's now
+        (LEFTOVER), for the journal's replay to restore."""
+        for net, s in list(self._states.items()):
+            if s.ifname == ifname and s.kind in LIVE:
+                self._go(net, Ev.ABANDON)
 
     def _set(self, net: str, s: State | None) -> None:
         if s is None:
@@ -164,12 +204,12 @@ class Suspender:
                 log.warning("cannot remove %s from %s (%s); the next start will check it again",
                             net, self.journal.path, e)
 
-    def _settle(self, net: str) -> None:
+    def _settle(self, net: str, op: int) -> None:
         """The task working on `net` ended without an answer (cancelled, or a defect): the
         state its call left is the table's CANCELLED."""
         s = self._states.get(net)
         if s is not None and s.kind in BUSY:
-            self._go(net, Ev.CANCELLED)
+            self._go(net, Ev.CANCELLED, op=op)
 
     def generation(self, network: str) -> int:
         """How many objects at this path wpa_supplicant has removed so far."""
@@ -240,87 +280,98 @@ class Suspender:
                 f"wpa_supplicant reported {net!r} as the current network of {iface_path}, which "
                 "is not a network object path; not suspending bgscan there")
         try:
-            self._go(net, Ev.ASK, ifname=ifname)
+            op = self._begin(net, Ev.ASK, ifname)
         except Refused:
             raise SupplicantError(f"bgscan on {net} is already suspended or being suspended "
                                   "for another interface; not suspending it twice") from None
         try:
-            s = await self._suspend(net, ifname)
+            s = await self._suspend(net, ifname, op)
         except BaseException:
-            self._settle(net)
+            self._settle(net, op)
             raise
         if s.kind is Kind.IN_DOUBT:
-            log.warning("%s: wpa_supplicant restarted while bgscan on %s was being suspended; "
-                        "reading it again at the next sample", ifname, net)
+            log.warning("%s: bgscan on %s may or may not be off (wpa_supplicant restarted, or "
+                        "did not answer, while it was being suspended); reading it again at the "
+                        "next sample", ifname, net)
         return _suspended(net, s)
 
-    async def _suspend(self, net: str, ifname: str) -> State:
+    async def _suspend(self, net: str, ifname: str, op: int) -> State:
         sup = self.supplicant
         try:
             value = await sup.get_bgscan(net)
         except SupplicantError:
-            self._go(net, Ev.FAILED)
+            self._go(net, Ev.FAILED, op=op)
             raise
         if value == "":
-            return self._adopt(net, ifname)
+            return self._adopt(net, ifname, op)
         if value is None or not valid_bgscan(value):
-            self._go(net, Ev.READ_OTHER)
+            self._go(net, Ev.READ_OTHER, op=op)
             raise NothingToSuspend(NO_BGSCAN_KEY if value is None else (
                 f"bgscan {value[:80]!r} is not a setting the journal can keep (only "
                 "NetworkManager's form, simple:SHORT:THRESHOLD:LONG, is restored after a crash), "
                 "so leaving it on; to have this network guarded, let NetworkManager set its "
                 "bgscan (reconnect it)"))
         try:
-            self._go(net, Ev.READ_VALUE, value=value)  # the entry, on disk before the Set
+            # The entry, on disk before the Set.
+            setting = self._go(net, Ev.READ_VALUE, op=op, value=value)
         except SupplicantError:
-            self._go(net, Ev.FAILED)
+            self._go(net, Ev.FAILED, op=op)
             raise
+        if setting is None:
+            raise _ended(net)
+        applied = Ev.SET_APPLIED
         try:
             await sup.set_bgscan(net, "")
         except SupplicantError as e:
             if not is_uncertain(e):
-                self._go(net, Ev.SET_NOT_APPLIED)
+                self._go(net, Ev.SET_NOT_APPLIED, op=op)
                 raise
-            if await self._not_applied(net):
-                self._go(net, Ev.SET_NOT_APPLIED)
+            shown = await self._read_back(net)
+            if shown is not None and shown != "":
+                self._go(net, Ev.SET_NOT_APPLIED, op=op)
                 raise SupplicantError(f"wpa_supplicant did not turn off bgscan on {net} ({e}; "
                                       "reading it back shows no \"\" there); trying again on "
                                       "the next sample", e.bus_error) from None
+            if shown is None:
+                applied = Ev.SET_ASSUMED
             log.warning("%s: wpa_supplicant did not confirm turning off bgscan on %s (%s); "
                         "assuming it did, so that it gets restored", ifname, net, e)
-        s = self._go(net, Ev.SET_APPLIED)
-        assert s is not None
+        s = self._go(net, applied, op=op)
+        if s is None:
+            raise _ended(net)
         if s.kind is Kind.PUTTING_BACK:
-            return await self._put_back(net, ifname, value)
+            return await self._put_back(net, ifname, value, op)
         return s
 
-    def _adopt(self, net: str, ifname: str) -> State:
+    def _adopt(self, net: str, ifname: str, op: int) -> State:
         """bgscan is "" already.  Only we ever set "" (NetworkManager writes a module or no key),
         so if the journal holds this network, it is ours: an earlier suspend whose reply came
         late or was cancelled, or a restore that failed.  Take it over so that it is restored."""
-        s = self._go(net, Ev.READ_EMPTY)
+        if self._owner(net) != op:
+            raise _ended(net)
+        s = self._go(net, Ev.READ_EMPTY, op=op)
         if s is None:
             raise NothingToSuspend(ALREADY_OFF)
         log.info("%s: bgscan on %s is still off from an earlier suspension (was \"%s\"); "
                  "taking it over", ifname, net, s.saved)
         return s
 
-    async def _not_applied(self, net: str) -> bool:
-        """After a Set of "" with no answer: True only if reading bgscan back shows no "" at
-        the path.  wpa_supplicant handles one client's calls in order, so that read comes
-        after the Set: the object there now does not carry our "" (the Set was not applied, or
-        went to an object NetworkManager removed meanwhile), and never will.  A read that fails
-        too counts as applied.  Taking an unanswered Set for applied without reading would
-        leave the guard counting itself engaged, bgscan on, for as long as the link stays
-        busy; and a put-back after a re-activation must not follow a Set that hit the old
-        object, or it overwrites the new object's own value."""
+    async def _read_back(self, net: str) -> str | None:
+        """After a Set of "" with no answer: bgscan read back, None if that read fails too.
+        wpa_supplicant handles one client's calls in order, so that read comes after the Set:
+        a value other than "" means the object there now does not carry our "" (the Set was
+        not applied, or went to an object NetworkManager removed meanwhile), and never will;
+        a failed read leaves the suspension in doubt, journaled, read again before it counts.
+        Taking an unanswered Set for applied without reading would leave the guard counting
+        itself engaged, bgscan on, for as long as the link stays busy; and a put-back after a
+        re-activation must not follow a Set that hit the old object, or it overwrites the new
+        object's own value."""
         try:
-            value = await self.supplicant.get_bgscan(net)
+            return await self.supplicant.get_bgscan(net)
         except SupplicantError:
-            return False
-        return value != ""
+            return None
 
-    async def _put_back(self, net: str, ifname: str, value: str) -> State:
+    async def _put_back(self, net: str, ifname: str, value: str, op: int) -> State:
         """NetworkManager removed the network and added a new one at the same path between our
         read and our Set (wpa_supplicant sends the signal before it handles our Set, so it is
         seen by now): the "" landed on the new object, whose own bgscan cannot be read back.
@@ -332,30 +383,36 @@ class Suspender:
                     "overwritten)", ifname, net, value)
         try:
             await self.supplicant.set_bgscan(net, value)
-        except ObjectGone:
-            self._go(net, Ev.DONE)  # gone again: nothing of ours is left on it
         except SupplicantError as e:
+            if isinstance(e, ObjectGone):
+                try:
+                    await self._confirm_gone(net, e, ifname)
+                except SupplicantError:
+                    pass
+                else:
+                    self._go(net, Ev.DONE, op=op)  # gone again: nothing of ours is left on it
+                    raise _recreated(net) from None
             log.warning("%s: could not put bgscan back on %s (%s); it is restored on release",
                         ifname, net, e)
-            s = self._go(net, Ev.FAILED)
+            s = self._go(net, Ev.UNKNOWN if is_uncertain(e) else Ev.FAILED, op=op)
             if s is not None:
                 return s
         else:
-            self._go(net, Ev.DONE)
-        raise SupplicantError(f"network {net} was re-created while bgscan was being "
-                              "suspended; trying again on the next sample")
+            self._go(net, Ev.DONE, op=op)
+        raise _recreated(net)
 
     async def recheck(self, s: Suspended, ifname: str) -> bool:
         """Settle a suspension left in doubt: True if bgscan still reads "" (still ours, and
         still suspended), False if it reads anything else (the restore landed after all: the
         suspension and its entry end, so the caller suspends anew).  Raises SupplicantError if
         the read fails again."""
+        op = self._owner(s.network)
         try:
             value = await self.supplicant.get_bgscan(s.network)
         except SupplicantError:
-            self._go(s.network, Ev.FAILED)
+            self._go(s.network, Ev.FAILED, op=op)
             raise
-        if self._go(s.network, Ev.READ_EMPTY if value == "" else Ev.READ_VALUE) is not None:
+        if self._go(s.network, Ev.READ_EMPTY if value == "" else Ev.READ_VALUE, op=op):
             return True
         log.info("%s: bgscan on %s reads \"%s\", not our \"\"; it is not suspended", ifname,
                  s.network, value)
@@ -373,25 +430,25 @@ class Suspender:
         if st is None:
             return  # nothing of ours there any more
         try:
-            self._go(s.network, Ev.REPLAY if st.kind in UNOWNED else Ev.RELEASE)
+            op = self._begin(s.network, Ev.REPLAY if st.kind in UNOWNED else Ev.RELEASE)
         except Refused:
             raise SupplicantError(f"bgscan on {s.network} is being suspended or restored by "
                                   "another task; trying again later") from None
         try:
-            await self._restore(s.network, ifname, st.saved or s.saved)
+            await self._restore(s.network, ifname, st.saved or s.saved, op)
         except BaseException:
-            self._settle(s.network)
+            self._settle(s.network, op)
             raise
 
-    async def _restore(self, net: str, ifname: str, saved: str) -> None:
+    async def _restore(self, net: str, ifname: str, saved: str, op: int) -> None:
         sup = self.supplicant
         try:
             current = await sup.get_bgscan(net)
         except SupplicantError as e:
-            await self._failed(net, e, ifname)
+            await self._failed(net, e, ifname, op)
             log.debug("%s: network %s is gone, nothing to restore", ifname, net)
             return
-        if self._go(net, Ev.READ_EMPTY if current == "" else Ev.READ_VALUE) is None:
+        if self._go(net, Ev.READ_EMPTY if current == "" else Ev.READ_VALUE, op=op) is None:
             if current is None:
                 log.info("%s: network %s has no bgscan any more (changed by someone else); "
                          "leaving it", ifname, net)
@@ -405,10 +462,10 @@ class Suspender:
         except UncertainOutcome as e:
             landed = await self._restore_landed(net, ifname, e)
             if landed is not True:
-                self._go(net, Ev.UNANSWERED if landed is False else Ev.UNKNOWN)
+                self._go(net, Ev.UNANSWERED if landed is False else Ev.UNKNOWN, op=op)
                 raise
         except SupplicantError as e:
-            await self._failed(net, e, ifname)
+            await self._failed(net, e, ifname, op)
             log.debug("%s: network %s went away while restoring", ifname, net)
             return
         if self.generation(net) != generation:
@@ -419,21 +476,21 @@ class Suspender:
                         "restored; the new object got \"%s\" (the previous object's value) "
                         "instead of its own; reconnecting gives it NetworkManager's again",
                         ifname, net, saved)
-        self._go(net, Ev.DONE)
+        self._go(net, Ev.DONE, op=op)
         log.debug("%s: bgscan on %s set back to \"%s\"", ifname, net, saved)
 
-    async def _failed(self, net: str, err: SupplicantError, ifname: str) -> None:
+    async def _failed(self, net: str, err: SupplicantError, ifname: str, op: int) -> None:
         """A restore's call failed: DONE if the object is confirmed gone, else FAILED and
         raised."""
         if isinstance(err, ObjectGone):
             try:
                 await self._confirm_gone(net, err, ifname)
             except SupplicantError:
-                self._go(net, Ev.FAILED)
+                self._go(net, Ev.FAILED, op=op)
                 raise
-            self._go(net, Ev.DONE)
+            self._go(net, Ev.DONE, op=op)
             return
-        self._go(net, Ev.FAILED)
+        self._go(net, Ev.FAILED, op=op)
         raise err
 
     async def _restore_landed(self, net: str, ifname: str, err: UncertainOutcome) -> bool | None:
@@ -516,14 +573,8 @@ class Suspender:
         nobody owned it counts only once the bus confirms that.  Other failures keep the entry
         for a later try; the number of those is returned.  Networks in `skip`, and those a
         guard or a suspend has, are left alone."""
-        for net in self.journal.load():  # what is on disk now, an earlier instance's too
+        for net in self.journal.entries():  # an earlier instance's too, read at first use
             self.state(net)
-        for net, st in list(self._states.items()):
-            if journaled(st):  # a file set aside as unreadable took our entries with it
-                try:
-                    self._write(net, st)
-                except SupplicantError as e:
-                    log.error("%s", e)
         entries = {net: s for net, s in self._states.items()
                    if s.kind in UNOWNED and net not in skip}
         if not entries:
@@ -587,8 +638,10 @@ class Suspender:
                     raise _NoSupplicant(f"wpa_supplicant is not running ({e})") from None
                 paths[ifname] = e
         iface_path = paths[ifname]
-        if self._states.get(net) is not s:
-            return TAKEN
+        now = self._states.get(net)
+        if now is None or now.kind not in UNOWNED:
+            return TAKEN  # a guard has it now, or it ended meanwhile
+        s = now
         if isinstance(iface_path, SupplicantError):
             self._kept(net, s, iface_path)
             return KEPT
@@ -630,6 +683,16 @@ class Suspender:
         others = [net for net, e in entries.items() if e.ifname != ifname]
         if len(others) < len(entries):
             await self.restore_journal(skip=others)
+
+
+def _ended(net: str) -> SupplicantError:
+    return SupplicantError(f"network {net} was removed, or wpa_supplicant restarted, while "
+                           "bgscan was being suspended; trying again on the next sample")
+
+
+def _recreated(net: str) -> SupplicantError:
+    return SupplicantError(f"network {net} was re-created while bgscan was being suspended; "
+                           "trying again on the next sample")
 
 
 def _suspended(net: str, s: State) -> Suspended:

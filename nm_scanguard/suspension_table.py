@@ -9,8 +9,8 @@ The rule: never leave a user's bgscan off.  Hence
   a restore answered, the object confirmed gone (NetworkRemoved from wpa_supplicant, its
   interface or the process gone), never because a call went unanswered;
 - wpa_supplicant reuses network paths (NetworkManager removes and re-adds on re-activation),
-  so a state remembers the path's generation (how many NetworkRemoved it had) when bgscan was
-  read: a removal after that read took the object our "" was on.
+  so a state remembers the path's generation (how many NetworkRemoved it had) when its call
+  began or our "" was read: a removal after that took the object our "" was on.
 
 States (a path with no state is untouched and has no entry):
 
@@ -19,12 +19,14 @@ States (a path with no state is untouched and has no entry):
   PUTTING_BACK  the path was re-created while SETTING: our "" hit the new object; Set of the
                 value read is on its way back to it.
   SUSPENDED     our "" stands.
-  IN_DOUBT      our "" may or may not stand (a restore went unanswered and could not be read
-                back; wpa_supplicant restarted during the suspend): read before counting on it.
+  IN_DOUBT      our "" may or may not stand (a Set went unanswered and could not be read
+                back; wpa_supplicant restarted during the suspend; a restore was cancelled):
+                read before counting on it.
   RESTORING     reading bgscan, then Set of the saved value where our "" still stands.
   LEFT_BEHIND   its suspend was cancelled with the Set on the way: that Set may still land, on
                 whatever object the path has by then, so a removal does not end it.
-  LEFTOVER      journaled by an earlier instance, or kept by a replay that failed: nobody's.
+  LEFTOVER      journaled by an earlier instance, kept by a replay or a take-over that failed,
+                or given up by a guard that stopped: nobody's.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ class State:
     saved: str | None  # the value restore puts back; None only while READING with no entry
     generation: int  # the path's generation when bgscan was read (or the entry was taken)
     restarted: bool = False  # wpa_supplicant restarted while this state's call was under way
-    origin: Kind | None = None  # RESTORING: where a failed restore goes back to
+    origin: Kind | None = None  # READING, RESTORING: where a call that fails goes back to
+    op: int = 0  # the call sequence (suspend, restore) the state belongs to; answers carry it
 
 
 def journaled(s: State | None) -> bool:
@@ -69,23 +72,30 @@ UNOWNED = frozenset({Kind.LEFT_BEHIND, Kind.LEFTOVER})
 
 class Ev(enum.Enum):
     """The events, each one transition.  (An event carries no data but the value read, which
-    step() takes separately.)"""
+    step() takes separately.)  FAILED: refused, or unanswered where what was not done can be
+    tried again (a read; a restore not yet sent)."""
 
     ASK = "suspend asked"
     READ_EMPTY = 'bgscan read as ""'
     READ_VALUE = "bgscan read as a value the journal keeps"
     READ_OTHER = "bgscan read as no key, or a value the journal cannot keep"
-    FAILED = "the call failed (not unanswered)"
-    SET_APPLIED = 'Set answered, or unanswered and not shown undone by a read-back'
+    FAILED = "the call failed"
+    SET_APPLIED = 'Set answered, or unanswered and read back as our ""'
+    SET_ASSUMED = "Set unanswered, and the read-back failed too"
     SET_NOT_APPLIED = 'Set refused, or unanswered and read back without our ""'
     DONE = "Set answered (restore, put-back), or its object confirmed gone"
     UNANSWERED = 'restore unanswered, read back as our ""'
-    UNKNOWN = "restore unanswered, and the read-back failed too"
+    UNKNOWN = "restore or put-back unanswered, and not read back as ours or gone"
     GONE = "the object confirmed gone (NetworkRemoved, its interface, or wpa_supplicant)"
     RESTARTED = "wpa_supplicant restarted"
     CANCELLED = "the task running the call was cancelled"
     RELEASE = "restore asked by the guard"
     REPLAY = "restore asked by the journal replay"
+    ABANDON = "the guard that had it is gone"
+
+
+# The events that start a call sequence (the state takes the sequence's token, State.op).
+STARTS = frozenset({Ev.ASK, Ev.RELEASE, Ev.REPLAY})
 
 
 class Refused(Exception):
@@ -95,9 +105,9 @@ class Refused(Exception):
 def back(s: State, generation: int) -> State | None:
     """Where a call that failed leaves the state it was made from: the state before it, unless
     the path was removed since bgscan was read, which took our "" with the object."""
+    if s.kind is Kind.READING:  # an entry it took over stays what it was
+        return replace(s, kind=s.origin, origin=None) if s.origin is not None else None
     origin = s.origin if s.kind is Kind.RESTORING else s.kind
-    if origin is Kind.READING:
-        return replace(s, kind=Kind.LEFTOVER) if s.saved is not None else None
     if origin is not Kind.LEFT_BEHIND and generation != s.generation:
         return None
     return replace(s, kind=origin, origin=None)
@@ -109,30 +119,34 @@ def doubted(s: State | None) -> State | None:
 
 
 def step(s: State | None, ev: Ev, *, generation: int, ifname: str = "",
-         value: str | None = None) -> State | None:
+         value: str | None = None, op: int = 0) -> State | None:
     """The state after `ev`; `generation` is the path's now (after a NetworkRemoved, the new
-    one).  Raises Refused where the event does not apply."""
+    one); `op` the token of the call sequence an event in STARTS begins.  Raises Refused where
+    the event does not apply."""
     if s is None:  # untouched, or ended meanwhile (removed, or wpa_supplicant restarted)
-        return State(Kind.READING, ifname, None, generation) if ev is Ev.ASK else None
+        return State(Kind.READING, ifname, None, generation, op=op) if ev is Ev.ASK else None
     k = s.kind
     match ev, k:
         case Ev.ASK, Kind.LEFTOVER | Kind.LEFT_BEHIND:
-            return replace(s, kind=Kind.READING, ifname=ifname, generation=generation)
+            return replace(s, kind=Kind.READING, ifname=ifname, generation=generation,
+                           origin=k, op=op)
         case Ev.ASK, _:
             raise Refused(k)
-        case Ev.READ_VALUE, Kind.READING:
-            return replace(s, kind=Kind.SETTING, saved=value)
+        case Ev.READ_VALUE, Kind.READING:  # (not "": a Set left behind has landed, undone)
+            return replace(s, kind=Kind.SETTING, saved=value, origin=None)
         case Ev.READ_EMPTY, Kind.READING if s.saved is not None:
             # Only we write "": the entry's, taken over, on whatever object the path has now.
             return replace(s, kind=Kind.IN_DOUBT if s.restarted else Kind.SUSPENDED,
-                           restarted=False, generation=generation)
+                           restarted=False, generation=generation, origin=None)
         case Ev.READ_EMPTY | Ev.READ_OTHER | Ev.FAILED, Kind.READING:
             return back(s, generation)
-        case Ev.SET_APPLIED, Kind.SETTING if generation != s.generation:
+        case Ev.SET_APPLIED | Ev.SET_ASSUMED, Kind.SETTING if generation != s.generation:
             return replace(s, kind=Kind.PUTTING_BACK, generation=generation)
         case Ev.SET_APPLIED, Kind.SETTING:
             return replace(s, kind=Kind.IN_DOUBT if s.restarted else Kind.SUSPENDED,
                            restarted=False)
+        case Ev.SET_ASSUMED, Kind.SETTING:
+            return replace(s, kind=Kind.IN_DOUBT, restarted=False)
         case Ev.SET_NOT_APPLIED, Kind.SETTING:
             return None
         case Ev.DONE, Kind.PUTTING_BACK | Kind.RESTORING:
@@ -140,7 +154,9 @@ def step(s: State | None, ev: Ev, *, generation: int, ifname: str = "",
         case Ev.FAILED, Kind.PUTTING_BACK if generation == s.generation:
             return replace(s, kind=Kind.IN_DOUBT if s.restarted else Kind.SUSPENDED,
                            restarted=False)
-        case Ev.FAILED, Kind.PUTTING_BACK:
+        case Ev.UNKNOWN, Kind.PUTTING_BACK if generation == s.generation:
+            return replace(s, kind=Kind.IN_DOUBT, restarted=False)
+        case Ev.FAILED | Ev.UNKNOWN, Kind.PUTTING_BACK:
             return None  # removed again: our "" went with the object it was on
         case Ev.READ_EMPTY, Kind.RESTORING:
             # Ours, on whatever object the path has now (a Set left behind lands before this
@@ -176,7 +192,11 @@ def step(s: State | None, ev: Ev, *, generation: int, ifname: str = "",
         case Ev.CANCELLED, Kind.RESTORING:
             return doubted(back(s, generation))
         case Ev.RELEASE, Kind.SUSPENDED | Kind.IN_DOUBT:
-            return replace(s, kind=Kind.RESTORING, origin=k, generation=generation)
+            return replace(s, kind=Kind.RESTORING, origin=k, generation=generation, op=op)
         case Ev.REPLAY, Kind.LEFTOVER | Kind.LEFT_BEHIND:
-            return replace(s, kind=Kind.RESTORING, origin=k, generation=generation)
+            return replace(s, kind=Kind.RESTORING, origin=k, generation=generation, op=op)
+        case Ev.ABANDON, Kind.SUSPENDED | Kind.IN_DOUBT:
+            return replace(s, kind=Kind.LEFTOVER)
+        case Ev.ABANDON, _:
+            return s
     raise Refused(f"{ev.name} in {k.name}")

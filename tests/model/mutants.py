@@ -50,17 +50,16 @@ MUTANTS = (
     Mutant("ask-forgets-leftover", "READING: a suspend asked on a leftover entry drops it before "
            "reading (its \"\" is then found and called someone else's)",
            "nm_scanguard/suspension_table.py",
-           "            return replace(s, kind=Kind.READING, ifname=ifname, generation=generation)",
-           "            return replace(s, kind=Kind.READING, ifname=ifname, generation=generation,\n"
-           "                           saved=None)"),
+           "                           origin=k, op=op)",
+           "                           origin=k, op=op, saved=None)"),
     Mutant("no-journal-before-set", "SETTING: no journal entry while the Set of \"\" is on its way",
            "nm_scanguard/suspension_table.py",
            "    return s is not None and s.saved is not None\n",
            "    return s is not None and s.saved is not None and s.kind is not Kind.SETTING\n"),
     Mutant("trust-timed-out-set", "SETTING: an unanswered Set taken for not applied, unread",
            "nm_scanguard/suspension.py",
-           "            if not is_uncertain(e):\n                self._go(net, Ev.SET_NOT_APPLIED)",
-           "            if True:\n                self._go(net, Ev.SET_NOT_APPLIED)"),
+           "            if not is_uncertain(e):\n                self._go(net, Ev.SET_NOT_APPLIED, op=op)",
+           "            if True:\n                self._go(net, Ev.SET_NOT_APPLIED, op=op)"),
     Mutant("removal-forgets-pending", "SETTING: a NetworkRemoved ends a suspend under way",
            "nm_scanguard/suspension_table.py",
            "        case Ev.GONE, Kind.SUSPENDED | Kind.IN_DOUBT | Kind.LEFTOVER:",
@@ -98,8 +97,9 @@ MUTANTS = (
            "        case Ev.FAILED, Kind.IN_DOUBT:\n            return None"),
     Mutant("restore-over-others", "RESTORING: restore over a value that is no longer ours",
            "nm_scanguard/suspension.py",
-           "        if self._go(net, Ev.READ_EMPTY if current == \"\" else Ev.READ_VALUE) is None:",
-           "        if self._go(net, Ev.READ_EMPTY if current is not None else Ev.READ_VALUE) is None:"),
+           "        if self._go(net, Ev.READ_EMPTY if current == \"\" else Ev.READ_VALUE, op=op) is None:",
+           "        if self._go(net, Ev.READ_EMPTY if current is not None else Ev.READ_VALUE, op=op) "
+           "is None:"),
     Mutant("restore-trusts-no-answer", "RESTORING: an unanswered restoring Set is taken for "
            "landed, unread",
            "nm_scanguard/suspension.py",
@@ -122,8 +122,29 @@ MUTANTS = (
     Mutant("failed-adopt-forgets-leftover", "LEFTOVER: a suspend of a leftover network that "
            "cannot read it drops the entry",
            "nm_scanguard/suspension_table.py",
-           "        return replace(s, kind=Kind.LEFTOVER) if s.saved is not None else None",
+           "        return replace(s, kind=s.origin, origin=None) if s.origin is not None else None",
            "        return None"),
+    Mutant("take-over-forgets-left-behind", "READING: a failed take-over of a Set left behind "
+           "leaves an entry a removal drops",
+           "nm_scanguard/suspension_table.py",
+           "        return replace(s, kind=s.origin, origin=None) if s.origin is not None else None",
+           "        return replace(s, kind=Kind.LEFTOVER, origin=None) if s.origin is not None "
+           "else None"),
+    Mutant("assumed-set-trusted", "IN_DOUBT: a Set unanswered and unreadable counts as a sure "
+           "suspension",
+           "nm_scanguard/suspension_table.py",
+           "        case Ev.SET_ASSUMED, Kind.SETTING:\n            return replace(s, kind=Kind.IN_DOUBT,",
+           "        case Ev.SET_ASSUMED, Kind.SETTING:\n            return replace(s, kind=Kind.SUSPENDED,"),
+    Mutant("stale-answer-applied", "an answer to a call sequence that ended is applied to the "
+           "state that followed",
+           "nm_scanguard/suspension.py",
+           "        if op is not None and (before is None or before.op != op):\n            return None",
+           "        if False:\n            return None"),
+    Mutant("stopped-guard-keeps-suspension", "SUSPENDED: what a stopped guard could not restore "
+           "stays its, and no replay restores it",
+           "nm_scanguard/guard.py",
+           "                    self._suspender.abandon(self.ifname)\n",
+           "                    pass\n"),
     # The rest of the daemon.
     Mutant("holder-left-keeps-holds", "forget a hold's release path (holder leaves the bus)",
            "nm_scanguard/api.py",

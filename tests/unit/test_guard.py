@@ -16,7 +16,7 @@ from nm_scanguard.netlink import NetlinkError
 from nm_scanguard.nm import WifiDevice
 from nm_scanguard.rates import Counters
 from nm_scanguard.status import MAX_PROBLEMS
-from nm_scanguard.supplicant import SCAN_ERROR, NoScanRunning
+from nm_scanguard.supplicant import SCAN_ERROR, NoScanRunning, SupplicantError
 from nm_scanguard.suspension import ALREADY_OFF, Suspender
 from tests.unit.test_suspension import IFACE0, NET0, NM_BGSCAN, TIMEOUT, FakeSupplicant, fail
 
@@ -458,6 +458,20 @@ async def test_stop_restores_unless_the_bus_is_gone(guard, parts):
     await guard.stop(restore=False)
     assert sup.networks[NET0]["bgscan"] == "" and parts["journal"].get(NET0) is not None
     await guard.stop()
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and parts["journal"].entries() == {}
+
+
+async def test_what_a_stopping_guard_cannot_restore_goes_to_the_journal_replay(guard, parts):
+    """Not left as the gone guard's live suspension, which no replay would touch."""
+    sup, suspender = parts["sup"], parts["suspender"]
+    guard.hold_changed(True)
+    await guard.kick()
+    sup.set_errors = [ACCESS_DENIED]
+    with pytest.raises(SupplicantError):
+        await guard.stop()
+    assert suspender.suspended_on("wlan0") is None
+    assert sup.networks[NET0]["bgscan"] == "" and parts["journal"].get(NET0) is not None
+    assert await suspender.restore_journal() == 0
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and parts["journal"].entries() == {}
 
 

@@ -947,3 +947,73 @@ async def test_a_suspend_that_cannot_read_a_leftover_network_keeps_its_entry(
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
     assert await suspender.restore_journal() == 0
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
+
+
+async def test_an_answer_to_a_call_sequence_that_ended_is_not_applied_to_the_next(
+        sup, journal, suspender, monkeypatch):
+    """wpa_supplicant restarts while a release waits for its read; the new process's network
+    at the same path is suspended for another interface; then the old read is answered.  It
+    must not be taken for the new suspension's (its \"\" would be restored, or Refused raised)."""
+    s = await suspended(suspender)
+    read = sup.get_bgscan
+    answer = asyncio.get_running_loop().create_future()
+
+    async def first_read_waits(net):
+        monkeypatch.setattr(sup, "get_bgscan", read)
+        await answer
+        return ""
+    monkeypatch.setattr(sup, "get_bgscan", first_read_waits)
+    release = asyncio.create_task(suspender.restore(s, "wlan0"))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    suspender.forget_all()
+    sup.networks[NET0]["bgscan"] = NM_BGSCAN  # the new process's network
+    other = await suspender.suspend(IFACE0, "wlé0")
+    answer.set_result(None)
+    await release
+    assert suspender.suspended_on("wlé0") == other and sup.networks[NET0]["bgscan"] == ""
+    assert on_disk(journal) == {NET0: JournalEntry("wlé0", NM_BGSCAN)}
+    assert [c for c in sup.sets() if c[2] != ""] == []  # the old release wrote nothing
+
+
+async def test_a_replay_restores_a_leftover_whose_take_over_failed_meanwhile(
+        sup, journal, suspender):
+    journal.record(NET0, "wlan0", NM_BGSCAN)
+    sup.networks[NET0]["bgscan"] = ""
+
+    async def known(ifname):
+        sup.get_errors = [TIMEOUT]
+        with pytest.raises(SupplicantError):
+            await suspender.suspend(IFACE0, "wlan0")  # a guard's take-over, failing
+        return IFACE0
+    assert await suspender.restore_journal(known) == 0
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
+
+
+@pytest.mark.parametrize("ifname", ["wlan0", "wlé0"])
+async def test_what_a_stopped_guard_could_not_restore_goes_to_the_replay(
+        sup, journal, suspender, ifname):
+    sup.interfaces = {ifname: IFACE0}
+    s = await suspended(suspender, ifname)
+    sup.set_errors = [ACCESS_DENIED]
+    with pytest.raises(SupplicantError):
+        await suspender.restore(s, ifname)
+    suspender.abandon(ifname)
+    assert suspender.suspended_on(ifname) is None and suspender.state(NET0).kind is Kind.LEFTOVER
+    assert await suspender.restore_journal() == 0
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
+
+
+async def test_an_unanswered_suspend_that_cannot_be_read_back_is_in_doubt(
+        sup, journal, suspender):
+    sup.set_errors, sup.late = [TIMEOUT], True
+    original_set = sup.set_bgscan
+
+    async def set_bgscan(net_path, value):
+        sup.get_errors = [TIMEOUT]  # the read-back fails too
+        await original_set(net_path, value)
+    sup.set_bgscan = set_bgscan
+    s = await suspender.suspend(IFACE0, "wlan0")
+    sup.set_bgscan = original_set
+    assert suspender.in_doubt(NET0) and on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
+    assert await suspender.recheck(s, "wlan0") is True and not suspender.in_doubt(NET0)

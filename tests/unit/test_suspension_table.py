@@ -19,13 +19,15 @@ IFNAMES = ["wlan0", "wlé0"]
 
 def states(ifname: str, generation: int = 2):
     """Every state the table can hold, in every variant of its data."""
+    origins = {Kind.RESTORING: tuple(LIVE | UNOWNED), Kind.READING: tuple(UNOWNED)}
     for kind in Kind:
         for saved, restarted, origin in itertools.product(
-                (SAVED, None), (False, True),
-                (None,) if kind is not Kind.RESTORING else tuple(LIVE | UNOWNED)):
-            if saved is None and kind is not Kind.READING:
-                continue  # only READING can be without an entry
+                (SAVED, None), (False, True), origins.get(kind, (None,))):
+            if saved is None and (kind is not Kind.READING or origin is not None):
+                continue  # only READING can be without an entry: then it took none over
             yield State(kind, ifname, saved, generation, restarted, origin)
+        if kind is Kind.READING:
+            yield State(kind, ifname, None, generation)
 
 
 def apply(s, ev, generation, ifname="wlan0"):
@@ -120,3 +122,35 @@ def test_a_suspension_in_doubt_is_read_before_it_counts():
     assert step(doubt, Ev.READ_EMPTY, generation=0).kind is Kind.SUSPENDED
     assert step(doubt, Ev.READ_VALUE, generation=0) is None
     assert step(doubt, Ev.FAILED, generation=0) == doubt
+
+
+def test_a_take_over_of_a_set_left_behind_that_fails_keeps_it_left_behind():
+    """Its Set may still land on the object that replaces a removed one: a failed read by a
+    guard taking it over must not turn it into an entry a removal drops."""
+    left = State(Kind.LEFT_BEHIND, "wlan0", SAVED, 0)
+    reading = step(left, Ev.ASK, generation=1, ifname="wlé0", op=7)
+    assert reading.kind is Kind.READING and reading.origin is Kind.LEFT_BEHIND and reading.op == 7
+    back = step(reading, Ev.FAILED, generation=1)
+    assert back.kind is Kind.LEFT_BEHIND
+    assert step(back, Ev.GONE, generation=2) == back
+    leftover = step(step(State(Kind.LEFTOVER, "wlan0", SAVED, 0), Ev.ASK, generation=0),
+                    Ev.READ_OTHER, generation=0)
+    assert leftover.kind is Kind.LEFTOVER
+
+
+def test_an_unanswered_set_that_cannot_be_read_back_is_in_doubt():
+    setting = State(Kind.SETTING, "wlan0", SAVED, 0)
+    assert step(setting, Ev.SET_ASSUMED, generation=0).kind is Kind.IN_DOUBT
+    assert step(setting, Ev.SET_ASSUMED, generation=1).kind is Kind.PUTTING_BACK
+    putting = State(Kind.PUTTING_BACK, "wlan0", SAVED, 1)
+    assert step(putting, Ev.UNKNOWN, generation=1).kind is Kind.IN_DOUBT
+    assert step(putting, Ev.UNKNOWN, generation=2) is None
+
+
+def test_a_guard_that_is_gone_leaves_its_suspension_to_the_replay():
+    for kind in LIVE:
+        s = State(kind, "wlan0", SAVED, 0)
+        assert step(s, Ev.ABANDON, generation=0).kind is Kind.LEFTOVER
+    for s in states("wlan0"):
+        if s.kind not in LIVE:
+            assert step(s, Ev.ABANDON, generation=0) == s
