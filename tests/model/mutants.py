@@ -30,8 +30,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 # Unit tests of the daemon's logic that run from a copy (the others read the tree's docs).
-PLAIN = ("tests/unit/test_suspension.py", "tests/unit/test_guard.py",
-         "tests/unit/test_failures_show.py", "tests/unit/test_journal.py",
+PLAIN = ("tests/unit/test_suspension.py", "tests/unit/test_suspension_table.py",
+         "tests/unit/test_guard.py", "tests/unit/test_failures_show.py", "tests/unit/test_journal.py",
          "tests/unit/test_holds.py", "tests/unit/test_policy.py",
          "tests/unit/test_abort.py", "tests/model/test_regressions.py")
 
@@ -169,7 +169,7 @@ MUTANTS = (
     Mutant("stop-forgets-cancelled-suspend", "a stop that cancels a suspend in flight restores only "
            "what the guard knew it had suspended",
            "nm_scanguard/guard.py",
-           "                await self._suspender.restore_left_behind(self.ifname)\n",
+           "                    await self._suspender.restore_left_behind(self.ifname)\n",
            ""),
     Mutant("replaced-interface-kept", "a suspension under an interface object NetworkManager "
            "re-created is never let go",
@@ -239,8 +239,9 @@ def _systematic(root: Path, env: dict[str, str], python: str, depth: int,
             text = out.stdout + out.stderr
             lines = text.splitlines()
             at = next((i for i, ln in enumerate(lines) if ln.startswith("FAILED:")), None)
-            why = " ".join(x.strip() for x in lines[at:at + 2]) if at is not None \
-                else (lines[-1] if lines else "")
+            if at is None:  # the edited copy does not run at all: the edit is wrong, not caught
+                raise SystemExit(f"the systematic mode did not run on this variant:\n{text[-2000:]}")
+            why = " ".join(x.strip() for x in lines[at:at + 2])
             return d, time.monotonic() - start, why[:200]
     return None, time.monotonic() - start, ""
 
