@@ -16,7 +16,7 @@ DEPS_LAB     = $(DEPS_TEST) qemu-system-x86 busybox network-manager hostapd iw t
                wireless-regdb kmod udev iperf3 python3-matplotlib gcc libc6-dev pkg-config \
                libnl-genl-3-dev geoclue-2.0 geoclue-2-demo
 DEPS_DEB     = $(DEPS_RUNTIME) build-essential debhelper dh-python pybuild-plugin-pyproject python3-setuptools \
-               python3-wheel python3-argparse-manpage python3-pytest python3-pytest-asyncio \
+               python3-wheel python3-pytest python3-pytest-asyncio \
                lintian dpkg-dev fakeroot git
 # Debian's tools must not pick up a python3 from pyenv or a virtualenv on PATH.
 DEB_PATH     = /usr/sbin:/usr/bin:/sbin:/bin

@@ -22,7 +22,7 @@ from .api import Api
 from .bus import BusError, call, close_bus
 from .config import DEFAULT_CONFIG_PATH, ConfigError, Settings, load_file, named_file_required, settings_table
 from .daemon import Daemon
-from .dbuslib import LIBRARY, SKIPPED, BusType, Message, MessageBus, MessageType
+from .dbuslib import SKIPPED, BusType, Message, MessageBus, MessageType
 from .guard import log_traceback_once, unexpected_line
 from .journal import DEFAULT_STATE_DIR, Journal
 from .names import BUS_NAME, DBUS
@@ -159,7 +159,6 @@ def _main(argv: list[str] | None) -> int:
         return 0
     for why in SKIPPED:
         log.warning("D-Bus library: %s", why)
-    log.debug("using D-Bus library %s", LIBRARY)
     try:
         return asyncio.run(serve(args.config, args.state_dir, settings))
     except KeyboardInterrupt:

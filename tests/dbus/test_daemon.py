@@ -432,6 +432,7 @@ async def test_a_library_passed_over_is_a_debug_line_not_a_warning(bus, peers, s
     assert "D-Bus library" not in logs[False] and "dbus_fast" not in logs[False], logs[False]
     lines = logs[True].splitlines()
     assert expected in lines and not [ln for ln in lines if "WARNING: D-Bus library" in ln]
+    assert sum("using D-Bus library" in ln for ln in lines) == 1, lines  # said once
 
 
 def test_bad_config_stops_startup_with_a_clear_message(tmp_path):

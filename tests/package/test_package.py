@@ -88,7 +88,7 @@ def build_deb(top: Path, preexec_fn=None) -> dict:
     """Copy the tree as git sees it into `top`, build source + binary packages there, return the
     artefacts (raises BuildError).  `preexec_fn` runs in dpkg-buildpackage's process (the lab
     builds at idle priority while its checks run: tests/lab/package_vm.py)."""
-    for tool in ("dpkg-buildpackage", "lintian", "dh", "argparse-manpage", "git"):
+    for tool in ("dpkg-buildpackage", "lintian", "dh", "git"):
         if not shutil.which(tool, path=ENV["PATH"]):
             raise BuildError(f"{tool} is missing: run `make deps-deb`")
     src = top / "nm-scanguard"
