@@ -630,10 +630,16 @@ class Guard:
 
     def shown_state(self) -> tuple[str, str]:
         """The state and reason the status shows: what the guard does, not only what the
-        policy wants.  GUARDING and HELD only while bgscan is suspended; else NO_BGSCAN when
-        the network has none, ERROR when suspending it failed (the error says why)."""
+        policy wants.  GUARDING and HELD only while bgscan is surely suspended; else NO_BGSCAN
+        when the network has none, ERROR when suspending it failed (the error says why) or
+        whether it stands is in doubt."""
         state, reason = self.policy.state, self.policy.reason
-        if state not in (P.GUARDING, P.HELD) or self.engaged:
+        suspended = self.suspended
+        if state in (P.GUARDING, P.HELD) and suspended is not None \
+                and self._suspender.in_doubt(suspended.network):
+            return P.ERROR, (f"{reason}; whether bgscan is still off is not known (wpa_supplicant "
+                             "did not answer); reading it again at the next sample")
+        if state not in (P.GUARDING, P.HELD) or suspended is not None:
             return state, reason
         if self.no_bgscan:
             return P.NO_BGSCAN, self.no_bgscan

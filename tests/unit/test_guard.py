@@ -475,6 +475,26 @@ async def test_what_a_stopping_guard_cannot_restore_goes_to_the_journal_replay(g
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and parts["journal"].entries() == {}
 
 
+async def test_a_suspension_in_doubt_is_not_shown_as_held(guard, parts):
+    """An unanswered Set whose read-back failed too may or may not have turned bgscan off: the
+    status says so (error) until a read settles it, rather than claim it is off."""
+    sup = parts["sup"]
+    sup.set_errors, sup.late = [TIMEOUT], True
+    original_set = sup.set_bgscan
+
+    async def set_bgscan(net_path, value):
+        sup.get_errors = [TIMEOUT]  # the read-back fails too
+        await original_set(net_path, value)
+    sup.set_bgscan = set_bgscan
+    guard.hold_changed(True)
+    await guard.kick()
+    sup.set_bgscan = original_set
+    assert guard.engaged and guard.state == P.ERROR, (guard.state, guard.reason)
+    assert "not known" in guard.reason
+    await guard.kick()  # the next sample reads it: "" stands
+    assert guard.state == P.HELD and sup.networks[NET0]["bgscan"] == ""
+
+
 async def test_scans_are_counted_by_whether_bgscan_was_suspended(guard, parts):
     guard.count_scan()
     guard.hold_changed(True)
