@@ -138,12 +138,12 @@ class Api:
             "RecentScanRequests": self._requests(),
         }
 
-    def _requests(self, reader: int | None = None) -> Variant:
-        """The scan requests the polkit rule saw, as user `reader` may see them: when and
-        whether refused, for everyone; who asked (user, pid, program) only for root and for
-        the user whose request it was.  The property (reader None) names nobody: it reads the
-        same for every local user, and a user's processes are theirs to show (hidepid)."""
-        own = user_name(reader) if reader is not None and reader != 0 else ""
+    def _requests(self, reader: int | None = None, own: str = "") -> Variant:
+        """The scan requests the polkit rule saw, as user `reader` (named `own`) may see them:
+        when and whether refused, for everyone; who asked (user, pid, program) only for root
+        and for the user whose request it was.  The property (reader None) names nobody: it
+        reads the same for every local user, and a user's processes are theirs to show
+        (hidepid)."""
         return Variant("a(dsusb)", [
             [r.at, cut(r.user), r.pid, cut(r.program), refused]
             if reader == 0 or (own and r.user == own) else [r.at, "", 0, "", refused]
@@ -313,13 +313,16 @@ class Api:
     async def _get_recent_scan_requests(self, msg: Message) -> Message:
         """RecentScanRequests with the caller's own requests named (every request for root)."""
         uid = await self._uid(msg.sender)
-        return Message.new_method_return(msg, "a(dsusb)", [self._requests(uid).value])
+        # The passwd lookup can go to the network (NSS: LDAP, SSSD): off the event loop.
+        own = await asyncio.get_running_loop().run_in_executor(None, user_name, uid) \
+            if uid != 0 else ""
+        return Message.new_method_return(msg, "a(dsusb)", [self._requests(uid, own).value])
 
     async def _reporter(self, msg: Message, method: str, user: str, pid: int, program: str) -> str:
         """Check that polkitd's helper (or root) reports, and that the texts are sane; the
         words naming who asked, for the log."""
         uid = await self._uid(msg.sender)
-        if uid != 0 and uid != polkit_uid():
+        if uid != 0 and uid != await asyncio.get_running_loop().run_in_executor(None, polkit_uid):
             raise CallError(ACCESS_DENIED, f"only polkitd's helper (user polkitd) or root may call "
                             f"{method}; it reports a Wi-Fi scan request the nm-scanguard "
                             "polkit rule saw")

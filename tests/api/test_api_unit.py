@@ -521,3 +521,17 @@ def test_the_property_names_nobody_and_the_method_names_the_callers_own(monkeypa
     assert get_requests(a, monkeypatch, 0) == [(10.0, name, 4242, program, False),
                                                (11.0, "bob", 777, "waybar", True)]
     assert get_requests(a, monkeypatch, 5555) == public  # a uid with no name owns nothing
+
+
+def test_the_callers_name_is_looked_up_off_the_event_loop(monkeypatch):
+    """getpwuid can wait on the network (NSS: LDAP, SSSD); the loop must not."""
+    import threading
+    a, daemon = requests_api(monkeypatch, {})
+    threads = []
+
+    def getpwuid(uid):
+        threads.append(threading.current_thread())
+        return type("pw", (), {"pw_name": "Café ☕"})()
+    monkeypatch.setattr(api.pwd, "getpwuid", getpwuid)
+    get_requests(a, monkeypatch, 1000)
+    assert threads and threading.main_thread() not in threads
