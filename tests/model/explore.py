@@ -205,34 +205,34 @@ def explore_subtree(first: int, depth: int, prune: bool, stop_at_first: bool,
     warnings.simplefilter("ignore")
     out = Outcome()
     seen: dict[str, int] = {}
-    stack: list[tuple[int, ...]] = [(first,)]
-    while stack:
-        seq = stack.pop()
+
+    def visit(seq: tuple[int, ...]) -> str | None:
+        """Run one sequence and record it; its fingerprint, or None if it failed."""
         out.nodes += 1
         out.transitions += len(seq)
         fp, why = run_sequence(seq)
         if fp is None:
             out.failures.append((seq, why))
+        else:
+            out.fingerprints.add(fp)
+        return fp
+
+    stack: list[tuple[int, ...]] = [(first,)]
+    while stack:
+        seq = stack.pop()
+        fp = visit(seq)
+        if fp is None:
             if stop_at_first:
                 return out
             continue
-        out.fingerprints.add(fp)
         if prune and seen.get(fp, depth + 1) <= len(seq):
             continue
         seen[fp] = len(seq)
         if len(seq) < depth:
             stack.extend(seq + (i,) for i in reversed(range(len(EVENTS))))
-        elif close and seq[-1] != BUSY_CHECK:
-            closed = seq + (BUSY_CHECK,)
-            out.nodes += 1
-            out.transitions += len(closed)
-            fp, why = run_sequence(closed)
-            if fp is None:
-                out.failures.append((closed, why))
-                if stop_at_first:
-                    return out
-            else:
-                out.fingerprints.add(fp)
+        elif close and seq[-1] != BUSY_CHECK and visit(seq + (BUSY_CHECK,)) is None \
+                and stop_at_first:
+            return out
     return out
 
 

@@ -480,15 +480,9 @@ async def test_a_suspension_in_doubt_is_not_shown_as_held(guard, parts):
     status says so (error) until a read settles it, rather than claim it is off."""
     sup = parts["sup"]
     sup.set_errors, sup.late = [TIMEOUT], True
-    original_set = sup.set_bgscan
-
-    async def set_bgscan(net_path, value):
-        sup.get_errors = [TIMEOUT]  # the read-back fails too
-        await original_set(net_path, value)
-    sup.set_bgscan = set_bgscan
+    sup.read_back_error = TIMEOUT  # the read-back fails too
     guard.hold_changed(True)
     await guard.kick()
-    sup.set_bgscan = original_set
     assert guard.engaged and guard.state == P.ERROR, (guard.state, guard.reason)
     assert "not known" in guard.reason
     await guard.kick()  # the next sample reads it: "" stands

@@ -56,6 +56,7 @@ class FakeSupplicant:
         self.on_set = None
         self.calls: list[tuple] = []
         self.owned: bool | str = True  # NameHasOwner's answer, or an error name the bus gives
+        self.read_back_error: str | None = None  # what the read after the next Set answers
 
     async def running(self):
         self.calls.append(("running",))
@@ -86,6 +87,8 @@ class FakeSupplicant:
 
     async def set_bgscan(self, net_path, value):
         self.calls.append(("set", net_path, value))
+        if self.read_back_error is not None:
+            self.get_errors, self.read_back_error = [self.read_back_error], None
         if self.on_set is not None:
             self.on_set(net_path, value)
         if net_path not in self.networks:
@@ -268,17 +271,11 @@ async def test_a_restore_unanswered_and_unreadable_is_left_in_doubt_until_read(
         sup, journal, suspender, landed):
     s = await suspended(suspender)
     sup.set_errors, sup.late = [TIMEOUT], landed
-    original_set = sup.set_bgscan
-
-    async def set_bgscan(net_path, value):
-        sup.get_errors = [TIMEOUT]  # the read after this Set fails too
-        await original_set(net_path, value)
-    sup.set_bgscan = set_bgscan
+    sup.read_back_error = TIMEOUT  # the read after this Set fails too
     with pytest.raises(UncertainOutcome):
         await suspender.restore(s, "wlan0")
     assert suspender.in_doubt(NET0) and suspender.suspended_on("wlan0") == s
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}  # cannot tell: kept
-    sup.set_bgscan = original_set
     assert await suspender.recheck(s, "wlan0") is (not landed)
     assert not suspender.in_doubt(NET0)
     if landed:  # it was restored: the suspension and its entry end, a new suspend may come
@@ -895,15 +892,9 @@ async def test_a_set_left_behind_that_hit_a_recreated_object_is_restored_there(
 async def test_a_recheck_whose_read_fails_keeps_the_entry_and_the_doubt(sup, journal, suspender):
     s = await suspended(suspender)
     sup.set_errors, sup.late = [TIMEOUT], False
-    original_set = sup.set_bgscan
-
-    async def set_bgscan(net_path, value):
-        sup.get_errors = [TIMEOUT]  # the read-back after the unanswered restore fails too
-        await original_set(net_path, value)
-    sup.set_bgscan = set_bgscan
+    sup.read_back_error = TIMEOUT  # the read-back after the unanswered restore fails too
     with pytest.raises(UncertainOutcome):
         await suspender.restore(s, "wlan0")
-    sup.set_bgscan = original_set
     assert suspender.in_doubt(NET0)
     sup.get_errors = [TIMEOUT]
     with pytest.raises(SupplicantError):
@@ -1007,13 +998,7 @@ async def test_what_a_stopped_guard_could_not_restore_goes_to_the_replay(
 async def test_an_unanswered_suspend_that_cannot_be_read_back_is_in_doubt(
         sup, journal, suspender):
     sup.set_errors, sup.late = [TIMEOUT], True
-    original_set = sup.set_bgscan
-
-    async def set_bgscan(net_path, value):
-        sup.get_errors = [TIMEOUT]  # the read-back fails too
-        await original_set(net_path, value)
-    sup.set_bgscan = set_bgscan
+    sup.read_back_error = TIMEOUT  # the read-back fails too
     s = await suspender.suspend(IFACE0, "wlan0")
-    sup.set_bgscan = original_set
     assert suspender.in_doubt(NET0) and on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
     assert await suspender.recheck(s, "wlan0") is True and not suspender.in_doubt(NET0)
