@@ -571,14 +571,16 @@ class Suspender:
         numbered its objects anew) and dropped.  When the bus says nobody owns wpa_supplicant's
         name, every entry is dropped: its networks are gone with it.  A call answered as if
         nobody owned it counts only once the bus confirms that.  Other failures keep the entry
-        for a later try; the number of those is returned.  Networks in `skip`, and those a
-        guard or a suspend has, are left alone."""
+        for a later try; the number of those is returned, counting also the entries a guard is
+        taking over (they fall back to the replay if the take-over fails, so the retry must go
+        on until it has ended).  Networks in `skip`, and those a guard or a suspend has, are
+        left alone."""
         for net in self.journal.entries():  # an earlier instance's too, read at first use
             self.state(net)
         entries = {net: s for net, s in self._states.items()
                    if s.kind in UNOWNED and net not in skip}
         if not entries:
-            return 0
+            return self._taking_over()
         lookup = known if known is not None else self._interface
         paths: dict[str, str | None | SupplicantError] = {}  # ifname -> its object, or why not
         counts = {RESTORED: 0, DROPPED: 0, KEPT: 0, TAKEN: 0}
@@ -598,9 +600,16 @@ class Suspender:
                     return 0
         except OSError:
             pass  # the one write at the end of the batch: logged, and retried by the next
-        log.info("crash journal replayed: %d restored, %d dropped, %d kept for a later try",
-                 counts[RESTORED], counts[DROPPED], counts[KEPT])
-        return counts[KEPT]
+        taking_over = self._taking_over()
+        log.info("crash journal replayed: %d restored, %d dropped, %d kept for a later try%s",
+                 counts[RESTORED], counts[DROPPED], counts[KEPT],
+                 f", {taking_over} being taken over by a guard" if taking_over else "")
+        return counts[KEPT] + taking_over
+
+    def _taking_over(self) -> int:
+        """Entries a guard is taking over: a suspend under way on a network that was LEFTOVER or
+        LEFT_BEHIND, which returns to that state if the suspend fails."""
+        return sum(1 for s in self._states.values() if s.kind not in UNOWNED and s.origin in UNOWNED)
 
     async def _confirmed_gone(self) -> SupplicantError | None:
         """None while wpa_supplicant owns its name or the bus will not say (no evidence);

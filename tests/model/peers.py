@@ -99,7 +99,9 @@ class WpaIface:
 @dataclass
 class Fault:
     kind: str  # error, lost, late, slow, hang-before, hang-after
-    member: str | None  # Get, Set, GetInterface, Scan, AbortScan, SignalPoll; None: any call
+    # Get, Set, GetInterface, Scan, AbortScan, SignalPoll; None: any call; "Get.<property>":
+    # only reads of that property (Get.Properties: a network's bgscan, read by the Suspender)
+    member: str | None
     error: str = "org.freedesktop.DBus.Error.AccessDenied"  # test_model.POSSIBLE_ERRORS
     seconds: float = 0.0
     count: int = 1  # for this many calls in a row (a failing streak)
@@ -307,9 +309,10 @@ class Supplicant(Service):
             return str(msg.member)  # Get, Set, GetAll
         return str(msg.member)
 
-    def _take_fault(self, member: str) -> Fault | None:
+    def _take_fault(self, member: str, msg: Message) -> Fault | None:
+        read = f"Get.{msg.body[1]}" if member == "Get" and len(msg.body) > 1 else None
         for fault in self.faults:
-            if fault.member is None or fault.member == member:
+            if fault.member is None or fault.member in (member, read):
                 fault.count -= 1
                 if fault.count <= 0:
                     self.faults.remove(fault)
@@ -332,7 +335,7 @@ class Supplicant(Service):
                 race.work()
                 if not self.alive:
                     return  # it restarted: the call dies with it (callers get NoReply)
-        fault = self._take_fault(member)
+        fault = self._take_fault(member, msg)
         kind = fault.kind if fault else "ok"
         if fault is not None:
             self.last_fault_at = self.loop.time()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.model.test_model import CAFE, Machine
+from tests.model.test_model import ACCESS_DENIED, CAFE, Machine
 
 pytestmark = pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
 
@@ -381,5 +381,28 @@ def test_a_restart_while_a_suspend_is_under_way_keeps_its_journal_entry():
         state.hold(client=0, interface="", reason=CAFE, then=1.0)
         state.recover(then=0.001)
         state.restart_supplicant(gap=0.0003, then=0.0)
+    finally:
+        state.teardown()
+
+
+def test_a_leftover_whose_take_over_failed_after_the_replay_ended_is_restored():
+    """A daemon defect, found by the systematic mode from its "left-over" situation (bgscan
+    stayed off after settling): the replay at start could not restore (look-ups refused); a
+    hold had the guard take wlan0's entry over while the journal's retry ran, which restored
+    wlan1's and, counting nothing left, stopped; the take-over's read then went unanswered,
+    and the entry fell back to the replay with no retry left to run it.  An entry being taken
+    over now counts as left to the replay until the take-over ends."""
+    state = Machine()
+    try:
+        state.busy_for_a_while()
+        state.fault(kind="error", member="GetInterface", error=ACCESS_DENIED, t=0.001, count=6,
+                    then=0.0)
+        state.sigkill(then=0.0)
+        state.advance(t=1.0)
+        state.hold(client=0, reason=CAFE, interface="wlan0", then=0.0)
+        state.fault(kind="lost", member="Get.Properties", error=ACCESS_DENIED, t=0.001, count=1,
+                    then=0.0)
+        state.busy_for_a_while()
+        state.bgscan_is_safe()
     finally:
         state.teardown()

@@ -981,6 +981,34 @@ async def test_a_replay_restores_a_leftover_whose_take_over_failed_meanwhile(
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
 
 
+async def test_the_replay_is_tried_again_while_a_guard_is_taking_an_entry_over(
+        sup, journal, suspender):
+    """The journal's retry goes on while it has entries left; one a guard is taking over
+    comes back to it if the take-over fails, so it counts among them until the take-over
+    ends (else the retry stops, the take-over fails, and nothing restores that bgscan)."""
+    journal.record(NET0, "wlan0", NM_BGSCAN)
+    sup.networks[NET0]["bgscan"] = ""
+    gate = asyncio.Event()
+    read = sup.get_bgscan
+
+    async def held_read(net_path):
+        await gate.wait()
+        return await read(net_path)
+    sup.get_bgscan = held_read
+    take_over = asyncio.ensure_future(suspender.suspend(IFACE0, "wlan0"))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert suspender.state(NET0).kind is Kind.READING
+    assert await suspender.restore_journal() == 1  # not restored, and not forgotten either
+    sup.get_errors = [TIMEOUT]
+    gate.set()
+    with pytest.raises(SupplicantError):
+        await take_over
+    assert suspender.state(NET0).kind is Kind.LEFTOVER
+    assert await suspender.restore_journal() == 0
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
+
+
 @pytest.mark.parametrize("ifname", ["wlan0", "wlé0"])
 async def test_what_a_stopped_guard_could_not_restore_goes_to_the_replay(
         sup, journal, suspender, ifname):
