@@ -1,9 +1,11 @@
 """The model rung's systematic mode: every sequence of events up to a bound, not a sample.
 
-`python3 -m tests.model.explore [--depth K] [--jobs N]` (`make fault-exhaustive`) runs the
-daemon's real code against the model's simulated peers (tests/model/world.py, the same world
-the sampled rung uses) through **every** sequence of at most K events drawn from EVENTS below,
-and checks after every event what the sampled rung checks after every step (World.violations:
+`python3 -m tests.model.explore [--depth K] [--from SITUATIONS] [--jobs N]` (`make
+fault-exhaustive`) runs the daemon's real code against the model's simulated peers
+(tests/model/world.py, the same world the sampled rung uses) through **every** sequence of at
+most K events drawn from EVENTS below, from each of the starting situations asked for
+(SITUATIONS: the world after a fixed prefix, e.g. a restore under way while wpa_supplicant
+stalls), and checks after every event what the sampled rung checks after every step (World.violations:
 only `bgscan` is ever sent, never two suspensions of one object, the journal on disk names
 every object carrying our "", a restore writes only where our "" stands, nothing raised
 unhandled), and at the end of every sequence the promise (settle: every bgscan is
@@ -14,22 +16,24 @@ and so hide a "" that the journal replay should have restored).
 
 What one event is: something a machine does to the daemon at one instant, with no time passing
 (`then=0`), so that what events start interleaves with the next ones; time passes only through
-the events that let it (`tick`, `timeout`, `busy`, `quiet`).  Peer replies are ordered by the
+the events that let it (`moment`, `tick`, `timeout`, `busy`, `quiet`, `idle`).  Peer replies are ordered by the
 events too: a fault or a race armed for the daemon's next call of one kind decides which call
 meets it, and a re-activation, restart or SIGKILL between two calls decides which reply is
 still wanted.  The world is small: two interfaces, one network each, NetworkManager's bgscan;
 the events act on wlan0 (wlan1 stays activated, idle, and is checked all the same).
 
-How the count stays tractable: re-execution from the start for every prefix (the simulation is
-deterministic, so a prefix always leads to the same state), split by first event over one
-worker process per core.  Nothing is pruned unless `--prune` is given: then a prefix whose
+How the count stays tractable: the situations (a sequence spends none of its K events on
+reaching a call under way), re-execution from the start for every prefix (the simulation is
+deterministic, so a prefix always leads to the same state), split by situation and first event
+over one worker process per core.  Nothing is pruned unless `--prune` is given: then a prefix whose
 fingerprint (`fingerprint()`: peers, journal, published states, the Suspender's records, the
 faults, races, calls and timers pending) was seen at the same or a smaller depth is not extended.
 The fingerprint leaves out the guards' sample history and the clock's phase, so pruning is
 a heuristic for going deeper, not part of the bound's claim.
 
 It prints `explored: N states, M transitions, depth K, T s` (N distinct fingerprints, M events
-applied over all sequences), and every failing sequence as code a regression test can call.
+applied over all sequences, the situations' prefixes included), and every failing sequence as
+code a regression test can call.
 """
 
 from __future__ import annotations
@@ -76,6 +80,8 @@ EVENTS: tuple[Event, ...] = (
     # the link and the user
     _e("busy", "traffic(ifname='wlan0', mbit=50.0, then=5.0)"),
     _e("quiet", "traffic(ifname='wlan0', mbit=0.0, then=4.0)"),
+    # quiet past release_after (15 s): a guard releases in one event, its restore under way
+    _e("idle", "traffic(ifname='wlan0', mbit=0.0, then=16.0)"),
     _e("moment", "advance(t=0.0003)"),  # a call or two answered, no sample taken
     _e("tick", "advance(t=1.0)"),
     _e("timeout", "advance(t=11.0)"),
@@ -87,6 +93,9 @@ EVENTS: tuple[Event, ...] = (
     _e("hold-twice", f"hold(client=0, reason={CAFE!r}, interface='', then=0.001)",
        f"hold(client=0, reason={CAFE!r}, interface='', then=0.001)"),
     _e("weak", "signal(ifname='wlan0', rssi=-90, then=0.0)"),
+    # the administrator turns the guard off (a reload stops every guard)
+    _e("disable", "reload(config='[scanguard]\\nenabled = no\\n', then=0.0)"),
+    _e("strong", "signal(ifname='wlan0', rssi=-40, then=0.0)"),
     # liveness, where it can be judged (World.busy_check): both links busy for a while
     _e("busy-check", "busy_for_a_while()"),
     # wpa_supplicant: faults of the daemon's next call of one kind
@@ -95,6 +104,15 @@ EVENTS: tuple[Event, ...] = (
     _e("set-late", f"fault(kind='late', member='Set', error={AD}, t=11.0, count=1, then=0.0)"),
     _e("set-hang-after", f"fault(kind='hang-after', member='Set', error={AD}, t=25.0, count=1, "
                          "then=0.0)"),
+    # wpa_supplicant stalls before carrying the Set out: unanswered, and not applied until it
+    # recovers (or restarts)
+    _e("set-hang-before", f"fault(kind='hang-before', member='Set', error={AD}, t=25.0, "
+                          "count=1, then=0.0)"),
+    # the next read of a network's bgscan (the Suspender's reads) refused, or unanswered
+    _e("read-refused", f"fault(kind='error', member='Get.Properties', error={AD}, t=0.001, "
+                       "count=1, then=0.0)"),
+    _e("read-lost", f"fault(kind='lost', member='Get.Properties', error={AD}, t=0.001, count=1, "
+                    "then=0.0)"),
     _e("get-hang-before", f"fault(kind='hang-before', member='Get', error={AD}, t=25.0, "
                           "count=1, then=0.0)"),
     _e("lookup-refused", f"fault(kind='error', member='GetInterface', error={AD}, t=0.001, "
@@ -113,6 +131,9 @@ EVENTS: tuple[Event, ...] = (
     _e("reactivate", "activate(ifname='wlan0', bgscan=NM_BGSCAN, gap=0.001, then=0.0)"),
     _e("deactivate", "deactivate(ifname='wlan0', then=0.0)"),
     _e("wpa-restart", "restart_supplicant(gap=0.5, then=0.0)"),
+    # back at once, its networks added again before the calls already on the bus reach it
+    _e("wpa-restart-quick", "restart_supplicant(gap=0.0003, then=0.0)"),
+    _e("recreate", "recreate_interface(ifname='wlan0', then=0.0)"),
     _e("nm-restart", "restart_nm(gap=1.0, then=0.0)"),
     # scanguardd itself
     _e("sigkill", "sigkill(then=0.0)"),
@@ -120,6 +141,16 @@ EVENTS: tuple[Event, ...] = (
     _e("lost-bus", "lose_bus(then=0.0)"),
     _e("restart", "systemctl_restart(then=0.0)"),
 )
+
+
+# Events that only situations use (below): they put a call sequence at a given point.
+PREFIX_ONLY: tuple[Event, ...] = (
+    _e("first-call-late", f"fault(kind='late', member=None, error={AD}, t=3.0, count=1, "
+                          "then=0.0)"),
+    _e("hold-1s", f"hold(client=0, reason={CAFE!r}, interface='', then=1.0)"),
+    _e("recover-1ms", "recover(then=0.001)"),
+)
+ALL = EVENTS + PREFIX_ONLY
 
 
 def fingerprint(m: Machine) -> str:
@@ -174,7 +205,7 @@ def run_sequence(seq: tuple[int, ...]) -> tuple[str | None, str]:
     m = Machine()
     try:
         for i in seq:
-            EVENTS[i].apply(m)
+            ALL[i].apply(m)
             m.bgscan_is_safe()
         fp = fingerprint(m)
     except AssertionError as e:
@@ -195,13 +226,42 @@ def _quiet_teardown(m: Machine) -> None:
 
 
 BUSY_CHECK = next(i for i, e in enumerate(EVENTS) if e.name == "busy-check")
+INDEX = {e.name: i for i, e in enumerate(ALL)}
 
 
-def explore_subtree(first: int, depth: int, prune: bool, stop_at_first: bool,
-                    close: bool = False) -> Outcome:
-    """Every sequence that begins with EVENTS[first], up to `depth` events, depth first; with
-    `close`, each sequence of `depth` events is also run followed by the liveness check (the
-    shorter ones have it among their next events already)."""
+def _situation(*names: str) -> tuple[int, ...]:
+    return tuple(INDEX[n] for n in names)
+
+
+# Where a sequence starts.  Each situation is the world after a fixed prefix of events, and the
+# bound is K events from each: so the states in which a call sequence of the suspension table
+# waits (a Set or a read under way, a suspension in doubt, a restore under way) are each met by
+# every K-event continuation, without spending the K events on reaching them.
+SITUATIONS: dict[str, tuple[int, ...]] = {
+    # the daemon just started, both links idle
+    "start": (),
+    # both links busy for a while: both networks SUSPENDED, the journal names them
+    "guarding": _situation("busy-check"),
+    # a hold asked for suspensions while wpa_supplicant answered late; it has just caught up,
+    # and the suspends' reads are on the bus, not yet handled (READING)
+    "suspending-late": _situation("moment", "first-call-late", "hold-1s", "recover-1ms"),
+    # a suspend whose Set and read-back both went unanswered (wpa_supplicant stalled before
+    # handling them): IN_DOUBT, the Set still queued
+    "suspend-in-doubt": _situation("set-hang-before", "busy", "timeout", "timeout"),
+    # guarding, then the link went quiet and the guard released wlan0 while wpa_supplicant
+    # stalled before handling the restoring Set: RESTORING, the Set queued
+    "restoring-stalled": _situation("busy-check", "set-hang-before", "idle"),
+    # guarding, then SIGKILL while wpa_supplicant refused look-ups, so that the next start's
+    # journal replay could not restore: both entries LEFTOVER, their "" still standing
+    "left-over": _situation("busy-check", "lookup-refused", "sigkill", "tick"),
+}
+
+
+def explore_subtree(root: tuple[int, ...], first: int, depth: int, prune: bool,
+                    stop_at_first: bool, close: bool = False) -> Outcome:
+    """Every sequence that begins with `root` then EVENTS[first], up to `depth` events after
+    `root`, depth first; with `close`, each sequence of `depth` events is also run followed by
+    the liveness check (the shorter ones have it among their next events already)."""
     warnings.simplefilter("ignore")
     out = Outcome()
     seen: dict[str, int] = {}
@@ -217,7 +277,7 @@ def explore_subtree(first: int, depth: int, prune: bool, stop_at_first: bool,
             out.fingerprints.add(fp)
         return fp
 
-    stack: list[tuple[int, ...]] = [(first,)]
+    stack: list[tuple[int, ...]] = [root + (first,)]
     while stack:
         seq = stack.pop()
         fp = visit(seq)
@@ -225,10 +285,11 @@ def explore_subtree(first: int, depth: int, prune: bool, stop_at_first: bool,
             if stop_at_first:
                 return out
             continue
-        if prune and seen.get(fp, depth + 1) <= len(seq):
+        k = len(seq) - len(root)
+        if prune and seen.get(fp, depth + 1) <= k:
             continue
-        seen[fp] = len(seq)
-        if len(seq) < depth:
+        seen[fp] = k
+        if k < depth:
             stack.extend(seq + (i,) for i in reversed(range(len(EVENTS))))
         elif close and seq[-1] != BUSY_CHECK and visit(seq + (BUSY_CHECK,)) is None \
                 and stop_at_first:
@@ -237,24 +298,28 @@ def explore_subtree(first: int, depth: int, prune: bool, stop_at_first: bool,
 
 
 def as_code(seq: tuple[int, ...]) -> str:
-    return "\n".join(f"state.{call}" for i in seq for call in EVENTS[i].calls)
+    return "\n".join(f"state.{call}" for i in seq for call in ALL[i].calls)
 
 
 def explore(depth: int, jobs: int, prune: bool = False, stop_at_first: bool = False,
-            out=sys.stdout, close: bool = False) -> Outcome:
+            out=sys.stdout, close: bool = False,
+            situations: tuple[str, ...] = ("start",)) -> Outcome:
     started = time.monotonic()
     total = Outcome()
-    firsts = list(range(len(EVENTS)))
-    # The empty sequence: the world as it starts.
-    fp, why = run_sequence(())
-    total.nodes += 1
-    if fp is None:
-        total.failures.append(((), why))
-    else:
-        total.fingerprints.add(fp)
+    roots = [SITUATIONS[s] for s in situations]
+    for root in roots:  # each situation itself, before any event of the bound
+        fp, why = run_sequence(root)
+        total.nodes += 1
+        total.transitions += len(root)
+        if fp is None:
+            total.failures.append((root, why))
+        else:
+            total.fingerprints.add(fp)
+    if stop_at_first and total.failures:
+        roots = []
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(explore_subtree, f, depth, prune, stop_at_first, close)
-                   for f in firsts]
+        futures = [pool.submit(explore_subtree, r, f, depth, prune, stop_at_first, close)
+                   for r in roots for f in range(len(EVENTS))]
         for f in futures:
             part = f.result()
             total.nodes += part.nodes
@@ -268,10 +333,10 @@ def explore(depth: int, jobs: int, prune: bool = False, stop_at_first: bool = Fa
     took = time.monotonic() - started
     print(f"explored: {len(total.fingerprints)} states, {total.transitions} transitions, "
           f"depth {depth}{' + the liveness check' if close else ''}, {took:.0f} s "
-          f"({total.nodes} sequences over {len(EVENTS)} events"
+          f"({total.nodes} sequences over {len(EVENTS)} events from {', '.join(situations)}"
           f"{', pruned by fingerprint' if prune else ', none pruned'})", file=out, flush=True)
     for seq, why in total.failures[:5]:
-        names = " → ".join(EVENTS[i].name for i in seq) or "(no event)"
+        names = " → ".join(ALL[i].name for i in seq) or "(no event)"
         print(f"FAILED: {names}\n  {why.splitlines()[0] if why else ''}\n  as code:\n"
               + "\n".join("    " + line for line in as_code(seq).splitlines()), file=out)
     if len(total.failures) > 5:
@@ -281,22 +346,33 @@ def explore(depth: int, jobs: int, prune: bool = False, stop_at_first: bool = Fa
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--depth", type=int, default=3, help="events per sequence at most (default 3)")
+    p.add_argument("--depth", type=int, default=2, help="events per sequence at most (default 2)")
     p.add_argument("--jobs", type=int, default=min(os.cpu_count() or 1, 4),
                    help="worker processes (default: the cores, at most 4)")
     p.add_argument("--prune", action="store_true",
                    help="do not extend a prefix whose fingerprint was seen (a heuristic)")
     p.add_argument("--stop-at-first", action="store_true", help="stop at the first failure")
+    p.add_argument("--from", dest="situations", default="start",
+                   help="comma-separated situations the sequences start from: "
+                        f"{', '.join(SITUATIONS)}, or all (default: start)")
     p.add_argument("--close", action="store_true",
                    help="also run every sequence of DEPTH events followed by the liveness check "
                         "(busy-check)")
     args = p.parse_args(argv)
     if args.depth < 1:
         p.error("--depth must be at least 1")
+    situations = tuple(SITUATIONS) if args.situations == "all" else \
+        tuple(s.strip() for s in args.situations.split(",") if s.strip())
+    unknown = [s for s in situations if s not in SITUATIONS]
+    if unknown or not situations:
+        p.error(f"--from: no such situation {', '.join(unknown) or '(none given)'}; "
+                f"choose among {', '.join(SITUATIONS)}")
     print(f"systematic model rung: every sequence of at most {args.depth} of {len(EVENTS)} "
-          f"events{', each of the longest also closed by the liveness check' if args.close else ''}"
+          f"events from {', '.join(situations)}"
+          f"{', each of the longest also closed by the liveness check' if args.close else ''}"
           f", {args.jobs} worker(s)", flush=True)
-    total = explore(args.depth, args.jobs, args.prune, args.stop_at_first, close=args.close)
+    total = explore(args.depth, args.jobs, args.prune, args.stop_at_first, close=args.close,
+                    situations=situations)
     return 1 if total.failures else 0
 
 

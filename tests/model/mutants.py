@@ -3,9 +3,9 @@
 `make fault-mutants` (or `python3 -m tests.model.mutants [--depth K] [NAME ...]`) copies
 nm_scanguard/ and tests/ (model, unit) into a temporary directory, makes one named edit to the
 copy -- never to the tree -- and runs there the systematic mode (tests/model/explore.py: every
-sequence of at most K events, first at depth 1, then deeper up to K, until a sequence fails) and
-the plain tests that `make test` also runs (the daemon-logic unit tests and the model rung's
-regression tests: PLAIN).  It prints one line per variant: the depth at which the systematic
+sequence of at most K events from each of its starting situations, first at depth 1, then
+deeper up to K, until a sequence fails) and the plain tests that `make test` also runs (the
+daemon-logic unit tests and the model rung's regression tests: PLAIN).  It prints one line per variant: the depth at which the systematic
 mode caught it (and seconds), or NOT caught, and whether the plain tests fail on it; then
 `mutants caught: X of Y`.  The goal is every variant caught by the systematic mode alone; one
 that only the plain tests catch is a gap in the bound to close.  `--sampled N` also runs the
@@ -187,6 +187,8 @@ MUTANTS = (
            ""),
 )
 
+# The systematic mode starts from every situation it knows (tests/model/explore.py).
+SITUATIONS = "all"
 FIRST = re.compile(r"first failing sequence: number (\d+)")
 
 
@@ -228,12 +230,13 @@ def baseline(python: str) -> None:
 
 
 def _systematic(root: Path, env: dict[str, str], python: str, depth: int,
-                jobs: int) -> tuple[int | None, float, str]:
+                jobs: int, situations: str) -> tuple[int | None, float, str]:
     """The shallowest depth (1..depth) at which a sequence fails, the seconds it took, why."""
     start = time.monotonic()
     for d in range(1, depth + 1):
         out = subprocess.run([python, "-m", "tests.model.explore", "--depth", str(d), "--jobs",
-                              str(jobs), "--stop-at-first", "--close"], cwd=root, env=env,
+                              str(jobs), "--stop-at-first", "--close", "--from", situations],
+                             cwd=root, env=env,
                              capture_output=True, text=True)
         if out.returncode != 0:
             text = out.stdout + out.stderr
@@ -264,13 +267,14 @@ class Result:
     sampled: int | None
 
 
-def run(m: Mutant, depth: int, jobs: int, sampled: int, python: str) -> Result:
+def run(m: Mutant, depth: int, jobs: int, sampled: int, python: str,
+        situations: str) -> Result:
     with tempfile.TemporaryDirectory(prefix=f"scanguard-mutant-{m.name}-") as tmp:
         root = Path(tmp)
         _copy(root)
         apply(root, m)
         env = dict(os.environ, SCANGUARD_MODEL_SHRINK="0", PYTHONDONTWRITEBYTECODE="1")
-        found, took, why = _systematic(root, env, python, depth, jobs)
+        found, took, why = _systematic(root, env, python, depth, jobs, situations)
         plain = _plain(root, env, python)
         caught_sampled = _sampled(root, env, python, sampled) if sampled else None
     return Result(found, took, why, plain.returncode != 0, caught_sampled)
@@ -278,10 +282,12 @@ def run(m: Mutant, depth: int, jobs: int, sampled: int, python: str) -> Result:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--depth", type=int, default=3,
+    p.add_argument("--depth", type=int, default=2,
                    help="the systematic mode's bound: events per sequence (default %(default)s)")
     p.add_argument("--jobs", type=int, default=min(os.cpu_count() or 1, 4),
                    help="worker processes of the systematic mode (default: the cores, at most 4)")
+    p.add_argument("--from", dest="situations", default=SITUATIONS,
+                   help="the situations the systematic mode starts from (default %(default)s)")
     p.add_argument("--sampled", type=int, default=0, metavar="N",
                    help="also run N sampled sequences on each variant (default: none)")
     p.add_argument("names", nargs="*", help="only these variants (default: all)")
@@ -297,7 +303,7 @@ def main() -> int:
     print(f"{'variant':<{w}} {'systematic':>12} {'seconds':>8} {'plain':>5}"
           f"{'  sampled' if args.sampled else ''}  defect / first violation", flush=True)
     for m in chosen:
-        r = run(m, args.depth, args.jobs, args.sampled, sys.executable)
+        r = run(m, args.depth, args.jobs, args.sampled, sys.executable, args.situations)
         caught += r.depth is not None or r.plain_fails
         alone += r.depth is not None
         where = f"depth {r.depth}" if r.depth is not None else "NOT caught"
