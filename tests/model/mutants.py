@@ -3,13 +3,15 @@
 `make fault-mutants` (or `python3 -m tests.model.mutants [--depth K] [NAME ...]`) copies
 nm_scanguard/ and tests/ (model, unit) into a temporary directory, makes one named edit to the
 copy -- never to the tree -- and runs there the systematic mode (tests/model/explore.py: every
-sequence of at most K events from each of its starting situations, first at depth 1, then
-deeper up to K, until a sequence fails) and the plain tests that `make test` also runs (the
-daemon-logic unit tests and the model rung's regression tests: PLAIN).  It prints one line per variant: the depth at which the systematic
-mode caught it (and seconds), or NOT caught, and whether the plain tests fail on it; then
-`mutants caught: X of Y`.  The goal is every variant caught by the systematic mode alone; one
-that only the plain tests catch is a gap in the bound to close.  `--sampled N` also runs the
-sampled rung (N sequences) on each, as before the systematic mode existed.
+sequence of at most K events from each of its starting situations, first at depth 1, then deeper
+up to K, until a sequence fails) and the plain tests that `make test` also runs (the
+daemon-logic unit tests and the model rung's regression tests: PLAIN). It prints one line per
+variant: the depth at which the systematic mode caught it (and seconds), or NOT caught, and
+whether the plain tests fail on it; then `mutants caught: X of Y` (X: caught by the systematic
+mode alone), then how many the plain tests add. The goal is every variant caught by the
+systematic mode alone; one that only the plain tests catch is a gap in the bound to close. The
+run fails if a variant is caught by neither. `--sampled N` also runs the sampled rung (N
+sequences) on each, as before the systematic mode existed.
 
 Each edit names the text it replaces; if that text is no longer in the code (the code moved on),
 the variant says so and the run fails: update the edit, do not drop it.
@@ -311,8 +313,9 @@ def main() -> int:
             f"  {r.sampled:>7}" if r.sampled is not None else "  missed ")
         print(f"{m.name:<{w}} {where:>12} {r.seconds:8.1f} {'fail' if r.plain_fails else 'PASS':>5}"
               f"{sampled}  {m.what}{': ' + r.why if r.why else ''}", flush=True)
-    print(f"mutants caught: {caught} of {len(chosen)} (by the systematic mode alone, depth "
-          f"≤ {args.depth}: {alone}; plain tests: {', '.join(PLAIN)})")
+    print(f"mutants caught: {alone} of {len(chosen)} by the systematic mode alone (depth "
+          f"≤ {args.depth} from {args.situations}); {caught} of {len(chosen)} with the plain "
+          f"tests ({', '.join(PLAIN)})")
     return 0 if caught == len(chosen) else 1
 
 
