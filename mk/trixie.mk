@@ -27,11 +27,15 @@
 #   TRIXIE_FAULT_EXAMPLES  generated sequences per fault test and library in the root (default
 #                        10, $SCANGUARD_FAULT_EXAMPLES if set): the host's pass runs 25; fewer
 #                        here keep `make test` under 40 minutes (the trixie fault pass was 5 of them)
+#   TRIXIE_MODEL_SEQUENCES  the model rung's sequences in the root (default 1000,
+#                        $SCANGUARD_MODEL_SEQUENCES if set): the host's pass runs 2000 of the
+#                        same daemon code; half of them here saves a minute of `make test`
 # See tests/release/README.md.  Needs root, unshare and overlayfs.
 
 PYTHON       ?= /usr/bin/python3
 TRIXIE_CACHE ?= /var/cache/nm-scanguard
 TRIXIE_FAULT_EXAMPLES ?= $(or $(SCANGUARD_FAULT_EXAMPLES),10)
+TRIXIE_MODEL_SEQUENCES ?= $(or $(SCANGUARD_MODEL_SEQUENCES),1000)
 TRIXIE       = TRIXIE_CACHE=$(TRIXIE_CACHE) $(PYTHON) tests/release/trixie.py
 
 .PHONY: trixie-root test-trixie trixie-shell trixie-deps lab-trixie paper-trixie
@@ -55,6 +59,7 @@ trixie-root: trixie-deps
 # the same sequences on every run.
 test-trixie: trixie-deps
 	SCANGUARD_FAULT_EXAMPLES=$(TRIXIE_FAULT_EXAMPLES) SCANGUARD_MODEL_SEED=$(MODEL_SEED) \
+	  SCANGUARD_MODEL_SEQUENCES=$(TRIXIE_MODEL_SEQUENCES) \
 	  $(TRIXIE) test $(TRIXIE_ARGS)
 
 trixie-shell: trixie-deps

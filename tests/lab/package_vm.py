@@ -28,7 +28,7 @@ import time
 import traceback
 from pathlib import Path
 
-from tests.package.test_package import ENV, BuildError, build_deb
+from tests.package.test_package import ENV, BuildError, build_deb, built_before
 
 from .lab import CONNECTION, wait_until
 from .systemd_lab import SystemdLab
@@ -479,7 +479,12 @@ class PackageVmJob(threading.Thread):
     def run(self) -> None:
         try:
             idle_priority()  # this thread's own work (copies, parsing) too
-            built = build_deb(self.top, preexec_fn=idle_priority)
+            built = built_before()
+            if built is not None:
+                say(f"the package step built {built['deb'].name} from the same files "
+                    f"(key {built['key']}): installing that one")
+            else:
+                built = build_deb(self.top, preexec_fn=idle_priority)
             self._result = run_vm_check(built["deb"], built["seconds"], background=True,
                                         previous=previous_or_why(self.top / "previous", idle_priority))
         except BaseException as e:  # handed to the tests, which report it

@@ -9,6 +9,7 @@ a booted system is tests/package/vm-check.sh, run in the lab VM.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -84,20 +85,62 @@ class BuildError(RuntimeError):
     pass
 
 
+# The last .deb built on this release, under the key of what went into it (build_key): the lab's
+# package VM installs the one the package step built instead of building it again beside the
+# lab's checks (85 s of the two cores).  One folder per release: Debian 13's root sees the same
+# tree (tests/release/trixie.py).
+DEB_CACHE = REPO / ".cache" / "deb" / _VERSION.replace("/", "-")
+
+
+def _tree_files() -> list[str]:
+    """The files of the tree as git sees it (tracked, and untracked but not ignored)."""
+    files = run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO)
+    return sorted(name for name in filter(None, files.stdout.split("\0")) if (REPO / name).is_file())
+
+
+def build_key() -> str:
+    """What a build's .deb depends on: every file's name and bytes, the release and its
+    debhelper and dpkg."""
+    h = hashlib.sha256()
+    for name in _tree_files():
+        h.update(name.encode() + b"\0" + (REPO / name).read_bytes() + b"\0")
+    tools = run(["dpkg-query", "-W", "-f=${Package} ${Version}\n", "debhelper", "dpkg-dev"],
+                check=False).stdout
+    h.update((_VERSION + "\n" + tools).encode())
+    return h.hexdigest()[:16]
+
+
+def _keep(built: dict, key: str) -> None:
+    shutil.rmtree(DEB_CACHE, ignore_errors=True)
+    (DEB_CACHE / key).mkdir(parents=True)
+    shutil.copy2(built["deb"], DEB_CACHE / key / built["deb"].name)
+    (DEB_CACHE / key / "seconds").write_text(f"{built['seconds']:.1f}\n")
+
+
+def built_before() -> dict | None:
+    """The .deb kept by the last build_deb() if the tree, the release and its build tools are
+    the same now ({"deb", "seconds", "key"}), else None."""
+    key = build_key()
+    debs = sorted((DEB_CACHE / key).glob("nm-scanguard_*_all.deb"))
+    if len(debs) != 1:
+        return None
+    return {"deb": debs[0], "seconds": float((DEB_CACHE / key / "seconds").read_text()), "key": key}
+
+
 def build_deb(top: Path, preexec_fn=None) -> dict:
     """Copy the tree as git sees it into `top`, build source + binary packages there, return the
-    artefacts (raises BuildError).  `preexec_fn` runs in dpkg-buildpackage's process (the lab
-    builds at idle priority while its checks run: tests/lab/package_vm.py)."""
+    artefacts (raises BuildError) and keep the .deb for built_before().  `preexec_fn` runs in
+    dpkg-buildpackage's process (the lab builds at idle priority while its checks run:
+    tests/lab/package_vm.py)."""
     for tool in ("dpkg-buildpackage", "lintian", "dh", "git"):
         if not shutil.which(tool, path=ENV["PATH"]):
             raise BuildError(f"{tool} is missing: run `make deps-deb`")
+    key = build_key()
     src = top / "nm-scanguard"
     src.mkdir()
-    files = run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO)
-    for name in filter(None, files.stdout.split("\0")):
-        if (REPO / name).is_file():
-            (src / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, src / name)
+    for name in _tree_files():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, src / name)
     # A private repository in the copy, to see what the build leaves behind.
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
     run(git + ["init", "-q"], cwd=src)
@@ -116,7 +159,13 @@ def build_deb(top: Path, preexec_fn=None) -> dict:
     changes = sorted(top.glob("nm-scanguard_*.changes"))
     if len(debs) != 1 or len(changes) != 1:
         raise BuildError(f"expected one .deb and one .changes: {sorted(p.name for p in top.iterdir())}")
-    return {"src": src, "deb": debs[0], "changes": changes[0], "seconds": seconds}
+    built = {"src": src, "deb": debs[0], "changes": changes[0], "seconds": seconds}
+    if key == build_key():  # the tree did not change while it built
+        try:
+            _keep(built, key)
+        except OSError as e:  # Debian 13's root sees the tree read-only
+            print(f"[package] the .deb is not kept for the lab ({e})", flush=True)
+    return built
 
 
 @pytest.fixture(scope="session")

@@ -56,8 +56,8 @@ FALLBACK_MIRROR = "http://deb.debian.org/debian"
 
 # The packages whose versions decide what the rungs prove; printed at the start of a test run.
 KEY_PACKAGES = ("python3", "python3-dbus-fast", "python3-dbus-next", "python3-dbusmock",
-                "python3-pytest", "python3-pytest-asyncio", "python3-hypothesis", "python3-gi",
-                "gir1.2-nm-1.0", "python3-systemd",
+                "python3-pytest", "python3-pytest-asyncio", "python3-pytest-xdist",
+                "python3-hypothesis", "python3-gi", "gir1.2-nm-1.0", "python3-systemd",
                 "wpasupplicant", "dbus-daemon", "systemd", "iproute2", "libnm0", "polkitd",
                 "network-manager", "duktape", "lintian", "debhelper", "dh-python")
 LIBRARIES = ("dbus_fast", "dbus_next")
@@ -67,6 +67,7 @@ LIBRARIES = ("dbus_fast", "dbus_next")
 # here.  Both libraries meet every test that way, and make test stays within its 40 minutes.
 DEBIAN_13_LIBRARY = "dbus_fast"
 DBUS_TESTS = ("tests/dbus", "tests/api", "tests/policy")
+DBUS_JOBS = os.environ.get("DBUS_JOBS") or "3"  # pytest-xdist workers, as the Makefile's
 # -rs prints every skip's reason.  pytest-asyncio 0.25 (trixie) warns on every run that
 # asyncio_default_fixture_loop_scope is unset; "function" is what 0.20 (Debian 12) does, and every
 # async fixture here is function-scoped, so setting it changes nothing but the noise.
@@ -360,7 +361,8 @@ def plan(step_timeout: float) -> list[tuple[str, list[list[str]], float]]:
     ]
     for lib in (DEBIAN_13_LIBRARY,):
         steps.append((f"D-Bus tests {' '.join(DBUS_TESTS)} with {lib}",
-                      [show_library(lib), pytest(lib, "-q", *DBUS_TESTS)], step_timeout))
+                      [show_library(lib), pytest(lib, "-q", "-n", DBUS_JOBS, *DBUS_TESTS)],
+                      step_timeout))
     for lib in LIBRARIES:
         steps.append((f"contract tests against trixie's wpa_supplicant with {lib}",
                       [show_library(lib), pytest(lib, "-q", "tests/contract")], step_timeout))
