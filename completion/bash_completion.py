@@ -6,7 +6,7 @@ debian/rules runs it at build time and installs the result as
 /usr/share/bash-completion/completions/scanguardctl, where bash-completion loads it on the
 first <Tab> after `scanguardctl`.  Verbs, actions and options are read from the parser, so
 they cannot drift from --help; what a value means is read from its metavar (KINDS).  A
-metavar missing from KINDS is completed as free text, and tests/unit/test_completion.py
+metavar missing from KINDS is completed as free text, and tests/unit/cli/test_completion.py
 fails until it is added here.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nm_scanguard.cli import build_parser  # noqa: E402
+from nm_scanguard.cli.scanguardctl import build_parser  # noqa: E402
 from nm_scanguard.config import KEYS  # noqa: E402
 
 # What each metavar's value is, and so how it is completed (see _scanguardctl_value below).

@@ -3,7 +3,7 @@
 
     python3 man/build.py OUTDIR
 
-debian/rules runs exactly this, and tests/unit/test_man_pages.py runs it too, so what the test
+debian/rules runs exactly this, and tests/unit/docs/test_man_pages.py runs it too, so what the test
 reads is what the package installs.
 
 scanguardd(8) and scanguardctl(1) are written from the programs' own argument parsers
@@ -39,7 +39,9 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ["COLUMNS"] = "1000"
 sys.path.insert(0, str(REPO))
 
-from nm_scanguard import __version__, cli, service  # noqa: E402
+from nm_scanguard import __version__  # noqa: E402
+from nm_scanguard.cli import scanguardctl as cli  # noqa: E402
+from nm_scanguard.daemon import service  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 # (parser, page name, section, manual title)

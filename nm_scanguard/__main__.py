@@ -1,3 +1,3 @@
-from nm_scanguard.entry import main
+from nm_scanguard.daemon.entry import main
 
 raise SystemExit(main())

@@ -9,7 +9,7 @@ How a library is chosen, cheapest check first, so that the daemon does not load 
 then refuses (dbus-fast 1.84.2 stayed loaded on Debian 12: 2.1 MiB, issue 21):
 1. A version known to be wrong (`BROKEN_BELOW`) is skipped without being imported; its version is
    read from the package's own __version__.py, without running the package (importlib.metadata
-   would cost ~27 ms and 86 modules at every start).  tests/unit/test_dbuslib_choice.py checks,
+   would cost ~27 ms and 86 modules at every start).  tests/unit/shared/test_dbuslib_choice.py checks,
    on each release, that every installed version this rule refuses really marshals wrongly and
    every one it lets through marshals right: the rule is tied to the behaviour, not assumed.
 2. The library is imported and marshals "é" once; one that gets it wrong anyway (a version we

@@ -13,11 +13,25 @@ its default action: it would also kill the process when its D-Bus socket closes.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 
 CLOSED_PIPE = 141  # 128 + SIGPIPE
+
+
+def finite(value: Any) -> Any:
+    """`value` with NaN and the infinities replaced by None, at any depth: the JSON we print is
+    strict (json.dumps(..., allow_nan=False) then cannot fail on a figure nobody measured)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
 
 
 def _silence_stdout() -> int:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from nm_scanguard.names import BUS_NAME as NAME
-from nm_scanguard.bus import BusError, call, get_property, name_has_owner
+from nm_scanguard.peers.bus import BusError, call, get_property, name_has_owner
 from nm_scanguard.dbuslib import MessageBus
 from tests.conftest import MockProcess, MockSupplicant, stop_process
 

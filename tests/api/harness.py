@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator
 
 from nm_scanguard.names import BUS_NAME as NAME, IFACE, PATH
-from nm_scanguard.bus import add_match, unwrap
+from nm_scanguard.peers.bus import add_match, unwrap
 from nm_scanguard.dbuslib import Message, MessageBus, MessageType
 from tests.conftest import MockSupplicant, assert_eventually, call_failed
 from tests.peers import (BGSCAN, REPO, DaemonProcess, Link, NetworkManagerMock,  # noqa: F401
@@ -66,7 +66,7 @@ class Signals:
 def scanguardctl(address: str, *args: str, timeout: float = 30, user: str | None = None,
                  **kwargs: Any) -> subprocess.CompletedProcess:
     """Run the real CLI against the private bus, optionally as another user (setpriv)."""
-    cmd = [sys.executable, "-m", "nm_scanguard.cli", *args]
+    cmd = [sys.executable, "-m", "nm_scanguard.cli.scanguardctl", *args]
     if user:
         cmd = ["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups", *cmd]
     return subprocess.run(cmd, env=env_for(address), cwd=REPO, capture_output=True, text=True,

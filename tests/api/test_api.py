@@ -12,8 +12,8 @@ import sys
 import time
 
 from nm_scanguard import __version__
-from nm_scanguard.api import xml_path
-from nm_scanguard.export import load_interface
+from nm_scanguard.daemon.api import xml_path
+from nm_scanguard.daemon.export import load_interface
 from nm_scanguard.names import XML_NAME
 from nm_scanguard.dbuslib import Variant, introspection
 from tests.api.harness import (BGSCAN, IFACE, NAME, PATH, REPO, Signals, api_call, env_for,
@@ -218,7 +218,7 @@ async def test_status_json_schema(scenario):
 
 
 async def test_scanguardctl_hold_sleep_end_to_end(scenario):
-    proc = subprocess.Popen([sys.executable, "-m", "nm_scanguard.cli", "hold", "--reason", "e2e",
+    proc = subprocess.Popen([sys.executable, "-m", "nm_scanguard.cli.scanguardctl", "hold", "--reason", "e2e",
                              "--", "sleep", "1"], env=env_for(scenario.address), cwd=REPO,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -243,7 +243,7 @@ async def test_scanguardctl_hold_returns_the_command_status(scenario):
 
 
 async def test_monitor_prints_state_changes(scenario):
-    proc = subprocess.Popen([sys.executable, "-m", "nm_scanguard.cli", "monitor"],
+    proc = subprocess.Popen([sys.executable, "-m", "nm_scanguard.cli.scanguardctl", "monitor"],
                             env=env_for(scenario.address), cwd=REPO, stdout=subprocess.PIPE, text=True)
     out = Output(proc)
     try:
@@ -303,7 +303,7 @@ async def test_service_absent_gives_a_clear_error(system_bus):
 async def test_monitor_ends_quietly_when_its_reader_goes(scenario):
     """`scanguardctl monitor | head -3`: the first line after the reader left ends it."""
     read, write = os.pipe()
-    proc = subprocess.Popen([sys.executable, "-m", "nm_scanguard.cli", "monitor"],
+    proc = subprocess.Popen([sys.executable, "-m", "nm_scanguard.cli.scanguardctl", "monitor"],
                             env=env_for(scenario.address), cwd=REPO, stdout=write,
                             stderr=subprocess.PIPE, text=True)
     os.close(write)

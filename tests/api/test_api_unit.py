@@ -6,12 +6,12 @@ import asyncio
 
 import pytest
 
-from nm_scanguard import api
-from nm_scanguard import holds as holds_module
-from nm_scanguard.api import Api
+from nm_scanguard.daemon import api
+from nm_scanguard.daemon import holds as holds_module
+from nm_scanguard.daemon.api import Api
 from nm_scanguard.attribution import Request
 from nm_scanguard.dbuslib import Message
-from nm_scanguard.holds import Holds
+from nm_scanguard.daemon.holds import Holds
 from nm_scanguard.names import BUS_NAME
 from nm_scanguard.status import FIELDS, DeviceStatus
 from tests.conftest import assert_eventually

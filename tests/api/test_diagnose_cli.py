@@ -73,7 +73,7 @@ async def test_diagnose_as_nobody_finds_the_link_and_the_guard(scenario, ssid):
 async def test_diagnose_ctrl_c_ends_early_and_still_reports(scenario):
     s = scenario
     cmd = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable,
-           "-m", "nm_scanguard.cli", "diagnose", "--seconds", "120"]
+           "-m", "nm_scanguard.cli.scanguardctl", "diagnose", "--seconds", "120"]
     p = subprocess.Popen(cmd, env=env_for(s.address), cwd=REPO, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     try:
@@ -217,7 +217,7 @@ def as_nobody(folder: Path, *args: str) -> list[str]:
     """The command line and environment of scanguardctl run as nobody, with matplotlib's own
     folder in `folder`: nobody's HOME here is root's, which matplotlib would say at length."""
     return ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "env",
-            f"MPLCONFIGDIR={folder}", sys.executable, "-m", "nm_scanguard.cli", *args]
+            f"MPLCONFIGDIR={folder}", sys.executable, "-m", "nm_scanguard.cli.scanguardctl", *args]
 
 
 @pytest.mark.parametrize("name", ["x.txt", "Café ☕.txt"])

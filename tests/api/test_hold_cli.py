@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nm_scanguard.bus import call
+from nm_scanguard.peers.bus import call
 from nm_scanguard.dbuslib import Message, MessageBus, MessageType
 from nm_scanguard.names import DBUS
 from tests.api.harness import NAME, REPO, env_for, kill, props, scanguardctl
@@ -25,7 +25,7 @@ NOT_RUNNING = "the scanguard service is not running"
 
 
 def started(address: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "nm_scanguard.cli", *args],
+    return subprocess.Popen([sys.executable, "-m", "nm_scanguard.cli.scanguardctl", *args],
                             env=env_for(address), cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 

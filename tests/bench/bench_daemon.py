@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from nm_scanguard.bus import name_has_owner
+from nm_scanguard.peers.bus import name_has_owner
 from nm_scanguard.dbuslib import BusType, MessageBus
 from nm_scanguard.names import BUS_NAME
 from tests.conftest import MockSupplicant, start_private_bus
@@ -82,8 +82,8 @@ IMPORTS = {
     "python3 alone": "pass",
     "asyncio": "import asyncio",
     "nm_scanguard.dbuslib (the D-Bus library)": "import nm_scanguard.dbuslib",
-    "nm_scanguard.netlink (interface counters)": "import nm_scanguard.netlink",
-    "nm_scanguard.service (the whole daemon)": "import nm_scanguard.service",
+    "nm_scanguard.peers.netlink (interface counters)": "import nm_scanguard.peers.netlink",
+    "nm_scanguard.daemon.service (the whole daemon)": "import nm_scanguard.daemon.service",
 }
 PROBE = """\
 import sys, time

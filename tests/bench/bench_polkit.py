@@ -24,7 +24,7 @@ import sys
 import time
 
 from nm_scanguard.dbuslib import MessageBus, Variant
-from nm_scanguard.bus import call
+from nm_scanguard.peers.bus import call
 from nm_scanguard.names import POLKIT
 from tests.policy.realpolkit import SCAN, UNRELATED, RealPolkit, available, process_start
 

@@ -1,9 +1,9 @@
-"""nm_scanguard.netlink against the real kernel (rtnetlink's RTM_GETLINK is the peer): every
+"""nm_scanguard.peers.netlink against the real kernel (rtnetlink's RTM_GETLINK is the peer): every
 interface of this host and `lo` checked against /sys/class/net/IF/statistics; `lo` counting the
 datagrams a test sends over it; veth links (ASCII and non-ASCII names) checked against what
 `ip -s -j link` reports; a veth pair carrying traffic; None for a missing or vanished interface;
 names Linux cannot have.  The parser's own cases (errors, multi-part, hostile bytes) are unit
-tests: tests/unit/test_netlink.py.
+tests: tests/unit/peers/test_netlink.py.
 
 Creating links and packet sockets needs root: those tests fail (not skip) without it, like the
 other contract tests.
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import pytest
 
-from nm_scanguard.netlink import LinkCounters
+from nm_scanguard.peers.netlink import LinkCounters
 from nm_scanguard.rates import Counters
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def _sysfs(ifname: str) -> dict[str, int] | None:
 
 def _need_root() -> None:
     if os.geteuid() != 0:
-        pytest.fail("tests/unit/test_netlink.py creates veth links: run it as root")
+        pytest.fail("tests/unit/peers/test_netlink.py creates veth links: run it as root")
 
 
 def _ip(*args: str) -> str:
@@ -250,12 +250,12 @@ def test_importing_netlink_loads_only_the_standard_library() -> None:
     """No pyroute2 (213 modules, ~10 MiB in the daemon) and no readline (ncurses' set-up calls
     setfsuid() on Debian 13, which the unit's filter denies).  A fresh interpreter: pytest has
     loaded much already."""
-    code = ("import sys; before = set(sys.modules); import nm_scanguard.netlink\n"
+    code = ("import sys; before = set(sys.modules); import nm_scanguard.peers.netlink\n"
             "new = sorted(m for m in set(sys.modules) - before\n"
             "             if m.split('.')[0] not in sys.stdlib_module_names)\n"
             "print(' '.join(new))\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["nm_scanguard", "nm_scanguard.ifname",
-                                   "nm_scanguard.netlink", "nm_scanguard.rates"]
+    assert proc.stdout.split() == ["nm_scanguard", "nm_scanguard.ifname", "nm_scanguard.peers",
+                                   "nm_scanguard.peers.netlink", "nm_scanguard.rates"]

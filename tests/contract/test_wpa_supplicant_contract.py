@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from nm_scanguard.dbuslib import BusType, MessageBus, Variant
-from nm_scanguard.supplicant import SCAN_ERROR, NoScanRunning, Supplicant
+from nm_scanguard.peers.supplicant import SCAN_ERROR, NoScanRunning, Supplicant
 from tests.conftest import (DEFAULT_DENY_POLICY, MOCK_TEMPLATE, MockSupplicant, assert_eventually,
                             call_failed, start_private_bus, stop_process)
 from tests.contract.wpaclient import (INTERFACE_IFACE, NETWORK_IFACE, ROOT_IFACE, ROOT_PATH,
@@ -357,7 +357,7 @@ _CLIENT = r"""
 import asyncio, json, sys
 sys.path.insert(0, sys.argv[1])
 from nm_scanguard.dbuslib import BusType, MessageBus, Variant
-from nm_scanguard.supplicant import Supplicant
+from nm_scanguard.peers.supplicant import Supplicant
 from tests.contract.wpaclient import WpaClient
 
 async def main():

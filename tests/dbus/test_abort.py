@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from nm_scanguard.guard import AT_ENGAGE, WHILE_GUARDING
-from nm_scanguard.supplicant import SCAN_ERROR, Supplicant
+from nm_scanguard.daemon.guard import AT_ENGAGE, WHILE_GUARDING
+from nm_scanguard.peers.supplicant import SCAN_ERROR, Supplicant
 
 from .conftest import eventually, record
 from . import test_daemon as T

@@ -1,4 +1,4 @@
-"""nm_scanguard.bus.close_bus: a stopping daemon's last messages reach the bus, and nothing is
+"""nm_scanguard.peers.bus.close_bus: a stopping daemon's last messages reach the bus, and nothing is
 logged for the closed socket.
 
 At `systemctl stop` the daemon emits its last PropertiesChanged/HoldsChanged signals and then
@@ -16,7 +16,7 @@ import os
 import signal
 from typing import Any
 
-from nm_scanguard.bus import call, close_bus
+from nm_scanguard.peers.bus import call, close_bus
 from nm_scanguard.dbuslib import Message, MessageBus
 
 COUNT = 20

@@ -15,12 +15,12 @@ import sys
 import pytest
 
 from nm_scanguard.config import Settings
-from nm_scanguard.daemon import Daemon
-from nm_scanguard.service import Supervisor
+from nm_scanguard.daemon.daemon import Daemon
+from nm_scanguard.daemon.service import Supervisor
 from nm_scanguard.dbuslib import (
     WRONG_LENGTH, BusType, MessageBus, installed_version, known_broken,
 )
-from nm_scanguard.supplicant import Supplicant
+from nm_scanguard.peers.supplicant import Supplicant
 
 from tests.conftest import call_failed
 from tests.peers import REPO, DaemonProcess
@@ -218,7 +218,7 @@ async def test_interface_unknown_to_supplicant_is_reported_not_fatal(bus, link, 
 
 
 async def call_remove_interface(bus, iface):
-    from nm_scanguard.bus import call
+    from nm_scanguard.peers.bus import call
     await call(bus, "fi.w1.wpa_supplicant1", "/fi/w1/wpa_supplicant1", "fi.w1.wpa_supplicant1",
                "RemoveInterface", "o", [iface])
 

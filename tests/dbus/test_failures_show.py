@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from nm_scanguard.supplicant import Supplicant
+from nm_scanguard.peers.supplicant import Supplicant
 from tests.api.harness import props, scanguardctl
 from tests.conftest import call_failed
 from tests.peers import CONN_IFACE, REPO, DaemonProcess, env_for

@@ -28,7 +28,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from nm_scanguard.bus import CALL_TIMEOUT, unwrap
+from nm_scanguard.peers.bus import CALL_TIMEOUT, unwrap
 from nm_scanguard.dbuslib import Message, MessageBus, MessageType
 from tests.conftest import MockSupplicant, PrivateBus, assert_eventually, start_private_bus
 from tests.peers import BGSCAN, REPO, DaemonProcess, Link, NetworkManagerMock, Peers, env_for
@@ -293,7 +293,7 @@ def _disconnect(bus: MessageBus) -> None:
 def scanguardctl_hold(address: str, reason: str, seconds: float) -> subprocess.Popen:
     """`scanguardctl hold --reason REASON -- sleep SECONDS` as a process of its own."""
     return subprocess.Popen(
-        [sys.executable, "-m", "nm_scanguard.cli", "hold", "--reason", reason, "--",
+        [sys.executable, "-m", "nm_scanguard.cli.scanguardctl", "hold", "--reason", reason, "--",
          "sleep", f"{seconds:g}"],
         env=env_for(address), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 

@@ -35,7 +35,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from nm_scanguard.bus import CALL_TIMEOUT
+from nm_scanguard.peers.bus import CALL_TIMEOUT
 from nm_scanguard.config import KEYS
 from nm_scanguard.dbuslib import Message, MessageBus, MessageType
 from tests.fault.conftest import (EXAMPLES, IFACE, NAME, PATH, SHRINK, STATS, STEP_TIMEOUT, World,

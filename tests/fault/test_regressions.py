@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from nm_scanguard.bus import CALL_TIMEOUT
+from nm_scanguard.peers.bus import CALL_TIMEOUT
 from nm_scanguard.dbuslib import Message, MessageBus, MessageType
 from tests.conftest import assert_eventually
 from tests.fault.conftest import (IFACE, NAME, PATH, STEP_TIMEOUT, World, _disconnect,

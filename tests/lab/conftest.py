@@ -88,7 +88,7 @@ def _print_guest_calls(tr, top: int = 6) -> None:
         if len(fields) == 4 and fields[2] == "run":
             cmd = fields[3].partition(" && ")[2] if fields[3].startswith("cd ") else fields[3]
             words = cmd.split()
-            # "python3 -m nm_scanguard.cli status": the module and its command say what it was
+            # "python3 -m nm_scanguard.cli.scanguardctl status": the module and its command say what it was
             key = " ".join(words[:4] if "-m" in words[1:2] else words[:2])
             total[key] += float(fields[1])
             count[key] += 1

@@ -46,7 +46,7 @@ GUARD_SETTINGS = {
 }
 GUARD_CONFIG = "[scanguard]\n" + "".join(f"{k} = {v}\n" for k, v in GUARD_SETTINGS.items())
 
-SCANGUARDCTL = "/usr/bin/python3 -m nm_scanguard.cli"
+SCANGUARDCTL = "/usr/bin/python3 -m nm_scanguard.cli.scanguardctl"
 
 
 # ---- the daemon under test ---------------------------------------------------------------------

@@ -32,10 +32,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 # Unit tests of the daemon's logic that run from a copy (the others read the tree's docs).
-PLAIN = ("tests/unit/test_suspension.py", "tests/unit/test_suspension_table.py",
-         "tests/unit/test_guard.py", "tests/unit/test_failures_show.py", "tests/unit/test_journal.py",
-         "tests/unit/test_holds.py", "tests/unit/test_policy.py",
-         "tests/unit/test_abort.py", "tests/model/test_regressions.py")
+PLAIN = ("tests/unit/daemon/test_suspension.py", "tests/unit/daemon/test_suspension_table.py",
+         "tests/unit/daemon/test_guard.py", "tests/unit/daemon/test_failures_show.py", "tests/unit/daemon/test_journal.py",
+         "tests/unit/daemon/test_holds.py", "tests/unit/daemon/test_policy.py",
+         "tests/unit/daemon/test_abort.py", "tests/model/test_regressions.py")
 
 
 @dataclass(frozen=True)
@@ -48,143 +48,143 @@ class Mutant:
 
 
 MUTANTS = (
-    # The suspension table (nm_scanguard/suspension_table.py), by state, and its driver.
+    # The suspension table (nm_scanguard/daemon/suspension_table.py), by state, and its driver.
     Mutant("ask-forgets-leftover", "READING: a suspend asked on a leftover entry drops it before "
            "reading (its \"\" is then found and called someone else's)",
-           "nm_scanguard/suspension_table.py",
+           "nm_scanguard/daemon/suspension_table.py",
            "                           origin=k, op=op)",
            "                           origin=k, op=op, saved=None)"),
     Mutant("no-journal-before-set", "SETTING: no journal entry while the Set of \"\" is on its way",
-           "nm_scanguard/suspension_table.py",
+           "nm_scanguard/daemon/suspension_table.py",
            "    return s is not None and s.saved is not None\n",
            "    return s is not None and s.saved is not None and s.kind is not Kind.SETTING\n"),
     Mutant("trust-timed-out-set", "SETTING: an unanswered Set taken for not applied, unread",
-           "nm_scanguard/suspension.py",
+           "nm_scanguard/daemon/suspension.py",
            "            if not is_uncertain(e):\n                self._go(net, Ev.SET_NOT_APPLIED, op=op)",
            "            if True:\n                self._go(net, Ev.SET_NOT_APPLIED, op=op)"),
     Mutant("removal-forgets-pending", "SETTING: a NetworkRemoved ends a suspend under way",
-           "nm_scanguard/suspension_table.py",
+           "nm_scanguard/daemon/suspension_table.py",
            "        case Ev.GONE, Kind.SUSPENDED | Kind.IN_DOUBT | Kind.LEFTOVER:",
            "        case Ev.GONE, Kind.SUSPENDED | Kind.IN_DOUBT | Kind.LEFTOVER | Kind.SETTING:"),
     Mutant("restart-drops-setting", "SETTING: a wpa_supplicant restart drops the entry of a Set "
            "still on its way (it may reach the new process)",
-           "nm_scanguard/suspension_table.py",
+           "nm_scanguard/daemon/suspension_table.py",
            "        case Ev.RESTARTED, Kind.READING | Kind.SETTING | Kind.PUTTING_BACK:",
            "        case Ev.RESTARTED, Kind.READING | Kind.PUTTING_BACK:"),
     Mutant("generation-unchecked", "PUTTING_BACK: a removal while the put-back was on its way is "
            "not noticed (the failed put-back counts as suspended on the removed object)",
-           "nm_scanguard/suspension_table.py",
+           "nm_scanguard/daemon/suspension_table.py",
            "        case Ev.FAILED, Kind.PUTTING_BACK if generation == s.generation:",
            "        case Ev.FAILED, Kind.PUTTING_BACK:"),
     Mutant("restart-keeps-suspension", "SUSPENDED: a wpa_supplicant restart leaves the guard "
            "thinking it suspended",
-           "nm_scanguard/suspension_table.py",
+           "nm_scanguard/daemon/suspension_table.py",
            "        case Ev.RESTARTED, _:\n            return None",
            "        case Ev.RESTARTED, _:\n            return s"),
     Mutant("suspend-across-restart-kept", "IN_DOUBT: a suspend that spans a wpa_supplicant "
            "restart counts as a sure suspension of the new process's network",
-           "nm_scanguard/suspension_table.py",
+           "nm_scanguard/daemon/suspension_table.py",
            "        case Ev.SET_APPLIED, Kind.SETTING:\n"
            "            return replace(s, kind=Kind.IN_DOUBT if s.restarted else Kind.SUSPENDED,",
            "        case Ev.SET_APPLIED, Kind.SETTING:\n"
            "            return replace(s, kind=Kind.SUSPENDED,"),
     Mutant("unknown-restore-trusted", "IN_DOUBT: a restore unanswered and unreadable leaves the "
            "suspension sure (the guard stays engaged on a bgscan that may be back on)",
-           "nm_scanguard/suspension_table.py",
+           "nm_scanguard/daemon/suspension_table.py",
            "        case Ev.UNKNOWN, Kind.RESTORING:\n            return doubted(back(s, generation))",
            "        case Ev.UNKNOWN, Kind.RESTORING:\n            return back(s, generation)"),
     Mutant("recheck-failure-forgets", "IN_DOUBT: a recheck whose read fails drops the entry",
-           "nm_scanguard/suspension_table.py",
+           "nm_scanguard/daemon/suspension_table.py",
            "        case Ev.FAILED, Kind.IN_DOUBT:\n            return s",
            "        case Ev.FAILED, Kind.IN_DOUBT:\n            return None"),
     Mutant("restore-over-others", "RESTORING: restore over a value that is no longer ours",
-           "nm_scanguard/suspension.py",
+           "nm_scanguard/daemon/suspension.py",
            "        if self._go(net, Ev.READ_EMPTY if current == \"\" else Ev.READ_VALUE, op=op) is None:",
            "        if self._go(net, Ev.READ_EMPTY if current is not None else Ev.READ_VALUE, op=op) "
            "is None:"),
     Mutant("restore-trusts-no-answer", "RESTORING: an unanswered restoring Set is taken for "
            "landed, unread",
-           "nm_scanguard/suspension.py",
+           "nm_scanguard/daemon/suspension.py",
            "            landed = await self._restore_landed(net, ifname, e)\n",
            "            landed = True\n"),
     Mutant("restore-cancel-forgets", "RESTORING: a restore cancelled on its way drops the entry",
-           "nm_scanguard/suspension_table.py",
+           "nm_scanguard/daemon/suspension_table.py",
            "        case Ev.CANCELLED, Kind.RESTORING:\n            return doubted(back(s, generation))",
            "        case Ev.CANCELLED, Kind.RESTORING:\n            return None"),
     Mutant("cancelled-suspend-unsettled", "LEFT_BEHIND: a removal after a cancelled suspend drops "
            "the entry its Set may still need",
-           "nm_scanguard/suspension_table.py",
+           "nm_scanguard/daemon/suspension_table.py",
            "        case Ev.GONE, Kind.SUSPENDED | Kind.IN_DOUBT | Kind.LEFTOVER:",
            "        case Ev.GONE, Kind.SUSPENDED | Kind.IN_DOUBT | Kind.LEFTOVER | Kind.LEFT_BEHIND:"),
     Mutant("cancel-forgets-set", "LEFT_BEHIND: a suspend cancelled with its Set on the way "
            "drops the entry",
-           "nm_scanguard/suspension_table.py",
+           "nm_scanguard/daemon/suspension_table.py",
            "            return replace(s, kind=Kind.LEFT_BEHIND, restarted=False)",
            "            return None"),
     Mutant("failed-adopt-forgets-leftover", "LEFTOVER: a suspend of a leftover network that "
            "cannot read it drops the entry",
-           "nm_scanguard/suspension_table.py",
+           "nm_scanguard/daemon/suspension_table.py",
            "        return replace(s, kind=s.origin, origin=None) if s.origin is not None else None",
            "        return None"),
     Mutant("take-over-forgets-left-behind", "READING: a failed take-over of a Set left behind "
            "leaves an entry a removal drops",
-           "nm_scanguard/suspension_table.py",
+           "nm_scanguard/daemon/suspension_table.py",
            "        return replace(s, kind=s.origin, origin=None) if s.origin is not None else None",
            "        return replace(s, kind=Kind.LEFTOVER, origin=None) if s.origin is not None "
            "else None"),
     Mutant("assumed-set-trusted", "IN_DOUBT: a Set unanswered and unreadable counts as a sure "
            "suspension",
-           "nm_scanguard/suspension_table.py",
+           "nm_scanguard/daemon/suspension_table.py",
            "        case Ev.SET_ASSUMED, Kind.SETTING:\n            return replace(s, kind=Kind.IN_DOUBT,",
            "        case Ev.SET_ASSUMED, Kind.SETTING:\n            return replace(s, kind=Kind.SUSPENDED,"),
     Mutant("stale-answer-applied", "an answer to a call sequence that ended is applied to the "
            "state that followed",
-           "nm_scanguard/suspension.py",
+           "nm_scanguard/daemon/suspension.py",
            "        if op is not None and (before is None or before.op != op):\n            return None",
            "        if False:\n            return None"),
     Mutant("stopped-guard-keeps-suspension", "SUSPENDED: what a stopped guard could not restore "
            "stays its, and no replay restores it",
-           "nm_scanguard/guard.py",
+           "nm_scanguard/daemon/guard.py",
            "                    self._suspender.abandon(self.ifname)\n",
            "                    pass\n"),
     # The rest of the daemon.
     Mutant("holder-left-keeps-holds", "forget a hold's release path (holder leaves the bus)",
-           "nm_scanguard/api.py",
+           "nm_scanguard/daemon/api.py",
            "                for hold in self.holds.caller_left(name):",
            "                for hold in []:"),
     Mutant("no-restore-on-stop", "skip the restore on stop",
-           "nm_scanguard/daemon.py",
+           "nm_scanguard/daemon/daemon.py",
            "        restore = self._bus is not None and self._bus.connected",
            "        restore = False"),
     Mutant("no-journal-replay", "a new start does not replay the crash journal",
-           "nm_scanguard/daemon.py",
+           "nm_scanguard/daemon/daemon.py",
            "        await self.sync()\n        self._retry_journal()\n",
            "        await self.sync()\n"),
     Mutant("replay-gives-up", "a journal entry that could not be restored is never retried",
-           "nm_scanguard/daemon.py",
+           "nm_scanguard/daemon/daemon.py",
            "                if not await self._replay():\n                    return",
            "                await self._replay()\n                return"),
     Mutant("stale-interface-path", "keep calling an interface path that is gone",
-           "nm_scanguard/guard.py",
+           "nm_scanguard/daemon/guard.py",
            "        if isinstance(e, ObjectGone):\n            self.iface_path = None",
            "        if False:\n            self.iface_path = None"),
     Mutant("stop-forgets-cancelled-suspend", "a stop that cancels a suspend in flight restores only "
            "what the guard knew it had suspended",
-           "nm_scanguard/guard.py",
+           "nm_scanguard/daemon/guard.py",
            "                    await self._suspender.restore_left_behind(self.ifname)\n",
            ""),
     Mutant("replaced-interface-kept", "a suspension under an interface object NetworkManager "
            "re-created is never let go",
-           "nm_scanguard/guard.py",
+           "nm_scanguard/daemon/guard.py",
            "                await self._release_if_interface_replaced()\n",
            ""),
     Mutant("abort-own-roaming-scan", "abort the guard's own roaming scan when guarding resumes",
-           "nm_scanguard/guard.py",
+           "nm_scanguard/daemon/guard.py",
            "self._aborting or self._stopping or self._own_scan():",
            "self._aborting or self._stopping:"),
     Mutant("pending-hold-unwatched", "a Hold still being authorised does not keep its caller "
            "watched (a release of another hold stops watching)",
-           "nm_scanguard/holds.py",
+           "nm_scanguard/daemon/holds.py",
            " | {r.caller for r in self._pending}",
            ""),
 )

@@ -21,15 +21,15 @@ from pathlib import Path
 from typing import Any, Coroutine
 
 import nm_scanguard.files as files_module
-import nm_scanguard.journal as journal_module
-from nm_scanguard.api import Api
-from nm_scanguard.bus import CALL_TIMEOUT, close_bus
+import nm_scanguard.daemon.journal as journal_module
+from nm_scanguard.daemon.api import Api
+from nm_scanguard.peers.bus import CALL_TIMEOUT, close_bus
 from nm_scanguard.config import ConfigError, ProfileWarnings, apply_profile, load_file
-from nm_scanguard.daemon import JOURNAL_RETRY_MAX, Daemon
-from nm_scanguard.service import Supervisor
+from nm_scanguard.daemon.daemon import JOURNAL_RETRY_MAX, Daemon
+from nm_scanguard.daemon.service import Supervisor
 from nm_scanguard.dbuslib import Message, MessageType
 from nm_scanguard.names import BUS_NAME, IFACE, PATH
-from nm_scanguard.service import own_name, restore_left_over
+from nm_scanguard.daemon.service import own_name, restore_left_over
 from tests.model.bus import Conn, SimBus
 from tests.model.clock import VirtualTimeLoop, use_virtual_time
 from tests.model.peers import NM_BGSCAN, Link, NetworkManager, Polkit, Supplicant
@@ -329,7 +329,7 @@ class World:
         self._journal_os.armed = True
 
     def reload(self, text: str) -> None:
-        from nm_scanguard.service import _reload
+        from nm_scanguard.daemon.service import _reload
         Path(self.config_path).write_text(text, encoding="utf-8")
         inst = self.instance
         if inst is not None and inst.alive:

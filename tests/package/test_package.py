@@ -58,9 +58,9 @@ INSTALLED = {
     "./usr/share/bash-completion/completions/scanguardctl": "-rw-r--r--",
     "./usr/share/doc/nm-scanguard/copyright": "-rw-r--r--",
     "./usr/lib/python3/dist-packages/nm_scanguard/__init__.py": "-rw-r--r--",
-    "./usr/lib/python3/dist-packages/nm_scanguard/daemon.py": "-rw-r--r--",
-    "./usr/lib/python3/dist-packages/nm_scanguard/service.py": "-rw-r--r--",
-    "./usr/lib/python3/dist-packages/nm_scanguard/cli.py": "-rw-r--r--",
+    "./usr/lib/python3/dist-packages/nm_scanguard/daemon/daemon.py": "-rw-r--r--",
+    "./usr/lib/python3/dist-packages/nm_scanguard/daemon/service.py": "-rw-r--r--",
+    "./usr/lib/python3/dist-packages/nm_scanguard/cli/scanguardctl.py": "-rw-r--r--",
 }
 
 DEPENDS = [

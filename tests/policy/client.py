@@ -13,7 +13,7 @@ import inspect
 import json
 import sys
 
-from nm_scanguard.bus import unwrap
+from nm_scanguard.peers.bus import unwrap
 from nm_scanguard.dbuslib import BusType, Message, MessageBus, MessageType, Variant
 
 

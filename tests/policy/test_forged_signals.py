@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from nm_scanguard.bus import call
+from nm_scanguard.peers.bus import call
 from nm_scanguard.names import BUS_NAME, DBUS
 from tests.api.harness import BGSCAN, api_call, error_of, props
 from tests.conftest import assert_eventually

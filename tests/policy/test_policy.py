@@ -120,7 +120,7 @@ async def test_scanguardctl_hold_as_unprivileged_user_when_polkit_allows(strict_
     polkit.allow(ACTION_HOLD)
     r = await asyncio.to_thread(
         scanguardctl, strict_scenario.address, "hold", "--reason", "backup", "--",
-        "sh", "-c", f'{sys.executable} -m nm_scanguard.cli status | grep -q ": held for"', user="nobody")
+        "sh", "-c", f'{sys.executable} -m nm_scanguard.cli.scanguardctl status | grep -q ": held for"', user="nobody")
     assert r.returncode == 0, r.stderr
     assert (await props(strict_scenario.bus))["ActiveHolds"] == []
     await assert_eventually(lambda: strict_scenario.bgscan() == QUOTED, message="bgscan restored")

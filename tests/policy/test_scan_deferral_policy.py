@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from nm_scanguard.deferral import DEFER_FILE
+from nm_scanguard.daemon.deferral import DEFER_FILE
 from tests.api.harness import api_call, error_of, props, scanguardctl
 from tests.conftest import assert_eventually, stop_process
 from tests.peers import REPO, env_for

@@ -1,0 +1,3 @@
+from nm_scanguard.cli.scanguardctl import main
+
+raise SystemExit(main())

@@ -1,0 +1,157 @@
+"""The decision: should bgscan be suspended on this interface right now?
+
+Pure and level-triggered: the policy is fed rates, signal readings and holds with the time they
+were taken, and says what *should* be (`want_engaged`, `state`, `reason`).  The daemon compares
+that with what it has done and acts; if an action fails it simply tries again on the next
+sample, so no decision can be lost.
+"""
+
+from __future__ import annotations
+
+from ..config import Settings
+from ..rates import Rates
+
+IDLE = "idle"
+GUARDING = "guarding"
+HELD = "held"
+WEAK = "released-weak-signal"
+DISABLED = "disabled"
+NO_BGSCAN = "no-bgscan"  # decided by the daemon: the network has no bgscan to suspend
+# Decided by the daemon: it would guard, but suspending bgscan failed (the guard's error says
+# why).  GUARDING and HELD are shown only while bgscan is really suspended.
+ERROR = "error"
+
+
+def threshold_words(s: Settings) -> str:
+    """What makes a link busy, in the words of the status and the log."""
+    pps = f" or {s.threshold_pps} packets/s" if s.threshold_pps > 0 else ""
+    return f"threshold {s.threshold_mbit:g} Mbit/s{pps}"
+
+
+class Policy:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.busy = False  # traffic has been high long enough and not yet quiet long enough
+        self.held = False
+        self.weak = False  # signal under the floor, until it is back above floor + hysteresis
+        self.signal: float | None = None
+        self._busy_samples = 0
+        self._quiet_since: float | None = None
+        self._last_poll: float | None = None
+        self._unknown_since: float | None = None  # no sample since then (observe_unknown)
+        self._reason = "no traffic yet"
+
+    # ---- inputs ---------------------------------------------------------------------------
+
+    def observe(self, now: float, rates: Rates | None) -> None:
+        """One sample.  `None` (counters reset) counts neither as busy nor as quiet."""
+        self._unknown_since = None
+        if rates is None:
+            return
+        s = self.settings
+        busy = rates.mbit >= s.threshold_mbit or (s.threshold_pps > 0 and rates.pps >= s.threshold_pps)
+        quiet = rates.mbit < s.release_below_mbit and (
+            s.threshold_pps == 0 or rates.pps < s.release_below_pps
+        )
+        self._busy_samples = self._busy_samples + 1 if busy else 0
+        if quiet:
+            if self._quiet_since is None:
+                # The link has been quiet since the start of the interval this sample covers,
+                # not since the sample: counting from `now` would hold bgscan off one sample
+                # longer than release_after (seen in the lab: 7.1 s for 5 s + 1 s samples).
+                self._quiet_since = now - rates.seconds
+        else:
+            self._quiet_since = None
+
+        if not self.busy and self._busy_samples >= s.engage_after:
+            self.busy = True
+        elif self.busy and self._quiet_since is not None and now - self._quiet_since >= s.release_after:
+            self.busy = False
+            self._reason = f"quiet for {now - self._quiet_since:.0f} s"
+            self._last_poll = None  # next engagement starts with a fresh signal reading
+        if self.busy and not self.weak:
+            # While traffic is what guards, the reason gives this sample's figures, not those
+            # of the moment the guard engaged.
+            self._reason = self._traffic(now, rates)
+
+    def observe_unknown(self, now: float) -> None:
+        """No sample this time: the counters could not be read, or the interface vanished.
+        A guard that cannot see the link gives bgscan back once release_after has passed
+        without a sample, as after that long a quiet link: kept off blind, it could stay off
+        for as long as the failure lasts."""
+        self._busy_samples = 0
+        if self._unknown_since is None:
+            self._unknown_since = now
+        unknown = now - self._unknown_since
+        if self.busy and unknown >= self.settings.release_after:
+            self.busy = False
+            self._reason = f"traffic unknown for {unknown:.0f} s (no counters)"
+            self._last_poll = None
+        elif self.busy and not self.weak:
+            self._reason = (f"traffic unknown for {unknown:.0f} s (no counters; released after "
+                            f"{self.settings.release_after:g} s)")
+
+    def _traffic(self, now: float, rates: Rates) -> str:
+        s = self.settings
+        figures = f"traffic {rates.mbit:.1f} Mbit/s, {rates.pps:.0f} packets/s"
+        if self._quiet_since is not None:
+            return (f"{figures}, quiet for {now - self._quiet_since:.0f} s "
+                    f"(released after {s.release_after:g} s)")
+        return f"{figures} ({threshold_words(s)})"
+
+    def observe_signal(self, now: float, rssi: float | None) -> None:
+        """A SignalPoll result; `None` means the poll failed and changes nothing."""
+        self._last_poll = now
+        if rssi is None:
+            return
+        self.signal = rssi
+        s = self.settings
+        if rssi < s.signal_floor_dbm and not self.weak:
+            self.weak = True
+            self._reason = (f"signal {rssi:.0f} dBm below the floor of {s.signal_floor_dbm:.0f} dBm: "
+                            "bgscan left on so it can roam")
+        elif self.weak and rssi >= s.signal_floor_dbm + s.signal_hysteresis_db:
+            self.weak = False
+            self._reason = (
+                f"signal {rssi:.0f} dBm back above {s.signal_floor_dbm + s.signal_hysteresis_db:.0f} dBm"
+            )
+
+    def set_held(self, held: bool) -> None:
+        if held != self.held:
+            self.held = held
+            self._reason = "held by an application" if held else "last hold released"
+            if not held and not self.busy:
+                self._last_poll = None
+
+    def update_settings(self, settings: Settings) -> None:
+        if settings != self.settings:
+            self.settings = settings
+            self._reason = "settings changed"
+
+    # ---- outputs --------------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        if not self.settings.enabled:
+            return DISABLED
+        if not (self.busy or self.held):
+            return IDLE
+        if self.weak:
+            return WEAK
+        return GUARDING if self.busy else HELD
+
+    @property
+    def want_engaged(self) -> bool:
+        return self.state in (GUARDING, HELD)
+
+    @property
+    def reason(self) -> str:
+        if not self.settings.enabled:
+            return "disabled by settings"
+        return self._reason
+
+    def signal_poll_due(self, now: float) -> bool:
+        """Signal matters only while we want to guard; then read it every poll interval."""
+        if not self.settings.enabled or not (self.busy or self.held):
+            return False
+        return self._last_poll is None or now - self._last_poll >= self.settings.signal_poll_interval

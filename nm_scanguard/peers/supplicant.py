@@ -1,0 +1,221 @@
+"""wpa_supplicant's D-Bus API: find the current network, read and set its bgscan, poll the signal.
+
+Facts this module relies on (checked by tests/contract against the real binary):
+- Network `Properties` Set merges only the keys given.  A dict holding only `bgscan` restarts
+  bgscan live; any other key in the same dict would flush the PMKSA cache, so we never send one.
+- `bgscan` is quoted by wpa_supplicant on write and read back quoted; we strip the quotes so
+  that writing back what we read restores exactly the same setting.
+- `bgscan=""` stops bgscan (and its signal monitor); `"none"` is not a module.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..dbuslib import MessageBus, Variant
+from .bus import BusError, call, get_property, name_has_owner, set_property, unwrap
+
+NAME = "fi.w1.wpa_supplicant1"
+PATH = "/fi/w1/wpa_supplicant1"
+IFACE = NAME + ".Interface"
+NETWORK = NAME + ".Network"
+BSS = NAME + ".BSS"
+# What wpa_supplicant answers for an interface it does not manage (GetInterface, RemoveInterface).
+INTERFACE_UNKNOWN = NAME + ".InterfaceUnknown"
+
+# No wpa_supplicant owns the name: the call never reached one, so its networks are gone.
+NOT_RUNNING = (
+    "org.freedesktop.DBus.Error.ServiceUnknown",
+    "org.freedesktop.DBus.Error.NameHasNoOwner",
+)
+# SignalPoll's answer when the driver cannot read the signal, e.g. not associated
+# (dbus_new_handlers.c wpas_dbus_handler_signal_poll: "Failed to read signal"; contract test).
+SIGNAL_UNKNOWN = "org.freedesktop.DBus.Error.Failed"
+# No answer in time: it may or may not have carried the call out.
+_UNCERTAIN = (
+    "org.freedesktop.DBus.Error.NoReply",
+    "org.freedesktop.DBus.Error.Timeout",
+)
+
+
+class SupplicantError(Exception):
+    """Something went wrong talking to wpa_supplicant, worded with what to do about it.
+    `bus_error` is the D-Bus error name behind it, if any."""
+
+    def __init__(self, text: str, bus_error: str | None = None) -> None:
+        super().__init__(text)
+        self.bus_error = bus_error
+
+
+class UncertainOutcome(SupplicantError):
+    """The call timed out or got no reply: wpa_supplicant may or may not have carried it out."""
+
+
+class ObjectGone(SupplicantError):
+    """The interface or network object no longer exists (NM removed it, or a restart)."""
+
+
+class NoScanRunning(SupplicantError):
+    """AbortScan found no scan to abort: it had ended (or not started) by the time the call
+    arrived.  A race with the scan's end, not a failure."""
+
+
+# AbortScan's answer when no scan of the interface is running (dbus_new_handlers.c
+# wpas_dbus_handler_abort_scan; contract test).
+SCAN_ERROR = IFACE + ".ScanError"
+
+_GONE = ("UnknownObject", "UnknownMethod", "UnknownInterface")
+
+
+def explain(err: BusError, what: str) -> SupplicantError:
+    name = err.name
+    if name == "org.freedesktop.DBus.Error.AccessDenied":
+        # The fix first: the bus's own text is long (the whole rule), and a status cuts it.
+        return SupplicantError(
+            f"wpa_supplicant refused {what}: the service user must be root or in group 'netdev' "
+            "(Debian's D-Bus policy for fi.w1.wpa_supplicant1 allows it); it said: "
+            f"{err.text or name}", name)
+    if name in _UNCERTAIN:
+        return UncertainOutcome(f"wpa_supplicant did not answer {what} in time ({name}); "
+                                "is wpa_supplicant.service running?", name)
+    if name in NOT_RUNNING:
+        return SupplicantError(f"wpa_supplicant is not reachable for {what} ({name}); "
+                               "is wpa_supplicant.service running?", name)
+    if name == INTERFACE_UNKNOWN:
+        return ObjectGone(f"wpa_supplicant does not manage this interface ({what})", name)
+    if name.endswith(_GONE):
+        return ObjectGone(f"{what}: the object is gone ({name})", name)
+    return SupplicantError(f"wpa_supplicant failed {what}: {err}", name)
+
+
+def unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        return value[1:-1]
+    return value
+
+
+class WpaSupplicant(Protocol):
+    """What the daemon asks of wpa_supplicant: Supplicant below over the bus, or a stand-in in
+    the tests.  Errors are SupplicantError, ObjectGone, UncertainOutcome and NoScanRunning, as
+    Supplicant raises them."""
+
+    async def running(self) -> bool: ...
+
+    async def interface(self, ifname: str, /) -> str: ...
+
+    async def current_network(self, iface_path: str, /) -> str | None: ...
+
+    async def get_bgscan(self, net_path: str, /) -> str | None: ...
+
+    async def set_bgscan(self, net_path: str, value: str, /) -> None: ...
+
+    async def signal(self, iface_path: str, /) -> int | None: ...
+
+    async def scan(self, iface_path: str, /) -> None: ...
+
+    async def scanning(self, iface_path: str, /) -> bool: ...
+
+    async def abort_scan(self, iface_path: str, /) -> None: ...
+
+    async def current_ssid(self, iface_path: str, /) -> bytes | None: ...
+
+
+class Supplicant:
+    """wpa_supplicant over the system bus (fi.w1.wpa_supplicant1)."""
+
+    def __init__(self, bus: MessageBus) -> None:
+        self.bus = bus
+
+    async def interface(self, ifname: str) -> str:
+        try:
+            (path,) = await call(self.bus, NAME, PATH, NAME, "GetInterface", "s", [ifname])
+        except BusError as e:
+            raise explain(e, f"GetInterface({ifname})") from None
+        return str(path)
+
+    async def running(self) -> bool:
+        """Whether a wpa_supplicant owns its name now, as the bus itself says (NameHasOwner):
+        the evidence that its networks are gone, which a call's ServiceUnknown only suggests."""
+        try:
+            return await name_has_owner(self.bus, NAME)
+        except BusError as e:
+            raise SupplicantError(f"the bus did not say whether wpa_supplicant is running ({e})",
+                                  e.name) from None
+
+    async def current_network(self, iface_path: str) -> str | None:
+        try:
+            path = await get_property(self.bus, NAME, iface_path, IFACE, "CurrentNetwork")
+        except BusError as e:
+            raise explain(e, f"reading CurrentNetwork of {iface_path}") from None
+        return None if path in ("", "/") else path
+
+    async def get_bgscan(self, net_path: str) -> str | None:
+        """The network's bgscan without quotes; None when the network has no bgscan at all."""
+        try:
+            props = await get_property(self.bus, NAME, net_path, NETWORK, "Properties")
+        except BusError as e:
+            raise explain(e, f"reading the properties of {net_path}") from None
+        value = props.get("bgscan")
+        return None if value is None else unquote(value)
+
+    async def set_bgscan(self, net_path: str, value: str) -> None:
+        # Only this one key, ever: see the module docstring.
+        props = Variant("a{sv}", {"bgscan": Variant("s", value)})
+        try:
+            await set_property(self.bus, NAME, net_path, NETWORK, "Properties", props)
+        except BusError as e:
+            raise explain(e, f"setting bgscan on {net_path}") from None
+
+    async def scan(self, iface_path: str) -> None:
+        """Ask for one active scan.  Its results go through wpa_supplicant's own network
+        selection, as a bgscan scan's do: a better AP of the network is roamed to."""
+        try:
+            await call(self.bus, NAME, iface_path, IFACE, "Scan", "a{sv}",
+                       [{"Type": Variant("s", "active")}])
+        except BusError as e:
+            raise explain(e, f"asking {iface_path} for a scan") from None
+
+    async def scanning(self, iface_path: str) -> bool:
+        """Whether the interface is scanning now (its `Scanning` property)."""
+        try:
+            value = await get_property(self.bus, NAME, iface_path, IFACE, "Scanning")
+        except BusError as e:
+            raise explain(e, f"reading Scanning of {iface_path}") from None
+        return bool(value)
+
+    async def abort_scan(self, iface_path: str) -> None:
+        """Cancel the scan running on the interface, whoever asked for it (AbortScan: the
+        driver's abort, which takes the radio back to the operating channel).  Raises
+        NoScanRunning when there was none (it ended just before), SupplicantError otherwise."""
+        try:
+            await call(self.bus, NAME, iface_path, IFACE, "AbortScan")
+        except BusError as e:
+            if e.name == SCAN_ERROR:
+                raise NoScanRunning(f"no scan to abort on {iface_path}: {e.text}", e.name) from None
+            raise explain(e, f"aborting the scan on {iface_path}") from None
+
+    async def current_ssid(self, iface_path: str) -> bytes | None:
+        """The SSID of the access point the interface is with (its CurrentBSS), as the bytes
+        the air carries; None when it is with none."""
+        try:
+            bss = await get_property(self.bus, NAME, iface_path, IFACE, "CurrentBSS")
+            if bss in ("", "/"):
+                return None
+            return bytes(await get_property(self.bus, NAME, bss, BSS, "SSID"))
+        except BusError as e:
+            raise explain(e, f"reading the SSID of {iface_path}'s access point") from None
+
+    async def signal(self, iface_path: str) -> int | None:
+        """RSSI in dBm, or None when wpa_supplicant cannot tell: not associated, or the driver
+        cannot read it (it answers SIGNAL_UNKNOWN).  Any other error, a refusal included,
+        raises SupplicantError: the caller must show it, not take it for "no signal"."""
+        try:
+            (info,) = await call(self.bus, NAME, iface_path, IFACE, "SignalPoll")
+        except BusError as e:
+            if e.name == SIGNAL_UNKNOWN:
+                return None
+            raise explain(e, "SignalPoll") from None  # the guard names the interface
+        # Declared a{sv}, but 2.10 sends a variant holding the a{sv}: unwrap both ways.
+        info = unwrap(info)
+        rssi = info.get("rssi") if isinstance(info, dict) else None
+        return None if rssi is None else int(rssi)
