@@ -321,7 +321,7 @@ class Daemon:
         if msg.interface == WPAS_IFACE and msg.member == "ScanDone":
             guard = self._guard_for(msg.path)
             if guard is not None:
-                guard.count_scan()
+                guard.scans.count_scan()
         elif msg.interface == WPAS_IFACE and msg.member == "NetworkRemoved":
             net = msg.body[0]
             # At once, before any reply queued behind this signal resumes a suspend in flight:
@@ -338,7 +338,7 @@ class Daemon:
             if guard is None:
                 return
             if "Scanning" in changed:
-                guard.scanning_changed(bool(changed["Scanning"].value))
+                guard.scans.scanning_changed(bool(changed["Scanning"].value))
             if "CurrentNetwork" in changed:
                 net = changed["CurrentNetwork"].value
                 self.spawn(guard.network_changed(None if net in ("", "/") else net), guard)
@@ -414,7 +414,7 @@ class Daemon:
         # Devices, where the label is published, reads the same for every user: it says that a
         # program asked through NetworkManager, not whose (GetRecentScanRequests names a
         # caller's own).
-        await guard.scan_started(event.ssids, wall,
+        await guard.scans.scan_started(event.ssids, wall,
                                  [Request(at=r.at) for r, _ in self.recent_scan_requests()],
                                  self._geoclue_pid)
 
@@ -439,7 +439,7 @@ class Daemon:
         how many interfaces counted it (0: we no longer defer, e.g. it arrived late)."""
         deferring = [g for g in self.guards.values() if g.deferring]
         for guard in deferring:
-            guard.count_deferred_request(who)
+            guard.scans.count_deferred_request(who)
         return len(deferring)
 
     # ---- status ---------------------------------------------------------------------------

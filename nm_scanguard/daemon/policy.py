@@ -20,6 +20,13 @@ NO_BGSCAN = "no-bgscan"  # decided by the daemon: the network has no bgscan to s
 # Decided by the daemon: it would guard, but suspending bgscan failed (the guard's error says
 # why).  GUARDING and HELD are shown only while bgscan is really suspended.
 ERROR = "error"
+# The states in which a scan hurts the transfer: it is aborted (abort_scans) and other
+# programs' scan requests are refused (defer_client_scans).  Not WEAK, where scans are what
+# roaming needs, nor IDLE.  Also where bgscan is not suspended, because the network has none
+# (NO_BGSCAN) or suspending it failed (ERROR): neither needs the crash journal (AbortScan
+# changes nothing that lasts, and the deferral file names this process, so a crash cannot
+# leave it refusing), and both keep other programs' scans off the transfer.
+GUARDED = (GUARDING, HELD, NO_BGSCAN, ERROR)
 
 
 def threshold_words(s: Settings) -> str:

@@ -34,8 +34,8 @@ from ..peers.supplicant import Supplicant, SupplicantError
 from ..text import shown
 from .api import Api
 from .daemon import Daemon
-from .guard import log_traceback_once, unexpected_line
 from .journal import DEFAULT_STATE_DIR, Journal
+from .problems import log_traceback_once, unexpected_line
 from .suspension import Suspender
 
 log = logging.getLogger("scanguard")

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from nm_scanguard.daemon.guard import AT_ENGAGE, WHILE_GUARDING
+from nm_scanguard.daemon.scans import AT_ENGAGE, WHILE_GUARDING
 from nm_scanguard.peers.supplicant import SCAN_ERROR, Supplicant
 
 from .conftest import eventually, record
@@ -57,15 +57,15 @@ async def test_a_scan_running_as_the_guard_engages_is_aborted(bus, link, peers, 
     await eventually(lambda: not scanning_sync(d, link), what="scan aborted")
     record("abort at engage (bgscan \"\" -> Scanning false)", time.monotonic() - t0)
     guard = d.guards[link.ifname]
-    await eventually(lambda: guard.scans_aborted[AT_ENGAGE] == 1, what="counted")
+    await eventually(lambda: guard.scans.scans_aborted[AT_ENGAGE] == 1, what="counted")
     assert aborts(peers) == 1 and not await scanning(peers)
-    assert guard.scans_aborted[WHILE_GUARDING] == 0 and guard.status().error == ""
+    assert guard.scans.scans_aborted[WHILE_GUARDING] == 0 and guard.status().error == ""
     assert "1 aborted" in d.status_line()
     assert await bgscan(bus, peers.net) == ""
 
 
 def scanning_sync(d, link) -> bool:
-    return d.guards[link.ifname].scanning
+    return d.guards[link.ifname].scans.scanning
 
 
 async def test_a_scan_that_starts_while_guarding_is_aborted_at_once(bus, link, peers, daemon):
@@ -75,10 +75,10 @@ async def test_a_scan_that_starts_while_guarding_is_aborted_at_once(bus, link, p
     guard = d.guards[link.ifname]
     for n in (1, 2):
         t0 = await start_scan(peers)
-        await eventually(lambda: guard.scans_aborted[WHILE_GUARDING] == n, what=f"abort {n}")
+        await eventually(lambda: guard.scans.scans_aborted[WHILE_GUARDING] == n, what=f"abort {n}")
         record("abort while guarding (StartScan -> aborted)", time.monotonic() - t0)
         assert not await scanning(peers)
-    assert aborts(peers) == 2 and guard.scans_guarding == 2  # they did start: counted too
+    assert aborts(peers) == 2 and guard.scans.scans_guarding == 2  # they did start: counted too
     link.stop()
     await eventually(lambda: bgscan(bus, peers.net), what="restored")
     assert await bgscan(bus, peers.net) == ORIGINAL
@@ -97,8 +97,8 @@ async def test_no_scan_in_progress_is_a_race_not_a_failure(bus, link, peers, dae
     await peers.wpa_mock("SetFailNext", "su", [SCAN_ERROR, 1])
     await start_scan(peers)
     await eventually(lambda: faults_left(peers), what="the injected ScanError used")
-    await eventually(lambda: not guard._aborting, what="the abort's answer handled")
-    assert guard.status().error == "" and guard.scans_aborted[WHILE_GUARDING] == 0
+    await eventually(lambda: not guard.scans._aborting, what="the abort's answer handled")
+    assert guard.status().error == "" and guard.scans.scans_aborted[WHILE_GUARDING] == 0
 
 
 async def faults_left(peers) -> bool:
@@ -131,12 +131,12 @@ async def test_a_hung_abort_does_not_hold_up_the_release(bus, link, peers, daemo
     await peers.wpa_mock("SetAbortHang", "b", [True])
     try:
         await start_scan(peers)
-        await eventually(lambda: guard._aborting, what="AbortScan on its way")
+        await eventually(lambda: guard.scans._aborting, what="AbortScan on its way")
         await peers.wpa_mock("EmitScanDone", "o", [peers.iface])
         link.stop()
         t = await eventually(lambda: bgscan(bus, peers.net), what="restored")
         assert await bgscan(bus, peers.net) == ORIGINAL
-        assert t < 3.0 and guard._aborting
+        assert t < 3.0 and guard.scans._aborting
         assert aborts(peers) == 0  # the hung one is not in the call log until carried out
     finally:
         await peers.wpa_mock("SetAbortHang", "b", [False])

@@ -265,7 +265,7 @@ async def test_fading_signal_releases_and_recovery_reengages(bus, link, peers, d
     # scans and reports ScanDone, which the guard counts like anyone's scan).
     scans = peers.wpa.mock_object(peers.iface).GetMethodCalls("Scan")
     assert [list(args) for _, args in scans] == [[{"Type": "active"}]], scans
-    await eventually(lambda: d.guards[link.ifname].scans_idle == 1, what="our scan's ScanDone")
+    await eventually(lambda: d.guards[link.ifname].scans.scans_idle == 1, what="our scan's ScanDone")
     await peers.wpa_mock("SetSignal", "oi", [peers.iface, -72])  # inside the hysteresis
     await asyncio.sleep(1.0)
     assert await bgscan(bus, peers.net) == ORIGINAL
@@ -282,11 +282,11 @@ async def test_scans_are_counted_while_guarding_and_idle(bus, link, peers, daemo
     await eventually(lambda: d.guards.get(link.ifname) and d.guards[link.ifname].iface_path, what="guard")
     await peers.wpa_mock("EmitScanDone", "o", [peers.iface])
     guard = d.guards[link.ifname]
-    await eventually(lambda: guard.scans_idle == 1, what="idle scan counted")
+    await eventually(lambda: guard.scans.scans_idle == 1, what="idle scan counted")
     link.send(mbit=8)
     await eventually(lambda: suspended(bus, peers.net), what="engaged")
     await peers.wpa_mock("EmitScanDone", "o", [peers.iface])
-    await eventually(lambda: guard.scans_guarding == 1, what="guarded scan counted")
+    await eventually(lambda: guard.scans.scans_guarding == 1, what="guarded scan counted")
     assert "1 scan while guarding" in d.status_line()
 
 

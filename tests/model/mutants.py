@@ -179,9 +179,9 @@ MUTANTS = (
            "                await self._release_if_interface_replaced()\n",
            ""),
     Mutant("abort-own-roaming-scan", "abort the guard's own roaming scan when guarding resumes",
-           "nm_scanguard/daemon/guard.py",
-           "self._aborting or self._stopping or self._own_scan():",
-           "self._aborting or self._stopping:"),
+           "nm_scanguard/daemon/scans.py",
+           "self._aborting or owner.stopping or self._own_scan():",
+           "self._aborting or owner.stopping:"),
     Mutant("pending-hold-unwatched", "a Hold still being authorised does not keep its caller "
            "watched (a release of another hold stops watching)",
            "nm_scanguard/daemon/holds.py",

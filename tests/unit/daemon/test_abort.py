@@ -8,7 +8,8 @@ import logging
 import pytest
 
 from nm_scanguard.daemon import policy as P
-from nm_scanguard.daemon.guard import AT_ENGAGE, WHILE_GUARDING, Guard
+from nm_scanguard.daemon.guard import Guard
+from nm_scanguard.daemon.scans import AT_ENGAGE, WHILE_GUARDING
 from nm_scanguard.peers.supplicant import SCAN_ERROR
 from tests.unit.daemon import test_guard as G
 from tests.unit.daemon.test_suspension import NET0, NM_BGSCAN
@@ -35,7 +36,7 @@ async def fade(guard: Guard, parts, rssi: int) -> None:
 def scan_starts(guard: Guard, parts) -> None:
     """wpa_supplicant starts a scan and announces Scanning (as the daemon passes it on)."""
     parts["sup"].is_scanning = True
-    guard.scanning_changed(True)
+    guard.scans.scanning_changed(True)
 
 
 async def test_a_scan_running_when_the_guard_engages_is_aborted_once(guard, parts, caplog):
@@ -48,7 +49,7 @@ async def test_a_scan_running_when_the_guard_engages_is_aborted_once(guard, part
         assert guard.state == P.GUARDING
         assert await listener.run() == 1
     assert sup.aborts == [guard.iface_path] and not sup.is_scanning
-    assert guard.scans_aborted == {AT_ENGAGE: 1, WHILE_GUARDING: 0}
+    assert guard.scans.scans_aborted == {AT_ENGAGE: 1, WHILE_GUARDING: 0}
     assert "aborted a scan that was running when the guard engaged" in caplog.text
     assert guard.status().scans_aborted == {AT_ENGAGE: 1, WHILE_GUARDING: 0}
     # Still guarding, bgscan still suspended: the abort touched neither.
@@ -64,8 +65,8 @@ async def test_a_scan_that_starts_while_guarding_is_aborted(guard, parts):
     for n in (1, 2, 3):  # GeoClue every 10 s
         scan_starts(guard, parts)
         assert await listener.run() == 1
-        guard.scanning_changed(False)
-        assert guard.scans_aborted[WHILE_GUARDING] == n
+        guard.scans.scanning_changed(False)
+        assert guard.scans.scans_aborted[WHILE_GUARDING] == n
     assert len(sup.aborts) == 3
 
 
@@ -74,20 +75,20 @@ async def test_held_and_no_bgscan_abort_too(guard, parts):
     assert await guard.kick() and guard.state == P.HELD
     scan_starts(guard, parts)
     assert await parts["listener"].run() == 1
-    assert guard.scans_aborted[WHILE_GUARDING] == 1
+    assert guard.scans.scans_aborted[WHILE_GUARDING] == 1
 
 
 async def test_no_abort_while_idle_or_released_for_a_weak_signal(guard, parts):
     sup, listener = parts["sup"], parts["listener"]
     await guard.step()
     scan_starts(guard, parts)
-    guard.scanning_changed(False)
+    guard.scans.scanning_changed(False)
     await engage(guard, parts)
     await fade(guard, parts, -90)  # below the floor: released so that it can roam
     assert guard.state == P.WEAK and sup.networks[NET0]["bgscan"] == NM_BGSCAN
     assert sup.scans  # our own roaming scan
     scan_starts(guard, parts)  # bgscan's and ours: roaming needs them
-    guard.scanning_changed(False)
+    guard.scans.scanning_changed(False)
     scan_starts(guard, parts)
     assert await listener.run() == 0 and sup.aborts == []
 
@@ -101,9 +102,9 @@ async def test_our_own_roaming_scan_is_not_aborted_when_guarding_resumes(guard, 
     await fade(guard, parts, -50)  # ...and the signal is back before it ends
     assert guard.state == P.GUARDING
     assert await listener.run() == 0 and sup.aborts == []
-    guard.scanning_changed(False)  # ours ended: the next scan is someone else's
+    guard.scans.scanning_changed(False)  # ours ended: the next scan is someone else's
     scan_starts(guard, parts)
-    assert await listener.run() == 1 and guard.scans_aborted[WHILE_GUARDING] == 1
+    assert await listener.run() == 1 and guard.scans.scans_aborted[WHILE_GUARDING] == 1
 
 
 async def test_abort_scans_off_leaves_scans_alone(guard, parts):
@@ -112,7 +113,7 @@ async def test_abort_scans_off_leaves_scans_alone(guard, parts):
     scan_starts(guard, parts)
     await run(guard, parts["counters"], 8, 2)
     assert guard.state == P.GUARDING
-    guard.scanning_changed(True)
+    guard.scans.scanning_changed(True)
     assert await parts["listener"].run() == 0 and parts["sup"].aborts == []
     assert guard.status().scans_aborted == {AT_ENGAGE: 0, WHILE_GUARDING: 0}
     assert guard.status().settings["abort_scans"] is False
@@ -122,10 +123,10 @@ async def test_a_scan_that_ended_first_is_no_failure(guard, parts):
     """AbortScan racing the scan's end: wpa_supplicant answers ScanError, which is normal."""
     sup, listener = parts["sup"], parts["listener"]
     await engage(guard, parts)
-    guard.scanning_changed(True)  # announced, but over by the time AbortScan arrives
+    guard.scans.scanning_changed(True)  # announced, but over by the time AbortScan arrives
     assert await listener.run() == 1
     assert sup.aborts and guard.status().error == ""
-    assert guard.scans_aborted[WHILE_GUARDING] == 0
+    assert guard.scans.scans_aborted[WHILE_GUARDING] == 0
 
 
 @pytest.mark.parametrize("error", [NO_REPLY, ACCESS_DENIED, SCAN_ERROR + ".Other"])
@@ -140,11 +141,11 @@ async def test_a_failed_abort_shows_and_leaves_guarding_intact(guard, parts, cap
     assert "could not abort a scan" in guard.status().error
     assert sum("could not abort" in r.getMessage() for r in caplog.records) == 1
     assert guard.engaged and sup.networks[NET0]["bgscan"] == ""
-    assert guard.scans_aborted == {AT_ENGAGE: 0, WHILE_GUARDING: 0}
+    assert guard.scans.scans_aborted == {AT_ENGAGE: 0, WHILE_GUARDING: 0}
     sup.abort_error = None
     scan_starts(guard, parts)
     assert await listener.run() == 1
-    assert guard.status().error == "" and guard.scans_aborted[WHILE_GUARDING] == 1
+    assert guard.status().error == "" and guard.scans.scans_aborted[WHILE_GUARDING] == 1
     # Released as usual: the abort never held the lock nor touched bgscan.
     await run(guard, parts["counters"], 0, 2)
     assert guard.state == P.IDLE and sup.networks[NET0]["bgscan"] == NM_BGSCAN
@@ -156,7 +157,7 @@ async def test_one_abort_at_a_time_and_none_after_release(guard, parts):
     sup, listener = parts["sup"], parts["listener"]
     await engage(guard, parts)
     scan_starts(guard, parts)
-    guard.scanning_changed(True)  # again, while the first is on its way
+    guard.scans.scanning_changed(True)  # again, while the first is on its way
     assert len(listener.beside) == 1
     await run(guard, parts["counters"], 0, 2)  # released before the abort ran
     assert guard.state == P.IDLE
@@ -171,9 +172,9 @@ async def test_attach_reads_whether_a_scan_is_running(guard, parts):
     guard._task = None
     await guard.attach()
     try:
-        assert not guard.scanning  # read beside the sampling, not before it
+        assert not guard.scans.scanning  # read beside the sampling, not before it
         assert await parts["listener"].run() == 1
-        assert guard.scanning
+        assert guard.scans.scanning
     finally:
         await guard.stop()
 
@@ -183,8 +184,8 @@ async def test_an_announcement_beats_a_slow_read_at_attach(guard, parts):
     guard._task = None
     await guard.attach()
     try:
-        guard.scanning_changed(False)  # the scan ended while the read was on its way
+        guard.scans.scanning_changed(False)  # the scan ended while the read was on its way
         assert await parts["listener"].run() == 1
-        assert not guard.scanning
+        assert not guard.scans.scanning
     finally:
         await guard.stop()

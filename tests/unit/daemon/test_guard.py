@@ -10,7 +10,8 @@ import pytest
 
 from nm_scanguard.daemon import policy as P
 from nm_scanguard.config import Settings
-from nm_scanguard.daemon.guard import _KINDS, Guard
+from nm_scanguard.daemon.guard import Guard
+from nm_scanguard.daemon.problems import KINDS
 from nm_scanguard.daemon.journal import Journal
 from nm_scanguard.peers.netlink import NetlinkError
 from nm_scanguard.peers.nm import WifiDevice
@@ -143,7 +144,7 @@ async def guard(parts) -> Guard:
                      connection_id="Café ☕", connection_uuid="u-1")
     g = Guard(dev, SETTINGS, counters=parts["counters"], supplicant=parts["sup"],
               suspender=parts["suspender"], listener=parts["listener"])
-    await g._iface()
+    await g.iface()
     return g
 
 
@@ -369,7 +370,7 @@ async def test_a_journal_that_cannot_be_written_shows_error_and_leaves_bgscan(gu
 
 
 def test_every_kind_of_problem_fits_in_the_error_field():
-    assert len(_KINDS) <= MAX_PROBLEMS
+    assert len(KINDS) <= MAX_PROBLEMS
 
 
 async def test_the_reason_follows_the_traffic_while_guarding(guard, parts):
@@ -490,12 +491,12 @@ async def test_a_suspension_in_doubt_is_not_shown_as_held(guard, parts):
 
 
 async def test_scans_are_counted_by_whether_bgscan_was_suspended(guard, parts):
-    guard.count_scan()
+    guard.scans.count_scan()
     guard.hold_changed(True)
     await guard.kick()
-    guard.count_scan()
-    guard.count_scan()
-    assert (guard.scans_idle, guard.scans_guarding) == (1, 2)
+    guard.scans.count_scan()
+    guard.scans.count_scan()
+    assert (guard.scans.scans_idle, guard.scans.scans_guarding) == (1, 2)
     assert "2 scans while guarding" in guard.status_line()
 
 
@@ -510,7 +511,7 @@ async def test_the_guards_own_roaming_scan_running_after_it_re_engaged_is_not_bl
     await _fade(guard, parts, -60)
     assert guard.engaged
     caplog.set_level("INFO", "scanguard")
-    guard.count_scan()
+    guard.scans.count_scan()
     assert "the scan the guard asked for to roam ran after guarding resumed" in caplog.text
     assert "asked for by" not in caplog.text
 

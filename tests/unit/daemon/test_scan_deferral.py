@@ -53,7 +53,7 @@ async def guard(parts) -> Guard:
                      connection_id=CAFE, connection_uuid="u-1")
     g = Guard(dev, SETTINGS, counters=parts["counters"], supplicant=parts["sup"],
               suspender=parts["suspender"], listener=parts["listener"])
-    await g._iface()
+    await g.iface()
     return g
 
 
@@ -474,7 +474,7 @@ async def test_deferred_requests_are_counted_logged_once_and_summed_up(guard, pa
     guard.hold_changed(True)
     await guard.kick()
     for _ in range(3):
-        guard.count_deferred_request(f"user '{CAFE}' (gnome-shell, pid 7)")
+        guard.scans.count_deferred_request(f"user '{CAFE}' (gnome-shell, pid 7)")
     refused = [r.getMessage() for r in caplog.records if "refused a Wi-Fi scan request" in r.getMessage()]
     assert refused == [f"wlan0: refused a Wi-Fi scan request from user '{CAFE}' (gnome-shell, pid 7) "
                        "while guarding (defer_client_scans); further ones are counted in "
@@ -505,12 +505,12 @@ async def test_the_daemon_publishes_whether_any_guard_defers(guard, parts, tmp_p
     await guard.kick()
     assert path.read_text().startswith(f"defer {os.getpid()} ")
     assert daemon.scan_request_deferred(f"user '{CAFE}'") == 1
-    assert guard.scan_requests_deferred == 1
+    assert guard.scans.scan_requests_deferred == 1
     guard.hold_changed(False)
     await guard.kick()
     assert path.read_text().startswith(f"watch {os.getpid()} ")
     assert daemon.scan_request_deferred("late") == 0  # not deferring: not counted
-    assert guard.scan_requests_deferred == 1
+    assert guard.scans.scan_requests_deferred == 1
     await daemon.stop()
     assert not path.exists()
 

@@ -35,37 +35,37 @@ class GeoClue:
 async def test_bgscan_a_client_and_geoclue_are_told_apart(guard: Guard, parts):
     geoclue = GeoClue(812)
     now = time.time()
-    await guard.scan_started((CAFE,), now, [], geoclue)
-    assert guard.scans_by_source == {A.BGSCAN: 1} and "bgscan" in guard.last_scan
+    await guard.scans.scan_started((CAFE,), now, [], geoclue)
+    assert guard.scans.scans_by_source == {A.BGSCAN: 1} and "bgscan" in guard.scans.last_scan
     assert geoclue.asked == 0  # only a direct caller's signature asks the bus about GeoClue
     seen = [A.Request(at=now - 0.3, program="nmcli", pid=4242, user="Café ☕")]
-    await guard.scan_started((b"",), now, seen, geoclue)
-    assert guard.last_scan == "nmcli through NetworkManager"
-    await guard.scan_started((CAFE, b""), now, [], geoclue)
-    assert guard.last_scan == "GeoClue, calling wpa_supplicant directly" and geoclue.asked == 1
-    await guard.scan_started((), now, [], geoclue)
-    assert guard.scans_by_source == {A.BGSCAN: 1, A.NETWORKMANAGER: 1, A.DIRECT: 1, A.UNKNOWN: 1}
+    await guard.scans.scan_started((b"",), now, seen, geoclue)
+    assert guard.scans.last_scan == "nmcli through NetworkManager"
+    await guard.scans.scan_started((CAFE, b""), now, [], geoclue)
+    assert guard.scans.last_scan == "GeoClue, calling wpa_supplicant directly" and geoclue.asked == 1
+    await guard.scans.scan_started((), now, [], geoclue)
+    assert guard.scans.scans_by_source == {A.BGSCAN: 1, A.NETWORKMANAGER: 1, A.DIRECT: 1, A.UNKNOWN: 1}
     assert parts["sup"].ssid_reads == 1  # read once per interface object
     st = guard.status()
-    assert st.scans_by_source == guard.scans_by_source and st.last_scan == "unknown"
+    assert st.scans_by_source == guard.scans.scans_by_source and st.last_scan == "unknown"
     wire = st.as_dbus()
     assert wire["scans_by_source"].signature == "a{su}" and wire["last_scan"].signature == "s"
     assert FIELDS["scans_by_source"] == "a{su}" and FIELDS["own_scans"] == "ad"
 
 
 async def test_our_roaming_scan_is_labelled_ours(guard: Guard, parts):
-    await guard._scan_to_roam()
-    assert len(guard.own_scans) == 1 and abs(guard.own_scans[0] - time.time()) < 1
-    await guard.scan_started((b"",), time.time(), [], GeoClue(None))
-    assert guard.scans_by_source == {A.GUARD: 1} and guard.last_scan == "nm-scanguard's own roaming scan"
-    assert guard.status().own_scans == list(guard.own_scans)
+    await guard.scans.roam_scan()
+    assert len(guard.scans.own_scans) == 1 and abs(guard.scans.own_scans[0] - time.time()) < 1
+    await guard.scans.scan_started((b"",), time.time(), [], GeoClue(None))
+    assert guard.scans.scans_by_source == {A.GUARD: 1} and guard.scans.last_scan == "nm-scanguard's own roaming scan"
+    assert guard.status().own_scans == list(guard.scans.own_scans)
 
 
 async def test_an_ssid_that_cannot_be_read_leaves_a_single_ssid_scan_unknown(guard: Guard, parts):
     parts["sup"].ssid_error = "org.freedesktop.DBus.Error.AccessDenied"
-    await guard.scan_started((CAFE,), time.time(), [], GeoClue(None))
-    assert guard.scans_by_source == {A.UNKNOWN: 1}  # no evidence that it was bgscan's
-    assert guard._error == {}  # labels are a report, not a failure of the guard
+    await guard.scans.scan_started((CAFE,), time.time(), [], GeoClue(None))
+    assert guard.scans.scans_by_source == {A.UNKNOWN: 1}  # no evidence that it was bgscan's
+    assert guard.problems.text() == ""  # labels are a report, not a failure of the guard
 
 
 async def test_the_daemon_hands_each_start_to_its_interfaces_guard(guard: Guard, tmp_path, monkeypatch):
@@ -83,7 +83,7 @@ async def test_the_daemon_hands_each_start_to_its_interfaces_guard(guard: Guard,
     assert g is guard
     monkeypatch.setattr(daemon, "_geoclue_pid", GeoClue(None))
     await coro
-    assert guard.scans_by_source == {A.BGSCAN: 1}
+    assert guard.scans.scans_by_source == {A.BGSCAN: 1}
 
 
 @pytest.mark.parametrize("name", ["nmcli", "Café ☕"])
@@ -119,9 +119,12 @@ async def test_the_daemon_labels_scans_without_naming_a_users_program(tmp_path, 
 
     seen = []
 
-    class FakeGuard:
+    class FakeScans:
         async def scan_started(self, ssids, wall, requests, geoclue_pid):
             seen.extend(requests)
+
+    class FakeGuard:
+        scans = FakeScans()
 
     async def no_wait(_seconds):
         pass

@@ -1,0 +1,100 @@
+"""What the status shows of one guard: the state it shows (what it does, not only what the
+policy wants), its Devices entry and the STATUS= line.  Reads a guard; changes nothing."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..config import Settings
+from ..peers.nm import WifiDevice
+from ..rates import Rates
+from ..status import DeviceStatus, device_line
+from . import policy as P
+from .policy import GUARDED, Policy
+from .problems import Problems
+from .scans import ScanWatch
+from .suspension import Suspended
+
+
+def deferring_in(settings: Settings, state: str) -> bool:
+    """Whether other programs' NetworkManager scan requests are to be refused in `state`."""
+    return settings.defer_client_scans and state in GUARDED
+
+
+def shown_state(policy: Policy, suspended: Suspended | None, in_doubt: bool,
+                no_bgscan: str | None, engage_failed: bool) -> tuple[str, str]:
+    """The state and reason to show.  GUARDING and HELD only while bgscan is surely
+    suspended (`suspended`, and not `in_doubt`); else NO_BGSCAN when the network has none
+    (`no_bgscan` says why), ERROR when suspending it failed (the problem says why) or whether
+    it stands is in doubt."""
+    state, reason = policy.state, policy.reason
+    if state in (P.GUARDING, P.HELD) and suspended is not None and in_doubt:
+        return P.ERROR, (f"{reason}; whether bgscan is still off is not known (wpa_supplicant "
+                         "did not answer); reading it again at the next sample")
+    if state not in (P.GUARDING, P.HELD) or suspended is not None:
+        return state, reason
+    if no_bgscan:
+        return P.NO_BGSCAN, no_bgscan
+    if engage_failed:
+        return P.ERROR, f"{reason}; bgscan could not be suspended, see the problem"
+    return P.IDLE, "the guard is stopping"
+
+
+class Reported(Protocol):
+    """What a guard's status is made of."""
+
+    ifname: str
+    dev: WifiDevice
+    policy: Policy
+    rates: Rates | None
+    state: str
+    reason: str
+    since: float
+    scans: ScanWatch
+    problems: Problems
+    deferral_in_force: bool | None
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def suspended(self) -> Suspended | None: ...
+
+    @property
+    def deferring(self) -> bool: ...
+
+
+def device_status(g: Reported) -> DeviceStatus:
+    """The guard's entry in the Devices property."""
+    r, suspended, scans, settings = g.rates, g.suspended, g.scans, g.settings
+    return DeviceStatus(
+        interface=g.ifname,
+        state=g.state,
+        reason=g.reason,
+        since=g.since,
+        rx_bps=r.rx_bps if r else 0.0,
+        tx_bps=r.tx_bps if r else 0.0,
+        pps=r.pps if r else 0.0,
+        signal_dbm=g.policy.signal,
+        suspended_bgscan=suspended.saved if suspended else "",
+        network=suspended.network if suspended else "",
+        scans_guarding=scans.scans_guarding,
+        scans_idle=scans.scans_idle,
+        deferring_scans=g.deferring and g.deferral_in_force is not False,
+        scan_requests_deferred=scans.scan_requests_deferred,
+        scans_aborted=dict(scans.scans_aborted),
+        own_scans=list(scans.own_scans),
+        scans_by_source=dict(scans.scans_by_source),
+        last_scan=scans.last_scan,
+        connection_id=g.dev.connection_id,
+        connection_uuid=g.dev.connection_uuid,
+        error=g.problems.text(),
+        settings=settings.values(),
+        settings_sources={k: settings.source(k) for k in settings.values()},
+    )
+
+
+def status_line(status: DeviceStatus) -> str:
+    """For sd_notify STATUS= (systemctl status): the CLI's line without the connection's name
+    and the state's age (one formatter, status.device_line)."""
+    return device_line(status.as_plain(), connection=False, age=False)

@@ -1,0 +1,290 @@
+"""The scans on one guarded interface: whether one runs, aborting those that still start while
+guarding (abort_scans), the guard's own roaming scan, who asked for each scan (for `scanguardctl
+diagnose`), and the counts the status shows.
+
+A ScanWatch belongs to one Guard (its `Owner`) and touches neither bgscan nor the journal:
+AbortScan only cuts a scan short, and a scan of our own changes nothing that lasts.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, Protocol
+
+from .. import attribution
+from ..attribution import Request
+from ..config import Settings
+from ..peers.supplicant import NoScanRunning, SupplicantError, UncertainOutcome, WpaSupplicant
+from ..status import who_scanned
+from .policy import GUARDED
+from .problems import ABORT, Problems
+
+log = logging.getLogger("scanguard")
+
+# At most one scan of our own per this many seconds (bgscan's short interval as NetworkManager
+# sets it): a signal that hovers around the floor must not make the guard a scanner.
+ROAM_SCAN_GAP = 30.0
+# When an aborted scan had started, the keys of `scans_aborted`: it was running as the guard
+# engaged (bgscan's timer, a client's request NetworkManager accepted just before), or it
+# started while guarding (a program that calls wpa_supplicant directly, such as GeoClue; root).
+AT_ENGAGE, WHILE_GUARDING = "running_at_engage", "started_while_guarding"
+# Our own roaming scan is never aborted; if its end is never seen, stop sparing scans after this.
+OWN_SCAN_LIMIT = 30.0
+OWN_SCANS_KEPT = 4  # roaming scans remembered for diagnose (they are ROAM_SCAN_GAP apart)
+
+
+class Owner(Protocol):
+    """What a ScanWatch asks of its Guard."""
+
+    ifname: str
+    state: str
+    iface_path: str | None
+    problems: Problems
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def engaged(self) -> bool: ...
+
+    @property
+    def deferring(self) -> bool: ...
+
+    @property
+    def stopping(self) -> bool: ...
+
+    async def iface(self) -> str: ...
+
+    def look_up_again_if_gone(self, e: SupplicantError) -> None: ...
+
+    def changed(self) -> None: ...
+
+    def beside(self, coro: Coroutine[Any, Any, Any]) -> None: ...
+
+
+class ScanWatch:
+    def __init__(self, owner: Owner, supplicant: WpaSupplicant) -> None:
+        self._owner = owner
+        self._supplicant = supplicant
+        self.ifname = owner.ifname
+        self.scans_guarding = 0
+        self.scans_idle = 0
+        # Client scan requests (NetworkManager RequestScan) the polkit rule refused for us,
+        # in all and since this interface last started deferring (for the log).
+        self.scan_requests_deferred = 0
+        self._deferred_now = 0
+        # Scans we aborted (abort_scans), by when they had started; and since this interface
+        # last started guarding (for the log).
+        self.scans_aborted = {AT_ENGAGE: 0, WHILE_GUARDING: 0}
+        self._aborted_now = 0
+        self.scanning = False  # wpa_supplicant's Scanning property, as last announced
+        self._scan_news = 0  # Scanning announcements seen
+        self._aborting = False  # an AbortScan is on its way
+        self._own_scan_at: float | None = None  # our roaming scan asked for, not yet ended
+        self._own_scan_started = False  # ...and seen starting
+        self._roam_scan_at: float | None = None  # monotonic time of our last scan request
+        # When we last asked for a roaming scan (wall clock), for `scanguardctl diagnose`.
+        self.own_scans: deque[float] = deque(maxlen=OWN_SCANS_KEPT)
+        # Scans the kernel announced on this interface, by who asked (attribution.SOURCES),
+        # and the newest one's label: the daemon's side of `scanguardctl diagnose`.
+        self.scans_by_source: dict[str, int] = {}
+        self.last_scan = ""
+        self._ssid: tuple[str, bytes | None] | None = None  # (iface path, SSID) last read
+
+    # ---- what wpa_supplicant says ---------------------------------------------------------
+
+    def watch(self, iface: str) -> None:
+        """Read whether a scan runs already on `iface`, beside the sampling (a peer slow to
+        answer must not hold it up)."""
+        self._owner.beside(self._read_scanning(iface, self._scan_news))
+
+    async def _read_scanning(self, iface: str, watched: int) -> None:
+        """Whether a scan runs already (started before we watched): abort_scans then aborts it
+        when the guard engages.  Announcements that arrive meanwhile are newer: they win."""
+        try:
+            scanning = await self._supplicant.scanning(iface)
+        except SupplicantError as e:
+            log.info("%s: cannot tell whether a scan is running (%s); the next one announced "
+                     "is seen", self.ifname, e)
+            return
+        if self._scan_news == watched and self._owner.iface_path == iface:
+            self.scanning = scanning
+
+    def interface_gone(self) -> None:
+        self.scanning = False  # the new object announces its own scans
+
+    def supplicant_restarted(self) -> None:
+        self._own_scan_at = None
+        self.scanning = False
+
+    def scanning_changed(self, scanning: bool) -> None:
+        """wpa_supplicant announced its Scanning property.  A scan that starts while guarding
+        is aborted at once, unless it is our own roaming scan."""
+        self.scanning = scanning
+        self._scan_news += 1
+        if self._own_scan_at is not None:
+            # The first start after our request is our scan, and its end the next end.  An end
+            # seen before that start is an earlier scan's, announced late (a scan aborted just
+            # before the release can end as ours begins; taking its end for ours would abort
+            # ours on re-engaging).
+            if scanning:
+                self._own_scan_started = True
+            elif self._own_scan_started:
+                self._own_scan_at, self._own_scan_started = None, False
+        if scanning and self._owner.state in GUARDED:
+            self._abort_soon(WHILE_GUARDING)
+
+    # ---- abort_scans ----------------------------------------------------------------------
+
+    def guarding_began(self) -> None:
+        """The guard entered a guarded state: a scan running now is cut short."""
+        if self.scanning:
+            self._abort_soon(AT_ENGAGE)
+
+    def _own_scan(self) -> bool:
+        return self._own_scan_at is not None \
+            and time.monotonic() - self._own_scan_at < OWN_SCAN_LIMIT
+
+    def _abort_soon(self, when: str) -> None:
+        owner = self._owner
+        if not owner.settings.abort_scans or self._aborting or owner.stopping or self._own_scan():
+            return
+        self._aborting = True
+        owner.beside(self._abort(when))
+
+    async def _abort(self, when: str) -> None:
+        """AbortScan, outside the guard's lock: a wpa_supplicant that hangs on it must not hold
+        up a release.  It only cuts a scan short; bgscan and the journal are not involved."""
+        owner = self._owner
+        try:
+            if owner.state not in GUARDED or not self.scanning:
+                return  # released, or the scan ended, while this waited its turn
+            await self._supplicant.abort_scan(await owner.iface())
+        except NoScanRunning:
+            owner.problems.clear(ABORT)  # it ended just before: nothing was off the channel
+            log.debug("%s: the scan to abort had already ended", self.ifname)
+            return
+        except SupplicantError as e:
+            owner.look_up_again_if_gone(e)
+            owner.problems.fail(f"{self.ifname}: could not abort a scan that takes the radio off "
+                                f"the channel while guarding: {e}", ABORT)
+            owner.changed()
+            return
+        finally:
+            self._aborting = False
+        owner.problems.clear(ABORT)
+        self.scans_aborted[when] += 1
+        self._aborted_now += 1
+        if self._aborted_now == 1:
+            log.info("%s: aborted a scan %s (abort_scans); further ones are counted in "
+                     "scanguardctl status", self.ifname,
+                     "that was running when the guard engaged" if when == AT_ENGAGE
+                     else f"that started while guarding, asked for by {who_scanned(owner.deferring)}")
+        owner.changed()
+
+    # ---- our own scan to roam ---------------------------------------------------------------
+
+    async def roam_scan(self) -> None:
+        """After a release for a weak signal, ask for the scan bgscan would have made.  While
+        bgscan was "" its signal monitor was off, so the fall below its threshold that makes
+        bgscan scan at once went unseen; restarted below the threshold, bgscan waits its whole
+        short interval (NetworkManager: 30 s) before its first scan, and the station stays on
+        the fading AP that long (lab: roamed 40 s after the fade without this scan, 10 s
+        with it)."""
+        now = time.monotonic()
+        if self._roam_scan_at is not None and now - self._roam_scan_at < ROAM_SCAN_GAP:
+            log.info("%s: no scan of our own for roaming: the last was %.0f s ago; bgscan's "
+                     "own scans go on", self.ifname, now - self._roam_scan_at)
+            return
+        self._roam_scan_at = self._own_scan_at = now
+        self.own_scans.append(time.time())  # for diagnose: this interface's scan was ours
+        self._own_scan_started = False
+        try:
+            await self._supplicant.scan(await self._owner.iface())
+        except SupplicantError as e:
+            if not isinstance(e, UncertainOutcome):  # no answer: it may have started all the same
+                self._own_scan_at = None
+            self._owner.look_up_again_if_gone(e)
+            # A scan already running ("Scan request rejected") serves as well; in any case
+            # bgscan, restored, scans within its short interval.  Nothing to retry.
+            log.info("%s: asked wpa_supplicant for a scan to roam, it did not start one (%s); "
+                     "bgscan's own scans go on", self.ifname, e)
+            return
+        log.info("%s: asked wpa_supplicant for a scan so that it can roam now, not when "
+                 "bgscan's short interval ends", self.ifname)
+
+    # ---- counting and labelling -------------------------------------------------------------
+
+    def count_scan(self) -> None:
+        if self._owner.engaged:
+            self.scans_guarding += 1
+            if self._own_scan():
+                # Not somebody else's: ours, asked for when the signal faded, and guarding
+                # resumed before it ran: not root's or GeoClue's.
+                log.info("%s: the scan the guard asked for to roam ran after guarding resumed",
+                         self.ifname)
+            elif self._owner.deferring:
+                log.info("%s: a scan ran while guarding, though client scan requests are "
+                         "refused; it was asked for by %s", self.ifname, who_scanned(True))
+            else:
+                log.info("%s: a scan ran while guarding, asked for by %s; bgscan cannot stop "
+                         "those; defer_client_scans = yes refuses NetworkManager's clients",
+                         self.ifname, who_scanned(False))
+        else:
+            self.scans_idle += 1
+        self._owner.changed()
+
+    async def scan_started(self, ssids: tuple[bytes, ...] | None, at: float,
+                           requests: Sequence[Request],
+                           geoclue: Callable[[], Awaitable[int | None]]) -> None:
+        """The kernel announced a scan on this interface at `at` (wall clock), probing `ssids`:
+        label it from the evidence (attribution.py) and count it by who asked.  `geoclue`
+        finds GeoClue's pid, asked only for a scan a direct caller's could be."""
+        ssid = await self._current_ssid()
+        pid = None
+        if attribution.signature(ssids, ssid) == "current+wildcard":
+            pid = await geoclue()
+        label = attribution.attribute(ssids, at, attribution.Evidence(
+            current_ssid=ssid, own_scans=list(self.own_scans), client_requests=requests,
+            geoclue_pid=pid))
+        self.scans_by_source[label.source] = self.scans_by_source.get(label.source, 0) + 1
+        self.last_scan = label.text()
+        log.debug("%s: a scan by %s (%s)", self.ifname, self.last_scan, label.basis)
+        self._owner.changed()
+
+    async def _current_ssid(self) -> bytes | None:
+        """The current access point's SSID, read once per interface object; None when it
+        cannot be read (the label then says what it can without it)."""
+        try:
+            iface = await self._owner.iface()
+            if self._ssid is None or self._ssid[0] != iface:
+                self._ssid = (iface, await self._supplicant.current_ssid(iface))
+            return self._ssid[1]
+        except SupplicantError as e:
+            log.debug("%s: cannot read the current SSID to label a scan: %s", self.ifname, e)
+            return None
+
+    def count_deferred_request(self, who: str) -> None:
+        """The polkit rule refused a client's NetworkManager scan request while we deferred.
+        The first of a guarded period is logged; the rest are counted and summed up when the
+        period ends, so a widget asking every 5 s does not flood the journal."""
+        self.scan_requests_deferred += 1
+        self._deferred_now += 1
+        if self._deferred_now == 1:
+            log.info("%s: refused a Wi-Fi scan request from %s while guarding (defer_client_scans); "
+                     "further ones are counted in scanguardctl status", self.ifname, who)
+        self._owner.changed()
+
+    def state_changed(self, state: str, deferring: bool) -> None:
+        """The guard shows `state` now (`deferring`: other programs' scan requests refused in
+        it): a guarded period that ended sums up what it refused and aborted."""
+        if self._deferred_now and not deferring:
+            log.info("%s: %d Wi-Fi scan request(s) of other programs were refused while "
+                     "guarding", self.ifname, self._deferred_now)
+            self._deferred_now = 0
+        if self._aborted_now and state not in GUARDED:
+            log.info("%s: %d scan(s) were aborted while guarding", self.ifname, self._aborted_now)
+            self._aborted_now = 0
