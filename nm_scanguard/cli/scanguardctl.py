@@ -602,8 +602,8 @@ def _plot_file(text: str) -> str:
 
 
 def _target_address(text: str) -> str:
-    from ..diagnose import record as diagnose
-    return diagnose.address_argument(text)
+    from ..diagnose.ping import address_argument
+    return address_argument(text)
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:

@@ -11,7 +11,9 @@ import time
 import pytest
 
 from nm_scanguard import attribution as A
+from nm_scanguard.diagnose import ping as PING
 from nm_scanguard.diagnose import record as D
+from nm_scanguard.diagnose import targets as T
 from nm_scanguard.diagnose import findings as F
 from nm_scanguard.cli.scanguardctl import build_parser, main
 from nm_scanguard.peers.nl80211 import ScanEvent
@@ -34,8 +36,8 @@ class Clock:
         return self.t
 
 
-def target(ssid: bytes, index: int = 3) -> D.Target:
-    t = D.Target(interface="wlan0", ifindex=index, ssid=ssid)
+def target(ssid: bytes, index: int = 3) -> T.Target:
+    t = T.Target(interface="wlan0", ifindex=index, ssid=ssid)
     t.link.interface = "wlan0"
     t.link.ssid = ssid.decode()
     return t
@@ -380,8 +382,8 @@ def test_the_wifi_gateway_is_found_when_a_vpn_owns_the_default_route(tmp_path):
                      + "tun0\t00000000\t00000000\t0001\t0\t0\t50\t00000000\n"
                      + "wlan0\t0001A8C0\t00000000\t0001\t0\t0\t600\t00FFFFFF\n"
                      + "wlan0\t097100CB\t0101A8C0\t0007\t0\t0\t600\tFFFFFFFF\n")
-    assert D.route_gateway("wlan0", str(route)) == "192.168.1.1"
-    assert D.route_gateway("tun0", str(route)) == ""  # a default route without a gateway
+    assert T.route_gateway("wlan0", str(route)) == "192.168.1.1"
+    assert T.route_gateway("tun0", str(route)) == ""  # a default route without a gateway
 
 
 def test_the_default_route_with_the_lowest_metric_comes_first(tmp_path):
@@ -391,7 +393,7 @@ def test_the_default_route_with_the_lowest_metric_comes_first(tmp_path):
                      + "wlan0\t00000000\t0201A8C0\t0003\t0\t0\t700\t00000000\n"
                      + "wlan0\t00000000\t0101A8C0\t0003\t0\t0\t600\t00000000\n"
                      + "wlan0\t00000000\t0401A8C0\t0002\t0\t0\t1\t00000000\n")  # not up
-    assert D.route_gateway("wlan0", str(route)) == "192.168.1.1"
+    assert T.route_gateway("wlan0", str(route)) == "192.168.1.1"
 
 
 def test_route_gateway(tmp_path):
@@ -400,10 +402,10 @@ def test_route_gateway(tmp_path):
                      "eth0\t00000000\t0101A8C0\t0003\n"
                      "wlan0\t0000A8C0\t00000000\t0001\n"
                      "wlan0\t00000000\t0100000A\t0003\n")
-    assert D.route_gateway("wlan0", str(route)) == "10.0.0.1"
-    assert D.route_gateway("eth0", str(route)) == "192.168.1.1"
-    assert D.route_gateway("wlan1", str(route)) == ""
-    assert D.route_gateway("wlan0", str(tmp_path / "missing")) == ""
+    assert T.route_gateway("wlan0", str(route)) == "10.0.0.1"
+    assert T.route_gateway("eth0", str(route)) == "192.168.1.1"
+    assert T.route_gateway("wlan1", str(route)) == ""
+    assert T.route_gateway("wlan0", str(tmp_path / "missing")) == ""
 
 
 def test_proc_wireless(tmp_path):
@@ -425,24 +427,24 @@ def test_geoclue_pid(tmp_path):
 
 
 def test_echo_packets_and_their_checksum():
-    assert D.echo_reply_seq(D.echo_request(7)) is None  # a request is no reply
-    reply = bytes([0, 0]) + D.echo_request(7)[2:]
-    assert D.echo_reply_seq(reply) == 7
-    raw = D.echo_request(9, ident=0x1234)
-    assert D.checksum(raw) == 0  # a correct checksum sums to zero
+    assert PING.echo_reply_seq(PING.echo_request(7)) is None  # a request is no reply
+    reply = bytes([0, 0]) + PING.echo_request(7)[2:]
+    assert PING.echo_reply_seq(reply) == 7
+    raw = PING.echo_request(9, ident=0x1234)
+    assert PING.checksum(raw) == 0  # a correct checksum sums to zero
     ip_header = bytes([0x45]) + bytes(19)
-    assert D.echo_reply_seq(ip_header + bytes([0, 0]) + raw[2:], ident=0x1234) == 9
-    assert D.echo_reply_seq(ip_header + bytes([0, 0]) + raw[2:], ident=0x9999) is None
-    assert D.echo_reply_seq(b"\x00") is None
+    assert PING.echo_reply_seq(ip_header + bytes([0, 0]) + raw[2:], ident=0x1234) == 9
+    assert PING.echo_reply_seq(ip_header + bytes([0, 0]) + raw[2:], ident=0x9999) is None
+    assert PING.echo_reply_seq(b"\x00") is None
 
 
 def test_pinger_measures_loopback():
     async def go() -> list[F.Echo]:
         echoes: list[F.Echo] = []
         try:
-            p = D.Pinger("127.0.0.1", echoes, time.monotonic)
+            p = PING.Pinger("127.0.0.1", echoes, time.monotonic)
         except PermissionError:  # ping_group_range excludes us: the raw socket, as root
-            p = D.Pinger("127.0.0.1", echoes, time.monotonic, raw=True)
+            p = PING.Pinger("127.0.0.1", echoes, time.monotonic, raw=True)
         for _ in range(4):
             p.send()
             await asyncio.sleep(0.05)
@@ -463,9 +465,9 @@ def test_the_echoes_leave_through_the_interface_they_measure():
     async def go(device: str) -> tuple[bool, list[F.Echo]]:
         echoes: list[F.Echo] = []
         try:
-            p = D.Pinger("127.0.0.1", echoes, time.monotonic, device=device)
+            p = PING.Pinger("127.0.0.1", echoes, time.monotonic, device=device)
         except PermissionError:  # ping_group_range excludes us: the raw socket, as root
-            p = D.Pinger("127.0.0.1", echoes, time.monotonic, raw=True, device=device)
+            p = PING.Pinger("127.0.0.1", echoes, time.monotonic, raw=True, device=device)
         for _ in range(3):
             p.send()
             await asyncio.sleep(0.05)
@@ -484,8 +486,8 @@ def test_the_echoes_leave_through_the_interface_they_measure():
 
 @pytest.mark.parametrize("name", ["wlan0", "wlé0"])
 def test_no_gateway_says_why_and_what_to_try(name):
-    t = D.Target(interface=name, ifindex=3)
-    assert D.open_pinger(t, time.monotonic) is None
+    t = T.Target(interface=name, ifindex=3)
+    assert PING.open_pinger(t, time.monotonic) is None
     assert t.link.latency_method == NO_GATEWAY.replace("wlan0", name)
     assert t.link.latency_try == TRY.replace("wlan0", name)
     assert t.link.target == ""

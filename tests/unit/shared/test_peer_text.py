@@ -16,6 +16,7 @@ import pytest
 from nm_scanguard import attribution as A
 from nm_scanguard.cli import scanguardctl as cli
 from nm_scanguard.diagnose import record as D
+from nm_scanguard.diagnose import targets as T
 from nm_scanguard.diagnose import findings as F
 from nm_scanguard.peers.bus import BusError
 from nm_scanguard.dbuslib import Message, MessageType, Variant
@@ -229,7 +230,7 @@ async def test_what_diagnose_learns_from_its_peers_is_escaped_in_its_sentences(m
 
     monkeypatch.setattr(D, "Supplicant", Supplicant)
     monkeypatch.setattr(D, "proc_wireless_dbm", lambda name: None)
-    t = D.Target(interface="wlan0", ifindex=3, ssid=CAFE.encode())
+    t = T.Target(interface="wlan0", ifindex=3, ssid=CAFE.encode())
     await D.read_supplicant(None, t, {"suspended_bgscan": EVIL})
     clean(t.link.bgscan_source + t.link.bgscan_words)
     t.link.bgscan_source = ""
@@ -251,14 +252,15 @@ async def test_interface_names_and_bus_errors_in_diagnose_notes_are_escaped(monk
     async def name_has_owner(bus, name):
         return True
 
-    monkeypatch.setattr(D, "call", call)
-    monkeypatch.setattr(D, "get_all", get_all)
+    for module in (D, T):  # find_targets lives in targets, guard_properties in record
+        monkeypatch.setattr(module, "call", call)
+        monkeypatch.setattr(module, "get_all", get_all)
     monkeypatch.setattr(D, "name_has_owner", name_has_owner)
-    targets, notes = await D.find_targets(None, None)
+    targets, notes = await T.find_targets(None, None)
     assert targets == [] and len(notes) == 2
     clean(" ".join(notes))
     with pytest.raises(LookupError) as e:
-        await D.find_targets(None, "wlan9")
+        await T.find_targets(None, "wlan9")
     clean(str(e.value))
     *_, detail = await D.guard_properties(None)
     clean(detail.replace("bus could not be asked", CAFE))
