@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from nm_scanguard.cli import scanguardctl as cli
+from nm_scanguard.cli import show
 
 USER_TEXT = "Café ☕"
 
@@ -39,7 +39,7 @@ def test_strict_refuses_what_a_plain_json_dumps_writes():
 
 @pytest.mark.parametrize("rx_bps", [math.nan, math.inf, 142e6])
 def test_status_json_is_strict_json_with_null_for_non_finite_figures(rx_bps):
-    doc = strict(cli.json_text(cli.status_json(_props(rx_bps))))
+    doc = strict(show.json_text(show.status_json(_props(rx_bps))))
     (device,) = doc["devices"]
     assert device["rx_bps"] == (142e6 if math.isfinite(rx_bps) else None)
     assert device["tx_bps"] is None and device["pps"] == 12.0
@@ -61,10 +61,10 @@ def test_the_status_verb_prints_that_text(monkeypatch, capsys):
     async def properties(bus: Bus) -> dict:
         return _props(math.nan)
 
-    monkeypatch.setattr(cli, "connect", connect)
-    monkeypatch.setattr(cli, "properties", properties)
-    assert asyncio.run(cli.cmd_status(argparse.Namespace(json=True))) == 0
+    monkeypatch.setattr(show, "connect", connect)
+    monkeypatch.setattr(show, "properties", properties)
+    assert asyncio.run(show.cmd_status(argparse.Namespace(json=True))) == 0
     out = capsys.readouterr().out
     assert "NaN" not in out
     assert strict(out)["devices"][0]["rx_bps"] is None
-    assert out == cli.json_text(cli.status_json(_props(math.nan))) + "\n"
+    assert out == show.json_text(show.status_json(_props(math.nan))) + "\n"

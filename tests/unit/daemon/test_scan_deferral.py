@@ -19,7 +19,7 @@ import pytest
 
 from nm_scanguard.daemon import policy as P
 from nm_scanguard.attribution import Request
-from nm_scanguard.cli.scanguardctl import GEOCLUE_HINT, device_line, scan_hint, status_json
+from nm_scanguard.cli.show import GEOCLUE_HINT, device_line, scan_hint, status_json
 from nm_scanguard.config import KEYS, ConfigError, Settings, apply_profile, load_file
 from nm_scanguard.daemon.daemon import Daemon
 from nm_scanguard.daemon.service import Supervisor

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from nm_scanguard import attribution as A
-from nm_scanguard.cli.scanguardctl import _new_scans
+from nm_scanguard.cli.show import _new_scans
 from nm_scanguard.config import Settings
 from nm_scanguard.daemon.daemon import Daemon
 from nm_scanguard.daemon.guard import Guard

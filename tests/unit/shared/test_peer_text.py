@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from nm_scanguard import attribution as A
+from nm_scanguard.cli import common, configure, show
 from nm_scanguard.cli import scanguardctl as cli
 from nm_scanguard.diagnose import record as D
 from nm_scanguard.diagnose import targets as T
@@ -62,10 +63,10 @@ def test_a_status_line_escapes_each_of_the_peers_texts(bad):
 @pytest.mark.parametrize("bad", HOSTILE)
 def test_a_hold_line_escapes_the_holders_texts(bad):
     text = f"{CAFE}{bad}"
-    line = cli.hold_line(hold(reason=text, application_id=text, interface=text))
+    line = show.hold_line(hold(reason=text, application_id=text, interface=text))
     clean(line)
     assert line.count(CAFE) == 3
-    clean(cli.hold_line(hold(application_id="", caller=EVIL, cookie=EVIL, caller_uid=EVIL)))
+    clean(show.hold_line(hold(application_id="", caller=EVIL, cookie=EVIL, caller_uid=EVIL)))
 
 
 def test_the_status_verb_prints_no_peers_text_raw(monkeypatch, capsys):
@@ -79,24 +80,24 @@ def test_the_status_verb_prints_no_peers_text_raw(monkeypatch, capsys):
     async def properties(bus: Bus) -> dict:
         return {"Version": "0.1.0", "Devices": [device()], "ActiveHolds": [hold(), hold()]}
 
-    monkeypatch.setattr(cli, "connect", connect)
-    monkeypatch.setattr(cli, "properties", properties)
-    assert asyncio.run(cli.cmd_status(argparse.Namespace(json=False))) == 0
+    monkeypatch.setattr(show, "connect", connect)
+    monkeypatch.setattr(show, "properties", properties)
+    assert asyncio.run(show.cmd_status(argparse.Namespace(json=False))) == 0
     out = capsys.readouterr().out
     clean(out)
     assert len(out.splitlines()) == 4  # the device, its hint, two holds: no line was split
 
 
 def test_a_daemons_error_text_is_escaped_in_scanguardctls_message():
-    clean(str(cli.explain(BusError("org.example.Error.Whatever", EVIL))))
-    clean(str(cli.explain(BusError("org.freedesktop.DBus.Error.AccessDenied", EVIL))))
+    clean(str(common.explain(BusError("org.example.Error.Whatever", EVIL))))
+    clean(str(common.explain(BusError("org.freedesktop.DBus.Error.AccessDenied", EVIL))))
 
 
 def test_monitor_labels_are_escaped():
     before = {"scans_by_source": {"networkmanager": 0}}
-    (line,) = cli._new_scans(device(), before)
+    (line,) = show._new_scans(device(), before)
     clean(line)
-    (line,) = cli._new_scans(device(scans_by_source={EVIL: 2}, last_scan=""), before)
+    (line,) = show._new_scans(device(scans_by_source={EVIL: 2}, last_scan=""), before)
     clean(line)
 
 
@@ -122,7 +123,7 @@ async def test_monitor_prints_no_peers_text_raw(monkeypatch, capsys):
                        member=member, signature=signature, body=body, sender=OWNER)
 
     async def resolve(self, bus: Bus) -> None:
-        self._owners[cli.NAME] = OWNER
+        self._owners[show.NAME] = OWNER
 
     def feed() -> None:
         (on_message,) = handlers
@@ -146,10 +147,10 @@ async def test_monitor_prints_no_peers_text_raw(monkeypatch, capsys):
         asyncio.get_running_loop().call_soon(feed)
         return {"Version": EVIL, "Devices": [device()], "ActiveHolds": [hold()]}
 
-    monkeypatch.setattr(cli, "connect", connect)
-    monkeypatch.setattr(cli.NameOwners, "resolve", resolve)
-    monkeypatch.setattr(cli, "add_match", add_match)
-    monkeypatch.setattr(cli, "properties", properties)
+    monkeypatch.setattr(show, "connect", connect)
+    monkeypatch.setattr(show.NameOwners, "resolve", resolve)
+    monkeypatch.setattr(show, "add_match", add_match)
+    monkeypatch.setattr(show, "properties", properties)
     assert await asyncio.wait_for(cli.cmd_monitor(argparse.Namespace()), 5) == 0
     out = capsys.readouterr().out
     clean(out)
@@ -165,7 +166,7 @@ def test_config_show_escapes_the_profiles_name(monkeypatch, capsys, tmp_path):
     fake = SimpleNamespace(client=lambda: None, find=lambda client, name: conn,
                            user_data=lambda c: {"scanguard.threshold_mbit": "3",
                                                 f"scanguard.{EVIL}": "1"})
-    monkeypatch.setattr(cli, "_profiles", lambda: fake)
+    monkeypatch.setattr(configure, "_profiles", lambda: fake)
     (tmp_path / "empty.conf").write_text("")  # a --config file must exist
     args = argparse.Namespace(config=str(tmp_path / "empty.conf"), connection=CAFE)
     assert cli.cmd_config_show(args) == 0
@@ -272,7 +273,7 @@ def test_json_output_escapes_what_a_terminal_would_act_on_and_reads_back_the_sam
     import json
     doc = {"devices": [device()], "holds": [hold()], "astral": "\U000e0041\U0001f4de",
            "lone": "\udcff"}
-    text = cli.json_text(doc)
+    text = common.json_text(doc)
     clean(text)
     assert "\U0001f4de" in text  # an emoji stays as it is
     assert json.loads(text) == json.loads(json.dumps(doc))
@@ -289,9 +290,9 @@ def test_the_json_verbs_print_that_text(monkeypatch, capsys):
     async def properties(bus: Bus) -> dict:
         return {"Version": EVIL, "Devices": [device()], "ActiveHolds": [hold()]}
 
-    monkeypatch.setattr(cli, "connect", connect)
-    monkeypatch.setattr(cli, "properties", properties)
-    assert asyncio.run(cli.cmd_status(argparse.Namespace(json=True))) == 0
+    monkeypatch.setattr(show, "connect", connect)
+    monkeypatch.setattr(show, "properties", properties)
+    assert asyncio.run(show.cmd_status(argparse.Namespace(json=True))) == 0
     clean(capsys.readouterr().out)
     monkeypatch.setattr(D, "run", lambda seconds, only, on_terminal, address: hostile_recording())
     assert cli.main(["diagnose", "--json", "--seconds", "1"]) == 0

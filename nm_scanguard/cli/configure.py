@@ -1,0 +1,115 @@
+"""scanguardctl config: the settings in force, and a profile's scanguard.* user data."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from types import ModuleType
+
+from ..config import (
+    KEYS,
+    USER_DATA_PREFIX,
+    ConfigError,
+    ConfigMissing,
+    Settings,
+    apply_profile,
+    load_file,
+    named_file_required,
+    parse_value,
+    settings_table,
+)
+from ..text import NAME_CHARS, clipped, quoted, shown
+from .common import Failure
+
+# ---- config ----------------------------------------------------------------------------------
+
+def _profiles() -> ModuleType:
+    """profiles.py, imported only by the config verbs: libnm through GObject introspection
+    costs ~100 ms and memory that status, hold and monitor do not need."""
+    from . import profiles
+
+    return profiles
+
+
+def _global(path: str) -> Settings:
+    """The global settings for the config verbs.  A file named with --config must exist
+    (Failure); a bad file is only a warning, since the verbs still work with the defaults."""
+    try:
+        return load_file(path, required=named_file_required(path))
+    except ConfigMissing as e:
+        raise Failure(str(e)) from None
+    except ConfigError as e:
+        print(f"scanguardctl: warning: {e}; the service will not start until it is fixed. "
+              "Showing built-in defaults instead", file=sys.stderr)
+        return Settings()
+
+
+def cmd_config_show(args: argparse.Namespace) -> int:
+    settings = _global(args.config)
+    if args.connection:
+        p = _profiles()
+        conn = p.find(p.client(), args.connection)
+        data = p.user_data(conn)
+        settings = apply_profile(settings, data, conn.get_id())
+        print(f"connection '{shown(conn.get_id(), NAME_CHARS)}' ({shown(conn.get_uuid())})")
+        ignored = [k for k in data if k.startswith(USER_DATA_PREFIX)
+                   and k[len(USER_DATA_PREFIX):] not in KEYS]
+        for k in ignored:
+            print(f"  (ignored: unknown user data key {clipped(k, NAME_CHARS)})")
+    for line in settings_table(settings):
+        print(line)
+    return 0
+
+
+def _key(text: str) -> str:
+    key = text[len(USER_DATA_PREFIX):] if text.startswith(USER_DATA_PREFIX) else text
+    if key not in KEYS:
+        raise Failure(f"unknown key {quoted(text, NAME_CHARS)} (known keys: {', '.join(KEYS)})")
+    return key
+
+
+def cmd_config_set(args: argparse.Namespace) -> int:
+    base = _global(args.config)  # a mistyped --config is said before NetworkManager is asked
+    p = _profiles()
+    conn = p.find(p.client(), args.connection)
+    where = f"profile '{shown(conn.get_id(), NAME_CHARS)}'"
+    values: dict[str, str] = {}
+    for item in args.assignments:
+        key, sep, text = item.partition("=")
+        if not sep:
+            raise Failure(f"{quoted(item)} is not KEY=VALUE (e.g. threshold_mbit=5)")
+        key = _key(key.strip())
+        parse_value(key, text, where)  # raises ConfigError with the expected form
+        values[key] = text.strip()
+    # Check the result as a whole (release thresholds above engage thresholds, ...).
+    merged = {**p.scanguard_data(conn), **values}
+    parsed = {}
+    for k, v in merged.items():
+        if k in KEYS:
+            with contextlib.suppress(ConfigError):  # an old bad value: the daemon ignores it
+                parsed[k] = parse_value(k, v, where)
+    base.with_values(parsed, where).check(where)
+    p.update(conn, values, [])
+    print(f"{shown(conn.get_id(), NAME_CHARS)}: "
+          + ", ".join(f"{USER_DATA_PREFIX}{k}={v}" for k, v in values.items()))
+    return 0
+
+
+def cmd_config_unset(args: argparse.Namespace) -> int:
+    p = _profiles()
+    conn = p.find(p.client(), args.connection)
+    present = p.scanguard_data(conn)
+    keys = []
+    for text in args.keys:
+        key = text[len(USER_DATA_PREFIX):] if text.startswith(USER_DATA_PREFIX) else text
+        if key not in present:
+            print(f"scanguardctl: {shown(conn.get_id(), NAME_CHARS)}: {USER_DATA_PREFIX}{key} is not set",
+                  file=sys.stderr)
+        else:
+            keys.append(key)
+    if keys:
+        p.update(conn, {}, keys)
+        print(f"{shown(conn.get_id(), NAME_CHARS)}: removed "
+              + ", ".join(USER_DATA_PREFIX + k for k in keys))
+    return 0
