@@ -22,31 +22,39 @@ older request (a sequence number not ours) are ignored.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
-import select
 import socket
 import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 from ..ifname import valid_ifname
 from ..rates import Counters
+from .netlink_wire import (
+    NLM_F_MULTI,
+    NLM_F_REQUEST,
+    NLMSG_DONE,
+    NLMSG_ERROR,
+    NLMSG_NOOP,
+    NLMSG_OVERRUN,
+    NetlinkSocket,
+    attributes,
+    messages,
+    open_socket,
+    pack_attr,
+    pack_message,
+    receive,
+    wait_readable,
+)
 
-# include/uapi/linux/netlink.h, rtnetlink.h, if_link.h
+# include/uapi/linux/rtnetlink.h, if_link.h
 NETLINK_ROUTE = 0
-NLMSG_NOOP, NLMSG_ERROR, NLMSG_DONE, NLMSG_OVERRUN = 1, 2, 3, 4
 RTM_NEWLINK, RTM_GETLINK = 16, 18
-NLM_F_REQUEST, NLM_F_MULTI = 0x1, 0x2
 IFLA_IFNAME, IFLA_STATS, IFLA_STATS64 = 3, 7, 23
-NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED and NLA_F_NET_BYTEORDER
 
-NLMSGHDR = struct.Struct("=IHHII")  # length, type, flags, sequence, port id
 IFINFOMSG = struct.Struct("=BxHiII")  # family, type, index, flags, change
-RTATTR = struct.Struct("=HH")  # length, type
 STATS64 = struct.Struct("=4Q")  # rtnl_link_stats64 begins rx/tx packets, rx/tx bytes
 STATS32 = struct.Struct("=4I")  # rtnl_link_stats, the same four in 32 bits
 
@@ -60,8 +68,8 @@ class NetlinkError(OSError):
     (EBADMSG: malformed; EMSGSIZE: bigger than the buffer; ETIMEDOUT: no answer)."""
 
 
-def _align(n: int) -> int:
-    return (n + 3) & ~3
+def _malformed(what: str) -> NetlinkError:
+    return NetlinkError(errno.EBADMSG, f"netlink {what}")
 
 
 @dataclass(frozen=True)
@@ -86,10 +94,8 @@ class Reply:
 def request(seq: int, ifname: str) -> bytes:
     """RTM_GETLINK for the interface called `ifname` (the caller checked the name)."""
     name = ifname.encode("utf-8") + b"\0"
-    attr = RTATTR.pack(RTATTR.size + len(name), IFLA_IFNAME) + name
-    attr += b"\0" * (_align(len(attr)) - len(attr))
-    body = IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0) + attr
-    return NLMSGHDR.pack(NLMSGHDR.size + len(body), RTM_GETLINK, NLM_F_REQUEST, seq, 0) + body
+    body = IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0) + pack_attr(IFLA_IFNAME, name)
+    return pack_message(RTM_GETLINK, NLM_F_REQUEST, seq, body)
 
 
 def _stats(payload: bytes) -> LinkStats | None:
@@ -97,14 +103,10 @@ def _stats(payload: bytes) -> LinkStats | None:
     if len(payload) < IFINFOMSG.size:
         raise NetlinkError(errno.EBADMSG, "RTM_NEWLINK shorter than its ifinfomsg")
     found: dict[int, bytes] = {}
-    at = IFINFOMSG.size
-    while at + RTATTR.size <= len(payload):
-        length, kind = RTATTR.unpack_from(payload, at)
-        if length < RTATTR.size or at + length > len(payload):
-            raise NetlinkError(errno.EBADMSG, f"attribute of length {length} at byte {at}")
-        if kind & NLA_TYPE_MASK in (IFLA_STATS64, IFLA_STATS):
-            found[kind & NLA_TYPE_MASK] = payload[at + RTATTR.size:at + length]
-        at += _align(length)
+    for kind, value in attributes(payload[IFINFOMSG.size:], "RTM_NEWLINK", _malformed,
+                                  tail_ok=True):
+        if kind in (IFLA_STATS64, IFLA_STATS):
+            found[kind] = value
     for kind, layout in ((IFLA_STATS64, STATS64), (IFLA_STATS, STATS32)):
         data = found.get(kind)
         if data is not None and len(data) >= layout.size:
@@ -119,14 +121,8 @@ def parse(data: bytes, seq: int) -> Reply:
     Messages of other sequence numbers are skipped.  Raises NetlinkError for a kernel error
     other than ENODEV and for a malformed message (nothing else); a multi-part answer is
     finished only by its NLMSG_DONE."""
-    at, stats, finished = 0, None, False
-    while at + NLMSGHDR.size <= len(data):
-        length, kind, flags, msg_seq, _port = NLMSGHDR.unpack_from(data, at)
-        if length < NLMSGHDR.size or at + length > len(data):
-            raise NetlinkError(errno.EBADMSG, f"netlink message of length {length} at byte {at} "
-                                              f"of a {len(data)}-byte datagram")
-        payload = data[at + NLMSGHDR.size:at + length]
-        at += _align(length)
+    stats, finished = None, False
+    for kind, flags, msg_seq, payload in messages(data, _malformed):
         if msg_seq != seq or kind == NLMSG_NOOP:
             continue
         if kind == NLMSG_ERROR:
@@ -146,39 +142,11 @@ def parse(data: bytes, seq: int) -> Reply:
         if kind == RTM_NEWLINK:
             stats = _stats(payload) if stats is None else stats
             finished = finished or not flags & NLM_F_MULTI
-    if at < len(data):  # bytes left over, too few for a header
-        raise NetlinkError(errno.EBADMSG, f"{len(data) - at} stray bytes after the last message")
     return Reply(finished=finished, stats=stats)
 
 
-class _Socket(Protocol):
-    """What LinkCounters needs of a socket (a fake in the unit tests)."""
-
-    def sendto(self, data: bytes, address: tuple[int, int], /) -> int: ...
-    def recvmsg(self, bufsize: int, /) -> tuple[bytes, list[tuple[int, int, bytes]], int, Any]:
-        ...
-    def fileno(self) -> int: ...
-    def close(self) -> None: ...
-
-
-def _rtnetlink_socket() -> _Socket:
-    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_ROUTE)
-    sock.setblocking(False)
-    sock.bind((0, 0))  # the kernel picks our port id
-    return sock
-
-
-def wait_readable(fileno: int, deadline: float) -> bool:
-    """Wait until `fileno` can be read or the deadline (time.monotonic()) passes; False if it
-    had passed already.  A signal ends the wait early: the caller reads, and asks again."""
-    left = deadline - time.monotonic()
-    if left <= 0:
-        return False
-    poller = select.poll()
-    poller.register(fileno, select.POLLIN)
-    with contextlib.suppress(InterruptedError):
-        poller.poll(left * 1000)
-    return True
+def _rtnetlink_socket() -> NetlinkSocket:
+    return open_socket(NETLINK_ROUTE)
 
 
 class LinkCounters:
@@ -189,10 +157,10 @@ class LinkCounters:
     refuses or its answer cannot be understood; after an error the socket is replaced, so a
     late answer to that request cannot be taken for the next one's."""
 
-    def __init__(self, opener: Callable[[], _Socket] | None = None, timeout: float = TIMEOUT) -> None:
+    def __init__(self, opener: Callable[[], NetlinkSocket] | None = None, timeout: float = TIMEOUT) -> None:
         self._open = opener or _rtnetlink_socket
         self._timeout = timeout
-        self._sock: _Socket | None = None
+        self._sock: NetlinkSocket | None = None
         self._seq = 0
 
     def read(self, ifname: str) -> Counters | None:
@@ -236,11 +204,11 @@ class LinkCounters:
                 return stats
         raise NetlinkError(errno.EBADMSG, f"no answer to RTM_GETLINK in {MAX_DATAGRAMS} datagrams")
 
-    def _receive(self, sock: _Socket, deadline: float) -> tuple[bytes, int]:
+    def _receive(self, sock: NetlinkSocket, deadline: float) -> tuple[bytes, int]:
         """One datagram and its sender's port id; EINTR retried, EAGAIN waited for."""
         while True:
             try:
-                data, _anc, flags, address = sock.recvmsg(RECV_BUFFER)
+                data, port, flags = receive(sock, RECV_BUFFER)
             except InterruptedError:
                 continue
             except BlockingIOError:
@@ -249,8 +217,7 @@ class LinkCounters:
                 continue
             if flags & socket.MSG_TRUNC:
                 raise NetlinkError(errno.EMSGSIZE, f"an answer over {RECV_BUFFER} bytes")
-            port = address[0] if isinstance(address, tuple) and address else -1
-            return data, port if isinstance(port, int) else -1
+            return data, port
 
     def close(self) -> None:
         if self._sock is not None:

@@ -46,18 +46,26 @@ import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal
 
 from ..text import INVISIBLE
-from .netlink import wait_readable
+from .netlink_wire import (
+    NLM_F_REQUEST,
+    NLMSG_ERROR,
+    NetlinkSocket,
+    attributes,
+    messages,
+    open_socket,
+    pack_attr,
+    pack_message,
+    receive,
+    wait_readable,
+)
 
 # include/uapi/linux/netlink.h
 NETLINK_GENERIC = 16
-NLMSG_NOOP, NLMSG_ERROR, NLMSG_DONE, NLMSG_OVERRUN = 1, 2, 3, 4
-NLM_F_REQUEST = 0x1
 NETLINK_ADD_MEMBERSHIP = 1  # a socket option at level SOL_NETLINK
 NLA_F_NESTED, NLA_F_NET_BYTEORDER = 0x8000, 0x4000
-NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED and NLA_F_NET_BYTEORDER
 # include/linux/socket.h (not uapi; glibc's bits/socket.h has it too; Python's socket lacks it)
 SOL_NETLINK = 270
 
@@ -78,9 +86,7 @@ ATTR_WDEV = 153
 ATTR_SCAN_FLAGS = 158
 ATTR_SCAN_FREQ_KHZ = 292  # instead of ATTR_SCAN_FREQUENCIES if NL80211_SCAN_FLAG_FREQ_KHZ
 
-NLMSGHDR = struct.Struct("=IHHII")  # length, type, flags, sequence, port id
 GENLMSGHDR = struct.Struct("=BBH")  # command, version, reserved
-NLATTR = struct.Struct("=HH")  # length, type
 U16, U32, U64 = struct.Struct("=H"), struct.Struct("=I"), struct.Struct("=Q")
 
 Kind = Literal["started", "finished", "aborted"]
@@ -102,10 +108,6 @@ class Nl80211Error(OSError):
 
 def _bad(what: str) -> Nl80211Error:
     return Nl80211Error(errno.EBADMSG, f"malformed netlink datagram: {what}")
-
-
-def _align(n: int) -> int:
-    return (n + 3) & ~3
 
 
 @dataclass(frozen=True)
@@ -137,31 +139,13 @@ class ScanEvent:
 def _messages(data: bytes) -> list[tuple[int, int, bytes]]:
     """(type, sequence, payload) of each netlink message in a datagram; EBADMSG if the framing
     is broken anywhere in it."""
-    at, messages = 0, []
-    while at + NLMSGHDR.size <= len(data):
-        length, kind, _flags, seq, _port = NLMSGHDR.unpack_from(data, at)
-        if length < NLMSGHDR.size or at + length > len(data):
-            raise _bad(f"message of length {length} at byte {at} of a {len(data)}-byte datagram")
-        messages.append((kind, seq, data[at + NLMSGHDR.size:at + length]))
-        at += _align(length)
-    if at < len(data):
-        raise _bad(f"{len(data) - at} stray bytes after the last message")
-    return messages
+    return [(kind, seq, payload) for kind, _flags, seq, payload in messages(data, _bad)]
 
 
 def _attrs(data: bytes, what: str) -> Iterator[tuple[int, bytes]]:
     """(type without its flag bits, payload) of each attribute in `data`; EBADMSG for an
     attribute shorter than its header or longer than what is left, or 1-3 stray bytes."""
-    at = 0
-    while at < len(data):
-        if len(data) - at < NLATTR.size:
-            raise _bad(f"{len(data) - at} stray bytes after the last attribute of {what}")
-        length, kind = NLATTR.unpack_from(data, at)
-        if length < NLATTR.size or at + length > len(data):
-            raise _bad(f"attribute {kind & NLA_TYPE_MASK} of length {length} at byte {at} of "
-                       f"{what} ({len(data)} bytes)")
-        yield kind & NLA_TYPE_MASK, data[at + NLATTR.size:at + length]
-        at += _align(length)
+    return attributes(data, what, _bad)
 
 
 def _number(data: bytes, layout: struct.Struct, what: str) -> int:
@@ -190,10 +174,8 @@ def _genl(payload: bytes, what: str) -> tuple[int, bytes]:
 def family_request(seq: int) -> bytes:
     """CTRL_CMD_GETFAMILY for the family called "nl80211"."""
     name = NL80211_GENL_NAME.encode() + b"\0"
-    attr = NLATTR.pack(NLATTR.size + len(name), CTRL_ATTR_FAMILY_NAME) + name
-    attr += b"\0" * (_align(len(attr)) - len(attr))
-    body = GENLMSGHDR.pack(CTRL_CMD_GETFAMILY, 1, 0) + attr
-    return NLMSGHDR.pack(NLMSGHDR.size + len(body), GENL_ID_CTRL, NLM_F_REQUEST, seq, 0) + body
+    body = GENLMSGHDR.pack(CTRL_CMD_GETFAMILY, 1, 0) + pack_attr(CTRL_ATTR_FAMILY_NAME, name)
+    return pack_message(GENL_ID_CTRL, NLM_F_REQUEST, seq, body)
 
 
 def _groups(data: bytes) -> dict[str, int]:
@@ -328,27 +310,8 @@ def ssid_text(ssid: bytes) -> str:
 
 # ---- the listener -------------------------------------------------------------------------------
 
-class _Socket(Protocol):
-    """What ScanEvents needs of a socket (a fake in the unit tests)."""
-
-    def sendto(self, data: bytes, address: tuple[int, int], /) -> int: ...
-    def recvmsg(self, bufsize: int, /) -> tuple[bytes, list[tuple[int, int, bytes]], int, Any]:
-        ...
-    def setsockopt(self, level: int, option: int, value: int, /) -> None: ...
-    def setblocking(self, flag: bool, /) -> None: ...
-    def fileno(self) -> int: ...
-    def close(self) -> None: ...
-
-
-def _genetlink_socket() -> _Socket:
-    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_GENERIC)
-    try:
-        sock.setblocking(False)
-        sock.bind((0, 0))  # the kernel picks our port id
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+def _genetlink_socket() -> NetlinkSocket:
+    return open_socket(NETLINK_GENERIC)
 
 
 OnEvent = Callable[[ScanEvent, float, float], None]
@@ -366,12 +329,12 @@ class ScanEvents:
     datagrams are still delivered.  Any other receive error closes the listener and is kept in
     `failure`.  `close()` is idempotent."""
 
-    def __init__(self, on_event: OnEvent, opener: Callable[[], _Socket] | None = None,
+    def __init__(self, on_event: OnEvent, opener: Callable[[], NetlinkSocket] | None = None,
                  timeout: float = TIMEOUT) -> None:
         self._on_event = on_event
         self._open = opener or _genetlink_socket
         self._timeout = timeout
-        self._sock: _Socket | None = None
+        self._sock: NetlinkSocket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.family: Family | None = None
         self.overruns = 0
@@ -380,7 +343,7 @@ class ScanEvents:
         self.failure: OSError | None = None
 
     @classmethod
-    async def open(cls, on_event: OnEvent, opener: Callable[[], _Socket] | None = None,
+    async def open(cls, on_event: OnEvent, opener: Callable[[], NetlinkSocket] | None = None,
                    timeout: float = TIMEOUT) -> ScanEvents:
         """A listener calling `on_event` from the running loop: nl80211 resolved, its "scan"
         group joined.  Raises Nl80211Error (ENOENT: no Wi-Fi support loaded, or no "scan"
@@ -413,7 +376,7 @@ class ScanEvents:
             raise
         self._sock, self._loop, self.family = sock, loop, family
 
-    def _resolve(self, sock: _Socket) -> Family:
+    def _resolve(self, sock: NetlinkSocket) -> Family:
         seq = 1  # a fresh socket: nothing else is numbered on it
         sock.sendto(family_request(seq), (0, 0))
         deadline = time.monotonic() + self._timeout
@@ -429,12 +392,12 @@ class ScanEvents:
         raise _bad(f"no answer to CTRL_CMD_GETFAMILY in {MAX_DATAGRAMS} datagrams")
 
     @staticmethod
-    def _wait(sock: _Socket, deadline: float) -> tuple[bytes, int, int]:
+    def _wait(sock: NetlinkSocket, deadline: float) -> tuple[bytes, int, int]:
         """One datagram, its sender's port id and recvmsg's flags; EINTR retried, EAGAIN
         waited for until the deadline."""
         while True:
             try:
-                return _receive(sock)
+                return receive(sock, RECV_BUFFER)
             except InterruptedError:
                 continue
             except BlockingIOError:
@@ -448,7 +411,7 @@ class ScanEvents:
             if sock is None:  # closed, possibly by on_event
                 return
             try:
-                data, port, flags = _receive(sock)
+                data, port, flags = receive(sock, RECV_BUFFER)
             except (BlockingIOError, InterruptedError):
                 return  # drained (EINTR: the loop calls again, the socket still being readable)
             except OSError as e:
@@ -487,9 +450,3 @@ class ScanEvents:
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
-
-
-def _receive(sock: _Socket) -> tuple[bytes, int, int]:
-    data, _anc, flags, address = sock.recvmsg(RECV_BUFFER)
-    port = address[0] if isinstance(address, tuple) and address else -1
-    return data, port if isinstance(port, int) else -1, flags

@@ -258,4 +258,5 @@ def test_importing_netlink_loads_only_the_standard_library() -> None:
                           check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["nm_scanguard", "nm_scanguard.ifname", "nm_scanguard.peers",
-                                   "nm_scanguard.peers.netlink", "nm_scanguard.rates"]
+                                   "nm_scanguard.peers.netlink", "nm_scanguard.peers.netlink_wire",
+                                   "nm_scanguard.rates"]

@@ -25,6 +25,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from nm_scanguard.output import finite
+
 from .lab import PING_INTERVAL, Lab
 from .measure import AIR_LIMITED
 from .scenario import (GUARD_SETTINGS, SIMULATION_NOTE, WEAK_LINK_BGSCAN, Diagnose, Guardd,
@@ -352,18 +354,6 @@ def main(argv: list[str] | None = None) -> int:
                                    f"{info['cores']}-core host, QEMU TCG")
     say(f"wrote {args.out / 'summary.json'}, {args.out / 'table.txt'} and {png}")
     return 0
-
-
-def finite(value):
-    """`value` with every NaN or infinite float replaced by None, at any depth: a figure that
-    could not be computed (a median of no seconds, a ratio with no scan) is null in JSON."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite(v) for v in value]
-    return value
 
 
 def strict_json(summary: dict) -> str:
