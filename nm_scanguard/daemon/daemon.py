@@ -24,11 +24,11 @@ from ..peers.bus import BusError, NameOwners, add_match, owner_pid
 from ..peers.netlink import LinkCounters
 from ..peers.nl80211 import Nl80211Error, ScanEvent, ScanEvents
 from ..peers.nm import NAME as NM_NAME
+from ..peers.nm import SIGNAL_RULES as NM_SIGNALS
 from ..peers.nm import NetworkManager, WifiDevice
-from ..peers.supplicant import IFACE as WPAS_IFACE
 from ..peers.supplicant import NAME as WPAS_NAME
-from ..peers.supplicant import PATH as WPAS_PATH
-from ..peers.supplicant import Supplicant
+from ..peers.supplicant import SIGNAL_RULES as WPAS_SIGNALS
+from ..peers.supplicant import NetworkRemoved, ScanDone, Scanning, Supplicant, events_of
 from ..status import DeviceStatus
 from ..text import NAME_CHARS, quoted
 from .deferral import ScanDeferral
@@ -56,14 +56,8 @@ LABEL_AFTER = 1.0  # seconds after a scan starts that it is labelled (see _label
 MATCH_RULES = (
     f"type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged',arg0='{NM_NAME}'",
     f"type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged',arg0='{WPAS_NAME}'",
-    f"type='signal',sender='{NM_NAME}',interface='{NM_NAME}',member='DeviceAdded'",
-    f"type='signal',sender='{NM_NAME}',interface='{NM_NAME}',member='DeviceRemoved'",
-    f"type='signal',sender='{NM_NAME}',interface='{NM_NAME}.Device',member='StateChanged'",
-    f"type='signal',sender='{NM_NAME}',interface='{NM_NAME}.Settings.Connection',member='Updated'",
-    f"type='signal',sender='{WPAS_NAME}',interface='{WPAS_IFACE}',member='ScanDone'",
-    f"type='signal',sender='{WPAS_NAME}',interface='{WPAS_IFACE}',member='NetworkRemoved'",
-    f"type='signal',sender='{WPAS_NAME}',interface='org.freedesktop.DBus.Properties',"
-    f"member='PropertiesChanged',arg0='{WPAS_IFACE}'",
+    *NM_SIGNALS,
+    *WPAS_SIGNALS,
 )
 
 
@@ -318,30 +312,22 @@ class Daemon:
             self.schedule_sync()
 
     def _on_supplicant_signal(self, msg: Message) -> None:
-        if msg.interface == WPAS_IFACE and msg.member == "ScanDone":
-            guard = self._guard_for(msg.path)
-            if guard is not None:
+        for event in events_of(msg):
+            guard = self._guard_for(event.iface)
+            if isinstance(event, NetworkRemoved):
+                # At once, before any reply queued behind this signal resumes a suspend in
+                # flight: that suspend must learn that the object it read bgscan from is gone.
+                gone = self.suspender.network_removed(event.network)
+                if gone is not None and guard is not None:
+                    self.spawn(guard.network_gone(gone), guard)
+            elif guard is None:
+                continue
+            elif isinstance(event, ScanDone):
                 guard.scans.count_scan()
-        elif msg.interface == WPAS_IFACE and msg.member == "NetworkRemoved":
-            net = msg.body[0]
-            # At once, before any reply queued behind this signal resumes a suspend in flight:
-            # that suspend must learn that the object it read bgscan from is gone.
-            gone = self.suspender.network_removed(net)
-            guard = self._guard_for(msg.path)
-            if gone is not None and guard is not None:
-                self.spawn(guard.network_gone(gone), guard)
-        elif msg.member == "PropertiesChanged" and msg.path.startswith(WPAS_PATH + "/"):
-            if not msg.body or msg.body[0] != WPAS_IFACE:
-                return
-            changed = msg.body[1]
-            guard = self._guard_for(msg.path)
-            if guard is None:
-                return
-            if "Scanning" in changed:
-                guard.scans.scanning_changed(bool(changed["Scanning"].value))
-            if "CurrentNetwork" in changed:
-                net = changed["CurrentNetwork"].value
-                self.spawn(guard.network_changed(None if net in ("", "/") else net), guard)
+            elif isinstance(event, Scanning):
+                guard.scans.scanning_changed(event.scanning)
+            else:
+                self.spawn(guard.network_changed(event.network), guard)
 
     def _guard_for(self, iface_path: str) -> Guard | None:
         for guard in self.guards.values():

@@ -27,6 +27,12 @@ SETTINGS_CONNECTION = NAME + ".Settings.Connection"
 # GetSettings of a profile whose connection.permissions do not name the caller (nor root).
 PERMISSION_DENIED = NAME + ".Settings.PermissionDenied"
 _GONE = ("UnknownObject", "UnknownMethod", "UnknownInterface")
+# The signals after which the daemon looks again at the devices and profiles (it checks their
+# sender: bus.NameOwners).
+SIGNAL_RULES = tuple(
+    f"type='signal',sender='{NAME}',interface='{NAME}{where}',member='{member}'"
+    for where, member in (("", "DeviceAdded"), ("", "DeviceRemoved"), (".Device", "StateChanged"),
+                          (".Settings.Connection", "Updated")))
 
 DEVICE_TYPE_WIFI = 2
 STATE_ACTIVATED = 100

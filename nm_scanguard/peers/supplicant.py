@@ -10,9 +10,10 @@ Facts this module relies on (checked by tests/contract against the real binary):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
-from ..dbuslib import MessageBus, Variant
+from ..dbuslib import Message, MessageBus, Variant
 from .bus import BusError, call, get_property, name_has_owner, set_property, unwrap
 
 NAME = "fi.w1.wpa_supplicant1"
@@ -22,6 +23,69 @@ NETWORK = NAME + ".Network"
 BSS = NAME + ".BSS"
 # What wpa_supplicant answers for an interface it does not manage (GetInterface, RemoveInterface).
 INTERFACE_UNKNOWN = NAME + ".InterfaceUnknown"
+
+# The signals the daemon follows (it checks their sender: bus.NameOwners).
+SIGNAL_RULES = (
+    f"type='signal',sender='{NAME}',interface='{IFACE}',member='ScanDone'",
+    f"type='signal',sender='{NAME}',interface='{IFACE}',member='NetworkRemoved'",
+    f"type='signal',sender='{NAME}',interface='org.freedesktop.DBus.Properties',"
+    f"member='PropertiesChanged',arg0='{IFACE}'",
+)
+
+
+@dataclass(frozen=True)
+class ScanDone:
+    """A scan on the interface object `iface` ended."""
+
+    iface: str
+
+
+@dataclass(frozen=True)
+class NetworkRemoved:
+    """The network object `network` of the interface object `iface` is gone."""
+
+    iface: str
+    network: str
+
+
+@dataclass(frozen=True)
+class Scanning:
+    """The interface object `iface` started (True) or ended (False) a scan."""
+
+    iface: str
+    scanning: bool
+
+
+@dataclass(frozen=True)
+class CurrentNetwork:
+    """The interface object `iface` now uses the network object `network` (None: none)."""
+
+    iface: str
+    network: str | None
+
+
+Event = ScanDone | NetworkRemoved | Scanning | CurrentNetwork
+
+
+def events_of(msg: Message) -> list[Event]:
+    """What one of wpa_supplicant's signals (from wpa_supplicant: the caller checked the sender)
+    says, in the order it says it; [] for one we do not follow."""
+    if msg.interface == IFACE and msg.member == "ScanDone":
+        return [ScanDone(msg.path)]
+    if msg.interface == IFACE and msg.member == "NetworkRemoved":
+        return [NetworkRemoved(msg.path, msg.body[0])]
+    if msg.member != "PropertiesChanged" or not msg.path.startswith(PATH + "/") \
+            or not msg.body or msg.body[0] != IFACE:
+        return []
+    changed = msg.body[1]
+    out: list[Event] = []
+    if "Scanning" in changed:
+        out.append(Scanning(msg.path, bool(changed["Scanning"].value)))
+    if "CurrentNetwork" in changed:
+        net = changed["CurrentNetwork"].value
+        out.append(CurrentNetwork(msg.path, None if net in ("", "/") else net))
+    return out
+
 
 # No wpa_supplicant owns the name: the call never reached one, so its networks are gone.
 NOT_RUNNING = (
