@@ -49,7 +49,7 @@ def _target_address(text: str) -> str:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from ..diagnose import findings
+    from ..diagnose import document
     from ..diagnose import record as diagnose
     plot = None
     if args.plot:
@@ -74,9 +74,9 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
                       "running?") from None
     # The findings first: a plot that cannot be drawn must not cost the recording.
     if args.json:
-        print(json_text(findings.as_json(rec)), flush=True)
+        print(json_text(document.as_json(rec)), flush=True)
     else:
-        print(findings.report(rec), end="", flush=True)
+        print(document.report(rec), end="", flush=True)
     if plot is not None:
         try:
             plotting.draw(rec, args.plot, plot)

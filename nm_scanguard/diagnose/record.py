@@ -44,7 +44,8 @@ from ..peers.bus import (
 from ..peers.nl80211 import Nl80211Error, ScanEvent, ScanEvents
 from ..peers.supplicant import Supplicant, SupplicantError
 from ..text import clipped, shown
-from .findings import Guard, Recording, Scan, Second, explain_bgscan
+from .document import explain_bgscan
+from .findings import GuardSeen, Recording, Scan, Second
 from .ping import ECHO_INTERVAL, Pinger, open_pinger
 from .targets import Target, find_targets
 
@@ -283,7 +284,7 @@ async def record(bus: MessageBus, seconds: float, only: str | None,
         t.link.interface = t.interface
         t.link.ssid = t.ssid.decode("utf-8", "backslashreplace")
         t.link.gateway = t.gateway
-        guard = Guard(installed=installed, running=running, detail=detail)
+        guard = GuardSeen(installed=installed, running=running, detail=detail)
         device = device_of(props, t.interface)
         if device:
             guard.state = str(device.get("state", ""))

@@ -14,6 +14,7 @@ from nm_scanguard import attribution as A
 from nm_scanguard.diagnose import ping as PING
 from nm_scanguard.diagnose import record as D
 from nm_scanguard.diagnose import targets as T
+from nm_scanguard.diagnose import document as DOC
 from nm_scanguard.diagnose import findings as F
 from nm_scanguard.cli.scanguardctl import build_parser, main
 from nm_scanguard.peers.nl80211 import ScanEvent
@@ -79,8 +80,8 @@ def recorded(ssid: bytes, sequence, evidence=None, seconds: float = 60.0,
     return t.link
 
 
-def guard(**kw) -> F.Guard:
-    return F.Guard(**kw)
+def guard(**kw) -> F.GuardSeen:
+    return F.GuardSeen(**kw)
 
 
 # ---- attribution -----------------------------------------------------------------------------
@@ -241,7 +242,7 @@ def test_echoes_nobody_answered_are_no_measurement(ssid):
     assert lines[0] == ("Cannot tell whether the 1 scan on wlan0 stalled it: no latency measured "
                         "because none of the 300 echoes to 192.168.1.1 was answered (it may not "
                         f"answer pings); {TRY}.")
-    assert "Latency: not measured (none of the 300 echoes" in F.report(recording(link))
+    assert "Latency: not measured (none of the 300 echoes" in DOC.report(recording(link))
 
 
 @pytest.mark.parametrize("measured", [True, False])
@@ -252,7 +253,7 @@ def test_without_the_kernels_scan_events_no_scan_is_counted(ssid, measured):
     rec = recording(link)
     rec.scans_seen = False
     rec.scan_events_source = "not seen: this kernel has no Wi-Fi (cfg80211)"
-    lines = F.as_json(rec)["links"][0]["verdict"]
+    lines = DOC.as_json(rec)["links"][0]["verdict"]
     assert lines[0] == ("Cannot tell whether Wi-Fi scans ran on wlan0: the kernel's scan events "
                         "were not seen (this kernel has no Wi-Fi (cfg80211)).")
     assert lines[1] == ("Its 30 latency spikes in 300 echoes can be neither tied to scans nor "
@@ -312,13 +313,13 @@ def recording(link: F.Link, **guard_kw) -> F.Recording:
     rec.guards["wlan0"] = guard(**guard_kw)
     link.bgscan = "simple:30:-65:300"
     link.bgscan_source = "read from wpa_supplicant"
-    link.bgscan_words = F.explain_bgscan(link.bgscan, access_points=2)
+    link.bgscan_words = DOC.explain_bgscan(link.bgscan, access_points=2)
     return rec
 
 
 def test_report_leads_with_the_verdict_and_shows_users_text(ssid):
     link = recorded(ssid, [(20.0, started((ssid,))), (27.0, ended())])
-    text = F.report(recording(link))
+    text = DOC.report(recording(link))
     lines = text.splitlines()
     assert lines[2] == f"== wlan0 ('{ssid.decode()}')"
     assert lines[3].startswith("* Scans cause the stalls")
@@ -331,7 +332,7 @@ def test_report_leads_with_the_verdict_and_shows_users_text(ssid):
 def test_json_is_strict_and_complete(ssid):
     link = recorded(ssid, [(20.0, started((ssid,))), (27.0, ended())])
     link.echoes.append(F.Echo(59.9, None))
-    doc = F.as_json(recording(link, installed=True, running=True, state="idle",
+    doc = DOC.as_json(recording(link, installed=True, running=True, state="idle",
                               states_seen=["idle"]))
     text = json.dumps(doc, allow_nan=False, ensure_ascii=False)
     back = json.loads(text)
@@ -346,7 +347,7 @@ def test_json_is_strict_and_complete(ssid):
 def test_json_without_echoes_has_nulls_not_nan():
     link = F.Link(interface="wlan0")
     rec = F.Recording(started_at=1.0, duration=5.0, links=[link])
-    doc = F.as_json(rec)
+    doc = DOC.as_json(rec)
     json.dumps(doc, allow_nan=False)
     assert doc["links"][0]["summary"]["median_rtt_ms"] is None
     assert doc["links"][0]["summary"]["inside_share"] is None
@@ -356,17 +357,17 @@ def test_json_without_echoes_has_nulls_not_nan():
 
 
 def test_explain_bgscan():
-    assert "every 5 min" in F.explain_bgscan(F.NM_MULTI)
-    assert "more than one access point" in F.explain_bgscan(F.NM_MULTI, access_points=3)
-    assert "3 access points" in F.explain_bgscan(F.NM_MULTI, access_points=3)
-    assert "once a day" in F.explain_bgscan(F.NM_SINGLE)
-    assert "single access point" in F.explain_bgscan(F.NM_SINGLE)
-    assert "nm-scanguard suspended" in F.explain_bgscan("", suspended_by_guard=True)
-    assert F.explain_bgscan("") == "background scans are off"
-    assert "no bgscan at all" in F.explain_bgscan(None)
-    assert "learn module" in F.explain_bgscan("learn:10:-60:600:/tmp/x")
-    assert "not numbers" in F.explain_bgscan("simple:a:b:c")
-    assert "cannot explain" in F.explain_bgscan("Café ☕:1")
+    assert "every 5 min" in DOC.explain_bgscan(DOC.NM_MULTI)
+    assert "more than one access point" in DOC.explain_bgscan(DOC.NM_MULTI, access_points=3)
+    assert "3 access points" in DOC.explain_bgscan(DOC.NM_MULTI, access_points=3)
+    assert "once a day" in DOC.explain_bgscan(DOC.NM_SINGLE)
+    assert "single access point" in DOC.explain_bgscan(DOC.NM_SINGLE)
+    assert "nm-scanguard suspended" in DOC.explain_bgscan("", suspended_by_guard=True)
+    assert DOC.explain_bgscan("") == "background scans are off"
+    assert "no bgscan at all" in DOC.explain_bgscan(None)
+    assert "learn module" in DOC.explain_bgscan("learn:10:-60:600:/tmp/x")
+    assert "not numbers" in DOC.explain_bgscan("simple:a:b:c")
+    assert "cannot explain" in DOC.explain_bgscan("Café ☕:1")
 
 
 # ---- what the system shows any user ----------------------------------------------------------
@@ -671,7 +672,7 @@ def test_a_guard_that_guarded_and_let_go_during_the_run_is_said_to_have_guarded(
     lines = F.verdict(F.analyse(link, 60.0), g)
     assert lines[1] == ("nm-scanguard was guarding this interface during the run: bgscan was "
                         "suspended.")
-    assert "guarding then idle during the run" in F.guard_line(g)
+    assert "guarding then idle during the run" in DOC.guard_line(g)
 
 
 class RefusingSupplicant:

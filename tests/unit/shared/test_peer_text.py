@@ -18,6 +18,7 @@ from nm_scanguard.cli import common, configure, show
 from nm_scanguard.cli import scanguardctl as cli
 from nm_scanguard.diagnose import record as D
 from nm_scanguard.diagnose import targets as T
+from nm_scanguard.diagnose import document as DOC
 from nm_scanguard.diagnose import findings as F
 from nm_scanguard.peers.bus import BusError
 from nm_scanguard.dbuslib import Message, MessageType, Variant
@@ -182,7 +183,7 @@ def hostile_recording() -> F.Recording:
     ssid = EVIL.encode()
     link = F.Link(interface=f"wl{EVIL}", ssid=EVIL, bgscan=f"simple{EVIL}",
                   bgscan_source="read from wpa_supplicant", latency_method="ICMP echo")
-    link.bgscan_words = F.explain_bgscan(link.bgscan)
+    link.bgscan_words = DOC.explain_bgscan(link.bgscan)
     for i in range(300):
         link.echoes.append(F.Echo(i * 0.2, 80.0 if 10 <= i * 0.2 < 14 else 2.0))
     for s in range(60):
@@ -198,7 +199,7 @@ def hostile_recording() -> F.Recording:
         link.scans[-1].name = EVIL
     rec = F.Recording(started_at=time.time(), duration=60.0, links=[link],
                       scan_events_source="seen in the kernel's nl80211 scan events")
-    rec.guards[link.interface] = F.Guard(installed=True, running=True, state=EVIL,
+    rec.guards[link.interface] = F.GuardSeen(installed=True, running=True, state=EVIL,
                                          states_seen=[EVIL, "idle"],
                                          settings_sources={"threshold_mbit": f"profile {EVIL}"})
     return rec
@@ -206,7 +207,7 @@ def hostile_recording() -> F.Recording:
 
 def test_the_diagnose_report_prints_no_peers_text_raw():
     rec = hostile_recording()
-    text = F.report(rec)
+    text = DOC.report(rec)
     clean(text)
     assert "a program asked NetworkManager to scan (" in text  # the names are in the advice
 
