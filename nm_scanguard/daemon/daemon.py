@@ -126,12 +126,17 @@ class Daemon:
 
     # ---- start / stop ---------------------------------------------------------------------
 
-    async def connect(self, bus: MessageBus) -> None:
-        """Join the bus and subscribe to NM's and wpa_supplicant's signals; changes nothing."""
+    def attach(self, bus: MessageBus) -> None:
+        """Make the peers on `bus`: what both a guarding start (connect) and a restore-only
+        start (service.restore_left_over) work with.  Sends nothing."""
         self._bus = bus
         self._nm = NetworkManager(bus)
         self._supplicant = Supplicant(bus)
         self._suspender = Suspender(self._supplicant, self.journal)
+
+    async def connect(self, bus: MessageBus) -> None:
+        """Join the bus and subscribe to NM's and wpa_supplicant's signals; changes nothing."""
+        self.attach(bus)
         bus.add_message_handler(self._on_message)
         for rule in MATCH_RULES:
             await add_match(bus, rule)
@@ -153,7 +158,8 @@ class Daemon:
         if self._retry is None:
             self._retry = self.spawn(self._replay_journal())
 
-    async def _replay(self) -> int:
+    async def replay(self) -> int:
+        """Restore what the journal holds, once; the entries kept for a later try."""
         return await self.suspender.restore_journal()
 
     async def _replay_journal(self) -> None:
@@ -162,7 +168,7 @@ class Daemon:
         try:
             delay = JOURNAL_RETRY_FIRST
             while True:
-                if not await self._replay():
+                if not await self.replay():
                     return
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, JOURNAL_RETRY_MAX)

@@ -30,13 +30,12 @@ from ..dbuslib import SKIPPED, Message, MessageBus, MessageType
 from ..names import BUS_NAME, DBUS
 from ..output import closed_pipe_quiet
 from ..peers.bus import BusError, NoSystemBus, call, close_bus, connect_system
-from ..peers.supplicant import Supplicant, SupplicantError
+from ..peers.supplicant import SupplicantError
 from ..text import shown
 from .api import Api
 from .daemon import Daemon
-from .journal import DEFAULT_STATE_DIR, Journal
+from .journal import DEFAULT_STATE_DIR
 from .problems import log_traceback_once, unexpected_line
-from .suspension import Suspender
 
 log = logging.getLogger("scanguard")
 
@@ -190,15 +189,19 @@ async def _restore_only(state_dir: str) -> None:
 
 async def restore_left_over(bus: MessageBus, state_dir: str) -> int:
     """Restore what a previous instance left suspended, and guard nothing: what a daemon does
-    that cannot start (bad settings).  Returns the entries kept for a later try."""
-    journal = Journal(state_dir)
+    that cannot start (bad settings).  The same Daemon as a guarding start, attached to the
+    bus and replaying its journal once, never connected to NetworkManager's signals.  Returns
+    the entries kept for a later try."""
+    daemon = Daemon(Settings(), None, state_dir, tasks=Supervisor())
+    journal = daemon.journal
     if not journal.load():
         return 0
     problem = await own_name(bus, BUS_NAME)
     if problem:  # a running instance owns the journal
         log.error("%s; not touching %s", problem, journal.path)
         return 0
-    kept = await Suspender(Supplicant(bus), journal).restore_journal()
+    daemon.attach(bus)
+    kept = await daemon.replay()
     log.error("not guarding until the settings are fixed (scanguardd --check-config); what a "
               "previous instance left suspended was restored%s",
               f", except {kept} entr{'y' if kept == 1 else 'ies'} kept in {journal.path}"
