@@ -44,8 +44,9 @@ from ..names import (
 from ..peers.bus import BusError, add_match, call, name_has_owner
 from ..status import DeviceStatus
 from ..text import MAX_TEXT, clipped, cut, quoted
-from .export import CallError, ExportedObject, Throttle, load_interface
+from .export import CallError, ExportedObject, load_interface
 from .holds import HOLD_FIELDS, Hold, HoldError, Holds, check_text
+from .throttle import Throttle
 
 
 def _devices(status: list[DeviceStatus]) -> Variant:

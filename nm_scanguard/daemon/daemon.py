@@ -32,12 +32,12 @@ from ..peers.supplicant import NetworkRemoved, ScanDone, Scanning, Supplicant, e
 from ..status import DeviceStatus
 from ..text import NAME_CHARS, quoted
 from .deferral import ScanDeferral
-from .export import Throttle
 from .guard import Guard
 from .holds import Holds
 from .journal import Journal
 from .policy import threshold_words
 from .suspension import Suspender
+from .throttle import Throttle
 
 log = logging.getLogger("scanguard")
 

@@ -577,7 +577,7 @@ def test_json_carries_the_counts():
 
 async def test_the_status_line_sends_a_change_at_once_and_figures_at_most_every_few_seconds(
         tmp_path, monkeypatch):
-    """sd_notify STATUS=: the one Throttle (export.py) the D-Bus signals use too.  A state change
+    """sd_notify STATUS=: the one Throttle (throttle.py) the D-Bus signals use too.  A state change
     goes out at once; changed figures wait for the interval and are then sent, the last one."""
     import asyncio
 
