@@ -4,9 +4,9 @@ Runs as an ordinary user and changes nothing: it reads NetworkManager's and the 
 properties, sends ICMP echoes to the Wi-Fi interface's own gateway (or `--target`) from an
 unprivileged ping socket bound to that interface (what `net.ipv4.ping_group_range` allows;
 systemd opens it to every group), so that they cross the Wi-Fi also when a VPN owns the
-default route, reads the interface's byte counters from sysfs once a second, and listens to
-the kernel's nl80211 scan events, which any user may receive and which show every scan
-whoever asked for it.  wpa_supplicant is asked
+default route, reads the interface's byte counters over rtnetlink once a second (as the
+daemon does), and listens to the kernel's nl80211 scan events, which any user may receive and
+which show every scan whoever asked for it.  wpa_supplicant is asked
 for the bgscan string and the signal where its D-Bus policy lets the user (root and group
 `netdev` on Debian); otherwise the report says what it used instead.
 
@@ -41,6 +41,7 @@ from ..peers.bus import (
     owner_pid,
     unwrap,
 )
+from ..peers.netlink import LinkCounters
 from ..peers.nl80211 import Nl80211Error, ScanEvent, ScanEvents
 from ..peers.supplicant import Supplicant, SupplicantError
 from ..text import clipped, shown
@@ -54,15 +55,14 @@ SAMPLE_INTERVAL = 1.0  # counters, the guard's state
 
 # ---- counters --------------------------------------------------------------------------------
 
-def read_bytes(name: str, root: str = "/sys/class/net") -> tuple[int, int] | None:
+def read_bytes(counters: LinkCounters, name: str) -> tuple[int, int] | None:
+    """The interface's received and sent bytes, read over rtnetlink as the daemon reads them
+    (peers/netlink.py); None when they cannot be read (no such interface, a refusal)."""
     try:
-        with open(f"{root}/{name}/statistics/rx_bytes", encoding="ascii") as f:
-            rx = int(f.read())
-        with open(f"{root}/{name}/statistics/tx_bytes", encoding="ascii") as f:
-            tx = int(f.read())
+        now = counters.read(name)
     except (OSError, ValueError):
         return None
-    return rx, tx
+    return None if now is None else (now.rx_bytes, now.tx_bytes)
 
 
 # ---- the signal, bgscan, GeoClue -------------------------------------------------------------
@@ -280,6 +280,7 @@ async def record(bus: MessageBus, seconds: float, only: str | None,
     installed, running, props, detail = await guard_properties(bus)
     pingers: list[Pinger] = []
     last: dict[str, tuple[int, int] | None] = {}
+    counters = LinkCounters()
     for t in targets:
         t.link.interface = t.interface
         t.link.ssid = t.ssid.decode("utf-8", "backslashreplace")
@@ -296,7 +297,7 @@ async def record(bus: MessageBus, seconds: float, only: str | None,
         pinger = open_pinger(t, recorder.now, address)
         if pinger is not None:
             pingers.append(pinger)
-        last[t.interface] = read_bytes(t.interface)
+        last[t.interface] = read_bytes(counters, t.interface)
         rec.links.append(t.link)
     stop = stop or asyncio.Event()
     next_sample = recorder.clock() + SAMPLE_INTERVAL
@@ -309,7 +310,7 @@ async def record(bus: MessageBus, seconds: float, only: str | None,
             if recorder.clock() >= next_sample:
                 at = next_sample - SAMPLE_INTERVAL - recorder.t0
                 next_sample += SAMPLE_INTERVAL
-                await _sample(bus, targets, rec, last, at, running)
+                await _sample(bus, targets, rec, counters, last, at, running)
                 if progress is not None:
                     scans = sum(len(t.link.scans) for t in targets)
                     progress(f"{recorder.now():.0f}/{seconds:.0f} s, {scans} scan(s) seen; "
@@ -323,6 +324,7 @@ async def record(bus: MessageBus, seconds: float, only: str | None,
             p.close()
         if events is not None:
             events.close()
+        counters.close()
     if recorder.unmatched_ends:
         rec.notes.append(f"Note: {recorder.unmatched_ends} scan(s) were already running when "
                          "the recording began; they are not counted.")
@@ -336,7 +338,7 @@ async def record(bus: MessageBus, seconds: float, only: str | None,
     return rec
 
 
-async def _sample(bus: MessageBus, targets: list[Target], rec: Recording,
+async def _sample(bus: MessageBus, targets: list[Target], rec: Recording, counters: LinkCounters,
                   last: dict[str, tuple[int, int] | None], at: float, running: bool) -> None:
     props: dict[str, Any] = {}
     if running:
@@ -347,7 +349,7 @@ async def _sample(bus: MessageBus, targets: list[Target], rec: Recording,
                 rec.guards[t.interface].detail = ("its status could not be read "
                                                   f"({shown(e.text or e.name)})")
     for t in targets:
-        now = read_bytes(t.interface)
+        now = read_bytes(counters, t.interface)
         before = last.get(t.interface)
         if now is not None and before is not None:
             rx, tx = now[0] - before[0], now[1] - before[1]
