@@ -298,6 +298,27 @@ def guarded(guard: GuardSeen) -> bool:
 
 GUARDED_DURING_RUN = "nm-scanguard was guarding this interface during the run: bgscan was suspended."
 
+def _no_scan_seen(a: Analysis, interface: str, unmeasured: str, scans_unseen: str) -> list[str]:
+    """The verdict when no scan was seen: the scan events were not (`scans_unseen` says why),
+    or none ran."""
+    measured = a.median_ms is not None
+    if scans_unseen:
+        return [f"Cannot tell whether Wi-Fi scans ran on {interface}: the kernel's scan events "
+                f"were not seen ({scans_unseen}).",
+                f"Its {_n(a.spikes, 'latency spike')} in {a.echoes} "
+                f"{'echo' if a.echoes == 1 else 'echoes'} can be neither tied to scans nor "
+                "cleared of them." if measured
+                else f"Cannot tell whether {interface} stalled either: {unmeasured}."]
+    if not measured:
+        return [f"No Wi-Fi scan ran on {interface}; cannot tell whether it stalled for another "
+                f"reason: {unmeasured}."]
+    if a.spikes:
+        return [f"No Wi-Fi scan ran on {interface}: its {_n(a.spikes, 'latency spike')} have "
+                "another cause (the network beyond the access point, interference, power "
+                "saving), not scans."]
+    return [f"No Wi-Fi scan ran on {interface}, and latency stayed steady."]
+
+
 def verdict(a: Analysis, guard: GuardSeen, scans_unseen: str = "") -> list[str]:
     """Sentences a person can act on, most important first.  Each says only what was measured:
     without latency no stall is tied to a scan or cleared of one, and without the kernel's scan
@@ -307,28 +328,8 @@ def verdict(a: Analysis, guard: GuardSeen, scans_unseen: str = "") -> list[str]:
     measured = a.median_ms is not None
     unmeasured = (f"no latency measured because {a.latency_why}"
                   + (f"; {a.latency_try}" if a.latency_try else ""))
-    if scans_unseen:
-        lines.append(f"Cannot tell whether Wi-Fi scans ran on {interface}: the kernel's scan "
-                     f"events were not seen ({scans_unseen}).")
-        if measured:
-            lines.append(f"Its {_n(a.spikes, 'latency spike')} in {a.echoes} "
-                         f"{'echo' if a.echoes == 1 else 'echoes'} can "
-                         "be neither tied to scans nor cleared of them.")
-        else:
-            lines.append(f"Cannot tell whether {interface} stalled either: {unmeasured}.")
-        if guarded(guard):
-            lines.append(GUARDED_DURING_RUN)
-        return lines
-    if a.scans == 0:
-        if not measured:
-            lines.append(f"No Wi-Fi scan ran on {interface}; cannot tell whether it stalled for "
-                         f"another reason: {unmeasured}.")
-        elif a.spikes:
-            lines.append(f"No Wi-Fi scan ran on {interface}: its {_n(a.spikes, 'latency spike')} "
-                         "have another cause (the network beyond the access point, interference, "
-                         "power saving), not scans.")
-        else:
-            lines.append(f"No Wi-Fi scan ran on {interface}, and latency stayed steady.")
+    if scans_unseen or a.scans == 0:
+        lines += _no_scan_seen(a, interface, unmeasured, scans_unseen)
         if guarded(guard):
             lines.append(GUARDED_DURING_RUN)
         return lines
