@@ -82,9 +82,12 @@ IMPORTS = {
     "python3 alone": "pass",
     "asyncio": "import asyncio",
     "nm_scanguard.dbuslib (the D-Bus library)": "import nm_scanguard.dbuslib",
-    "nm_scanguard.peers.netlink (interface counters)": "import nm_scanguard.peers.netlink",
-    "nm_scanguard.daemon.service (the whole daemon)": "import nm_scanguard.daemon.service",
+    "netlink (interface counters)": "import nm_scanguard.peers.netlink",
+    "service (the whole daemon)": "import nm_scanguard.daemon.service",
 }
+# Where a revision from before the layers (issue 33) has the same module.
+FLAT = {"import nm_scanguard.peers.netlink": "import nm_scanguard.netlink",
+        "import nm_scanguard.daemon.service": "import nm_scanguard.service"}
 PROBE = """\
 import sys, time
 t = time.perf_counter()
@@ -109,6 +112,8 @@ class Daemon:
 def import_costs(daemon: Daemon) -> None:
     """RSS, PSS, module count and import time of a fresh interpreter after one import."""
     for label, stmt in IMPORTS.items():
+        if stmt in FLAT and not (daemon.source / "nm_scanguard" / "peers").is_dir():
+            stmt = FLAT[stmt]
         out = subprocess.run([sys.executable, "-c", PROBE.format(stmt)], cwd=daemon.source,
                              env=dict(os.environ, PYTHONPATH=str(daemon.source)),
                              capture_output=True, text=True, check=False)
