@@ -47,8 +47,10 @@ EOF
 mkdir -p /etc/tmpfiles.d
 echo "d /tmp 1777 root root -" >/etc/tmpfiles.d/tmp.conf
 
-# Units the lab does not want at all (clock sync without a network, crash dumps of the host).
-for unit in systemd-timesyncd.service systemd-pstore.service; do
+# Units the lab does not want at all (clock sync without a network, crash dumps of the host),
+# and Debian 13's tmpfs on /tmp (tmp.mount, on by default there): mounted over the overlay's /tmp
+# it hides the checkout's share when that lives under /tmp (a CI clone), and the agent with it.
+for unit in systemd-timesyncd.service systemd-pstore.service tmp.mount; do
     ln -sf /dev/null "/etc/systemd/system/$unit"
 done
 
