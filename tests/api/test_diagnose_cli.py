@@ -256,6 +256,22 @@ async def test_a_plot_is_drawn_after_the_report_without_matplotlibs_chatter(scen
     assert f"== {s.ifname} ('{ssid}')" in r.stdout and r.stdout.endswith(f"Plot: {out}\n")
 
 
+async def recording(pid: int, timeout: float = 60) -> None:
+    """Wait until scanguardctl diagnose (`pid`) has connected to the bus: it checks its
+    arguments, the plot's folder included, before it opens any socket, and records after."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:") for fd in fds):
+                return
+        except FileNotFoundError:
+            pass  # an fd closed while we looked; look again
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"scanguardctl diagnose (pid {pid}) did not connect to the bus in "
+                         f"{timeout:.0f} s")
+
+
 @pytest.mark.parametrize("ssid", ["Home", "Café ☕"])
 async def test_a_plot_that_fails_after_recording_costs_no_report(scenario, ssid):
     """The folder is removed while diagnose records: the plot cannot be written, and the
@@ -272,7 +288,7 @@ async def test_a_plot_that_fails_after_recording_costs_no_report(scenario, ssid)
         p = subprocess.Popen(cmd, env=env_for(s.address), cwd=REPO, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
         try:
-            await asyncio.sleep(5)  # past the checks of the arguments, inside the recording
+            await recording(p.pid)  # past the checks of the arguments
             shutil.rmtree(folder)
             stdout, stderr = await asyncio.to_thread(p.communicate, timeout=60)
         finally:
