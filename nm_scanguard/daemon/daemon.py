@@ -36,6 +36,7 @@ from .guard import Guard
 from .holds import Holds
 from .journal import Journal
 from .policy import threshold_words
+from .replay import restore_journal
 from .suspension import Suspender
 from .throttle import Throttle
 
@@ -160,7 +161,7 @@ class Daemon:
 
     async def replay(self) -> int:
         """Restore what the journal holds, once; the entries kept for a later try."""
-        return await self.suspender.restore_journal()
+        return await restore_journal(self.suspender)
 
     async def _replay_journal(self) -> None:
         """Replay the journal; entries that could not be restored (wpa_supplicant refused or did
@@ -314,7 +315,7 @@ class Daemon:
                      "are gone, so is anything we suspended")
             for each in self.guards.values():
                 each.supplicant_restarted()
-            self.suspender.forget_all()
+            self.suspender.ledger.forget_all()
             self.schedule_sync()
 
     def _on_supplicant_signal(self, msg: Message) -> None:
@@ -323,7 +324,7 @@ class Daemon:
             if isinstance(event, NetworkRemoved):
                 # At once, before any reply queued behind this signal resumes a suspend in
                 # flight: that suspend must learn that the object it read bgscan from is gone.
-                gone = self.suspender.network_removed(event.network)
+                gone = self.suspender.ledger.network_removed(event.network)
                 if gone is not None and guard is not None:
                     self.spawn(guard.network_gone(gone), guard)
             elif guard is None:

@@ -21,11 +21,14 @@ from ..rates import Counters, RateMeter, Rates
 from ..status import DeviceStatus
 from ..text import clipped
 from . import policy as P
+from .evidence import interface_of
+from .ledger import Suspended
 from .policy import GUARDED, Policy
 from .problems import COUNTERS, DEFERRAL, SETTINGS, SIGNAL, STEP, UNEXPECTED, Problems
+from .replay import restore_left_behind
 from .report import deferring_in, device_status, shown_state, status_line
 from .scans import ScanWatch
-from .suspension import NothingToSuspend, Suspended, Suspender, interface_of
+from .suspension import NothingToSuspend, Suspender
 
 log = logging.getLogger("scanguard")
 
@@ -81,7 +84,7 @@ class Guard:
     @property
     def suspended(self) -> Suspended | None:
         """Our "" on this interface's network, as the Suspender (its one owner) has it."""
-        return self._suspender.suspended_on(self.ifname)
+        return self._suspender.ledger.suspended_on(self.ifname)
 
     @property
     def engaged(self) -> bool:
@@ -143,11 +146,11 @@ class Guard:
             async with self._lock:
                 try:
                     await self._release("the guard stopped")
-                    await self._suspender.restore_left_behind(self.ifname)
+                    await restore_left_behind(self._suspender, self.ifname)
                 finally:
                     # What could not be restored is nobody's now: the journal's replay
                     # restores it (Daemon retries it at once), not a guard that is gone.
-                    self._suspender.abandon(self.ifname)
+                    self._suspender.ledger.abandon(self.ifname)
 
     def update(self, dev: WifiDevice, settings: Settings) -> None:
         if dev.connection_uuid != self.dev.connection_uuid:
@@ -259,7 +262,7 @@ class Guard:
             await self._release("wpa_supplicant re-created the interface")
 
     async def _recheck_if_in_doubt(self) -> None:
-        """A suspension can be in doubt (Suspender.in_doubt): a release whose Set went
+        """A suspension can be in doubt (Ledger.in_doubt): a release whose Set went
         unanswered and whose read-back failed (the Set may have landed), or a suspend that
         spanned a wpa_supplicant restart (its "" most likely went with the old process).
         Before counting ourselves engaged, read bgscan (Suspender.recheck); if it is no longer
@@ -267,7 +270,7 @@ class Guard:
         bgscan on, the release is simply tried again, and restoring reads first anyway.)"""
         suspended = self.suspended
         if suspended is not None and self.policy.want_engaged \
-                and self._suspender.in_doubt(suspended.network):
+                and self._suspender.ledger.in_doubt(suspended.network):
             await self._suspender.recheck(suspended, self.ifname)
 
     def hold_changed(self, held: bool) -> None:
@@ -349,8 +352,9 @@ class Guard:
 
     def _publish(self) -> None:
         suspended = self.suspended
+        in_doubt = suspended is not None and self._suspender.ledger.in_doubt(suspended.network)
         state, reason = shown_state(
-            self.policy, suspended, suspended is not None and self._suspender.in_doubt(suspended.network),
+            self.policy, suspended, in_doubt,
             self.no_bgscan, self._engage_failed)
         if state != self.state:
             self.scans.state_changed(state, deferring_in(self.settings, state))

@@ -10,10 +10,10 @@ from ..peers.nm import WifiDevice
 from ..rates import Rates
 from ..status import DeviceStatus, device_line
 from . import policy as P
+from .ledger import Suspended
 from .policy import GUARDED, Policy
 from .problems import Problems
 from .scans import ScanWatch
-from .suspension import Suspended
 
 
 def deferring_in(settings: Settings, state: str) -> bool:

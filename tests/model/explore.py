@@ -171,8 +171,8 @@ def fingerprint(m: Machine) -> str:
                              for g in d.guards.values()),
             "holds": sorted((h.caller, h.interface) for h in d.holds.all()),
             "suspender": None if s is None else (
-                sorted((k, repr(v)) for k, v in s._states.items()),
-                sorted(s._generations.items())),
+                sorted((k, repr(v)) for k, v in s.ledger._states.items()),
+                sorted(s.ledger._generations.items())),
         }
     timers = sorted(round(h.when() - now, 3) for h in w.loop._scheduled  # type: ignore[attr-defined]
                     if not h.cancelled())

@@ -32,7 +32,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 # Unit tests of the daemon's logic that run from a copy (the others read the tree's docs).
-PLAIN = ("tests/unit/daemon/test_suspension.py", "tests/unit/daemon/test_suspension_table.py",
+PLAIN = ("tests/unit/daemon/test_suspension.py", "tests/unit/daemon/test_ledger.py", "tests/unit/daemon/test_suspension_table.py",
          "tests/unit/daemon/test_guard.py", "tests/unit/daemon/test_failures_show.py", "tests/unit/daemon/test_journal.py",
          "tests/unit/daemon/test_holds.py", "tests/unit/daemon/test_policy.py",
          "tests/unit/daemon/test_abort.py", "tests/model/test_regressions.py")
@@ -105,7 +105,7 @@ MUTANTS = (
     Mutant("restore-trusts-no-answer", "RESTORING: an unanswered restoring Set is taken for "
            "landed, unread",
            "nm_scanguard/daemon/suspension.py",
-           "            landed = await self._restore_landed(net, ifname, e)\n",
+           "            landed = await restore_landed(self.supplicant, net, ifname, e)\n",
            "            landed = True\n"),
     Mutant("restore-cancel-forgets", "RESTORING: a restore cancelled on its way drops the entry",
            "nm_scanguard/daemon/suspension_table.py",
@@ -139,13 +139,13 @@ MUTANTS = (
            "        case Ev.SET_ASSUMED, Kind.SETTING:\n            return replace(s, kind=Kind.SUSPENDED,"),
     Mutant("stale-answer-applied", "an answer to a call sequence that ended is applied to the "
            "state that followed",
-           "nm_scanguard/daemon/suspension.py",
+           "nm_scanguard/daemon/ledger.py",
            "        if op is not None and (before is None or before.op != op):\n            return None",
            "        if False:\n            return None"),
     Mutant("stopped-guard-keeps-suspension", "SUSPENDED: what a stopped guard could not restore "
            "stays its, and no replay restores it",
            "nm_scanguard/daemon/guard.py",
-           "                    self._suspender.abandon(self.ifname)\n",
+           "                    self._suspender.ledger.abandon(self.ifname)\n",
            "                    pass\n"),
     # The rest of the daemon.
     Mutant("holder-left-keeps-holds", "forget a hold's release path (holder leaves the bus)",
@@ -171,7 +171,7 @@ MUTANTS = (
     Mutant("stop-forgets-cancelled-suspend", "a stop that cancels a suspend in flight restores only "
            "what the guard knew it had suspended",
            "nm_scanguard/daemon/guard.py",
-           "                    await self._suspender.restore_left_behind(self.ifname)\n",
+           "                    await restore_left_behind(self._suspender, self.ifname)\n",
            ""),
     Mutant("replaced-interface-kept", "a suspension under an interface object NetworkManager "
            "re-created is never let go",

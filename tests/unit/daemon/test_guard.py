@@ -18,6 +18,7 @@ from nm_scanguard.peers.nm import WifiDevice
 from nm_scanguard.rates import Counters
 from nm_scanguard.status import MAX_PROBLEMS
 from nm_scanguard.peers.supplicant import SCAN_ERROR, NoScanRunning, SupplicantError
+from nm_scanguard.daemon.replay import restore_journal
 from nm_scanguard.daemon.suspension import ALREADY_OFF, Suspender
 from tests.unit.daemon.test_suspension import IFACE0, NET0, NM_BGSCAN, TIMEOUT, FakeSupplicant, fail
 
@@ -408,7 +409,7 @@ async def test_a_late_reply_still_gets_restored(guard, parts):
 
 async def removed(guard: Guard, suspender: Suspender, net: str) -> None:
     """NetworkRemoved as the daemon handles it."""
-    gone = suspender.network_removed(net)
+    gone = suspender.ledger.network_removed(net)
     if gone is not None:
         await guard.network_gone(gone)
 
@@ -432,8 +433,8 @@ async def test_two_removals_in_a_row_leave_the_suspension_of_the_newest_object(g
     sup, suspender = parts["sup"], parts["suspender"]
     guard.hold_changed(True)
     await guard.kick()
-    first = suspender.network_removed(NET0)
-    assert first is not None and suspender.network_removed(NET0) is None
+    first = suspender.ledger.network_removed(NET0)
+    assert first is not None and suspender.ledger.network_removed(NET0) is None
     sup.networks[NET0] = {"bgscan": NM_BGSCAN}
     await guard.network_gone(first)
     assert sup.networks[NET0]["bgscan"] == "" and guard.suspended.generation == 2
@@ -470,9 +471,9 @@ async def test_what_a_stopping_guard_cannot_restore_goes_to_the_journal_replay(g
     sup.set_errors = [ACCESS_DENIED]
     with pytest.raises(SupplicantError):
         await guard.stop()
-    assert suspender.suspended_on("wlan0") is None
+    assert suspender.ledger.suspended_on("wlan0") is None
     assert sup.networks[NET0]["bgscan"] == "" and parts["journal"].get(NET0) is not None
-    assert await suspender.restore_journal() == 0
+    assert await restore_journal(suspender) == 0
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and parts["journal"].entries() == {}
 
 

@@ -14,10 +14,13 @@ from nm_scanguard.dbuslib import Message, MessageType, Variant
 from nm_scanguard.daemon.journal import Journal, JournalEntry
 from nm_scanguard.peers.supplicant import NAME, Supplicant, SupplicantError, explain
 from nm_scanguard.daemon.suspension_table import Kind
+from nm_scanguard.daemon.evidence import is_not_running, is_uncertain
+from nm_scanguard.daemon.ledger import Suspended
+from nm_scanguard.daemon.replay import restore_journal, restore_left_behind
 from nm_scanguard.daemon.suspension import (
-    ALREADY_OFF, NO_BGSCAN_KEY, NO_NETWORK, NothingToSuspend, Suspended, Suspender,
-    UncertainOutcome, is_not_running, is_uncertain,
+    ALREADY_OFF, NO_BGSCAN_KEY, NO_NETWORK, NothingToSuspend, Suspender,
 )
+from nm_scanguard.peers.supplicant import UncertainOutcome
 
 CAFE = "Café ☕"
 IFACE0 = "/fi/w1/wpa_supplicant1/Interfaces/0"
@@ -131,8 +134,8 @@ async def test_suspend_journals_first_then_sets_empty(sup, journal, suspender, i
     sup.on_set = lambda net, value: seen.append(on_disk(journal))
     s = await suspender.suspend(IFACE0, ifname)
     assert s == Suspended(network=NET0, saved=NM_BGSCAN, ifname=ifname)
-    assert suspender.suspended_on(ifname) == s
-    assert suspender.state(NET0).kind is Kind.SUSPENDED
+    assert suspender.ledger.suspended_on(ifname) == s
+    assert suspender.ledger.state(NET0).kind is Kind.SUSPENDED
     assert sup.networks[NET0]["bgscan"] == ""
     assert [c[0] for c in sup.calls] == ["current", "get", "set"]
     assert seen == [{NET0: JournalEntry(ifname, NM_BGSCAN)}]  # on disk before the Set went out
@@ -210,7 +213,7 @@ async def test_a_timeout_that_did_not_apply_is_read_back_and_tried_again(sup, jo
     with pytest.raises(SupplicantError, match="reading it back shows no"):
         await suspender.suspend(IFACE0, "wlan0")
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
-    assert suspender.suspended_on("wlan0") is None
+    assert suspender.ledger.suspended_on("wlan0") is None
     s = await suspender.suspend(IFACE0, "wlan0")  # the next sample
     assert s.saved == NM_BGSCAN and sup.networks[NET0]["bgscan"] == ""
 
@@ -246,7 +249,7 @@ async def test_uncertain_outcome_raised_directly_counts_too(sup, journal, suspen
     # The restoring Set is late as well: applied but unconfirmed; reading back shows it landed.
     await suspender.restore(s, "wlan0")
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN
-    assert on_disk(journal) == {} and suspender.suspended_on("wlan0") is None
+    assert on_disk(journal) == {} and suspender.ledger.suspended_on("wlan0") is None
 
 
 @pytest.mark.parametrize("error", [TIMEOUT, NO_REPLY])
@@ -262,8 +265,8 @@ async def test_a_restore_that_landed_unanswered_is_read_back_and_done(sup, journ
     sup.set_errors, sup.late = [error], True
     await suspender.restore(s, "wlan0")
     assert sup.networks[NET0]["bgscan"] == saved
-    assert on_disk(journal) == {} and suspender.suspended_on("wlan0") is None
-    assert not suspender.in_doubt(NET0)
+    assert on_disk(journal) == {} and suspender.ledger.suspended_on("wlan0") is None
+    assert not suspender.ledger.in_doubt(NET0)
 
 
 @pytest.mark.parametrize("landed", [True, False])
@@ -274,16 +277,16 @@ async def test_a_restore_unanswered_and_unreadable_is_left_in_doubt_until_read(
     sup.read_back_error = TIMEOUT  # the read after this Set fails too
     with pytest.raises(UncertainOutcome):
         await suspender.restore(s, "wlan0")
-    assert suspender.in_doubt(NET0) and suspender.suspended_on("wlan0") == s
+    assert suspender.ledger.in_doubt(NET0) and suspender.ledger.suspended_on("wlan0") == s
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}  # cannot tell: kept
     assert await suspender.recheck(s, "wlan0") is (not landed)
-    assert not suspender.in_doubt(NET0)
+    assert not suspender.ledger.in_doubt(NET0)
     if landed:  # it was restored: the suspension and its entry end, a new suspend may come
-        assert suspender.suspended_on("wlan0") is None and on_disk(journal) == {}
+        assert suspender.ledger.suspended_on("wlan0") is None and on_disk(journal) == {}
         s2 = await suspended(suspender)
         assert s2.saved == NM_BGSCAN and sup.networks[NET0]["bgscan"] == ""
     else:  # still our "": still suspended, and restored on release
-        assert suspender.suspended_on("wlan0") == s
+        assert suspender.ledger.suspended_on("wlan0") == s
         await suspender.restore(s, "wlan0")
     assert sup.networks[NET0]["bgscan"] == ("" if landed else NM_BGSCAN)
 
@@ -298,7 +301,7 @@ async def test_a_suspend_across_a_wpa_supplicant_restart_is_journaled_and_read_a
     at_the_set = []
 
     def restart_during_the_set(net, value):
-        suspender.forget_all()  # what the daemon does when wpa_supplicant leaves the bus
+        suspender.ledger.forget_all()  # what the daemon does when wpa_supplicant leaves the bus
         at_the_set.append(on_disk(journal))  # as the Set reaches the new process, if it does
         sup.on_set = None
         if case == "unanswered, unreadable":
@@ -313,26 +316,26 @@ async def test_a_suspend_across_a_wpa_supplicant_restart_is_journaled_and_read_a
         with pytest.raises(SupplicantError, match="reading it back shows no"):
             await suspender.suspend(IFACE0, "wlan0")
         assert at_the_set == kept
-        assert suspender.suspended_on("wlan0") is None and on_disk(journal) == {}
+        assert suspender.ledger.suspended_on("wlan0") is None and on_disk(journal) == {}
         return
     s = await suspender.suspend(IFACE0, "wlan0")
     assert at_the_set == kept
-    assert suspender.suspended_on("wlan0") == s and suspender.in_doubt(NET0)
+    assert suspender.ledger.suspended_on("wlan0") == s and suspender.ledger.in_doubt(NET0)
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}  # "" may be there
     landed = case == "landed on the new process"
     assert await suspender.recheck(s, "wlan0") is landed
-    assert not suspender.in_doubt(NET0)
+    assert not suspender.ledger.in_doubt(NET0)
     if landed:
         await suspender.restore(s, "wlan0")
     else:
-        assert suspender.suspended_on("wlan0") is None
+        assert suspender.ledger.suspended_on("wlan0") is None
     assert on_disk(journal) == {} and sup.networks[NET0]["bgscan"] == NM_BGSCAN
 
 
 async def test_a_suspend_across_a_restart_keeps_its_entry_and_is_restored(
         sup, journal, suspender, monkeypatch):
     def restart_during_the_set(net, value):
-        suspender.forget_all()
+        suspender.ledger.forget_all()
         sup.on_set = None
 
         def full(*_args):
@@ -341,11 +344,11 @@ async def test_a_suspend_across_a_restart_keeps_its_entry_and_is_restored(
     sup.on_set = restart_during_the_set  # and the Set reaches the new process
     # The restart kept the entry of the suspend under way, so nothing needs writing.
     s = await suspender.suspend(IFACE0, "wlan0")
-    assert suspender.suspended_on("wlan0") == s and suspender.in_doubt(NET0), \
+    assert suspender.ledger.suspended_on("wlan0") == s and suspender.ledger.in_doubt(NET0), \
         "live, so that a release restores it"
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
     await suspender.restore(s, "wlan0")
-    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and suspender.suspended_on("wlan0") is None
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and suspender.ledger.suspended_on("wlan0") is None
 
 
 async def test_after_a_lost_suspension_the_next_one_takes_it_over(sup, journal, suspender):
@@ -448,19 +451,19 @@ async def test_forget_all_after_a_wpa_supplicant_restart(sup, journal, suspender
     await suspended(suspender)
     journal.record(IFACE1 + "/Networks/4", "wlé0", OTHER)
     before = writes["n"]
-    suspender.forget_all()
+    suspender.ledger.forget_all()
     assert writes["n"] - before == 1
     assert on_disk(journal) == {}
     # The suspension went with the old process: a guard asking must not count itself engaged,
     # or it never suspends the new process's network.
-    assert suspender.suspended_on("wlan0") is None
+    assert suspender.ledger.suspended_on("wlan0") is None
 
 
 async def test_a_removed_network_ends_its_suspension_and_entry(sup, journal, suspender):
     s = await suspended(suspender)
-    assert suspender.network_removed(s.network) == s
-    assert on_disk(journal) == {} and suspender.suspended_on("wlan0") is None
-    assert suspender.generation(s.network) == s.generation + 1
+    assert suspender.ledger.network_removed(s.network) == s
+    assert on_disk(journal) == {} and suspender.ledger.suspended_on("wlan0") is None
+    assert suspender.ledger.generation(s.network) == s.generation + 1
 
 
 async def test_a_removal_drops_a_stale_entry_but_not_that_of_a_suspend_under_way(
@@ -469,18 +472,18 @@ async def test_a_removal_drops_a_stale_entry_but_not_that_of_a_suspend_under_way
     suspend is under way there, which sorts the removal out itself when its Set returns."""
     stale = IFACE0 + "/Networks/1"
     journal.record(stale, "wlan0", NM_BGSCAN)
-    assert suspender.network_removed(stale) is None and journal.get(stale) is None
+    assert suspender.ledger.network_removed(stale) is None and journal.get(stale) is None
     seen = []
 
     def removed_mid_set(net, value):
         if value == "":
-            assert suspender.network_removed(net) is None
+            assert suspender.ledger.network_removed(net) is None
             seen.append(journal.get(net))
     sup.on_set = removed_mid_set
     with pytest.raises(SupplicantError, match="re-created"):
         await suspender.suspend(IFACE0, "wlan0")
     assert seen == [JournalEntry("wlan0", NM_BGSCAN)]  # kept while the Set was on its way
-    assert journal.entries() == {} and suspender.state(NET0) is None
+    assert journal.entries() == {} and suspender.ledger.state(NET0) is None
 
 
 async def test_one_network_is_never_suspended_twice(sup, journal, suspender):
@@ -557,7 +560,7 @@ async def test_replay_restores_under_the_interface_and_drops_the_rest(sup, journ
         stray: ("wlé0", OTHER),  # claims wlé0 but lies under wlan0's
         IFACE0 + "/Networks/9": ("gone0", OTHER),  # wpa_supplicant does not know the interface
     })
-    await suspender.restore_journal()
+    await restore_journal(suspender)
     assert sup.networks == {ours: {"bgscan": NM_BGSCAN}, theirs: {"bgscan": ""},
                             stray: {"bgscan": ""}}
     assert sup.sets() == [("set", ours, NM_BGSCAN)]
@@ -571,7 +574,7 @@ async def test_replay_with_non_ascii_interface_name(sup, journal, suspender):
     mine = IFACE1 + "/Networks/0"
     sup.networks = {mine: {"bgscan": ""}}
     left_behind(journal, {mine: ("wlé0", NM_BGSCAN)})
-    await suspender.restore_journal()
+    await restore_journal(suspender)
     assert sup.networks[mine]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
 
 
@@ -584,7 +587,7 @@ async def test_replay_uses_the_callers_lookup(sup, journal, suspender):
         asked.append(ifname)
         return IFACE0
 
-    await suspender.restore_journal(known)
+    await restore_journal(suspender, known)
     assert asked == ["wlan0"] and ("interface", "wlan0") not in sup.calls
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN
 
@@ -594,7 +597,7 @@ async def test_replay_keeps_what_it_could_not_restore(sup, journal, suspender, w
     sup.networks = {NET0: {"bgscan": ""}, other: {"bgscan": ""}}
     left_behind(journal, {NET0: ("wlan0", NM_BGSCAN), other: ("wlan0", OTHER)})
     sup.set_errors = [ACCESS_DENIED]  # the first restore (NET0, first in the file) is refused
-    await suspender.restore_journal()
+    await restore_journal(suspender)
     assert writes["n"] == 1
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
     assert sup.networks == {NET0: {"bgscan": ""}, other: {"bgscan": OTHER}}
@@ -608,7 +611,7 @@ async def test_wpa_supplicant_not_running_drops_everything_in_one_write(sup, jou
     left_behind(journal, {n: ("wlan0", NM_BGSCAN) for n in nets})
     if how == "owner":
         sup.owned = False
-        await suspender.restore_journal()
+        await restore_journal(suspender)
         assert sup.calls == [("running",)]
     else:
         # The call says nobody owns the name (wpa_supplicant left just after the replay's
@@ -624,7 +627,7 @@ async def test_wpa_supplicant_not_running_drops_everything_in_one_write(sup, jou
         else:
             sup.set_errors = [SERVICE_UNKNOWN]
             sup.on_set = lambda net, value: setattr(sup, "owned", False)
-        await suspender.restore_journal()
+        await restore_journal(suspender)
     assert writes["n"] == 1
     assert on_disk(journal) == {}
 
@@ -642,13 +645,13 @@ async def test_not_running_from_a_call_drops_nothing_unless_the_bus_confirms(
     else:
         sup.set_errors = [SERVICE_UNKNOWN]
     sup.owned = owner
-    kept = await suspender.restore_journal()
+    kept = await restore_journal(suspender)
     assert kept == 1
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
     assert sup.networks[NET0]["bgscan"] == ""
     # The next try, with wpa_supplicant answering, restores it.
     sup.interface_error, sup.set_errors, sup.owned = None, [], True
-    assert await suspender.restore_journal() == 0
+    assert await restore_journal(suspender) == 0
     assert on_disk(journal) == {} and sup.networks[NET0]["bgscan"] == NM_BGSCAN
 
 
@@ -656,14 +659,14 @@ async def test_other_lookup_failures_keep_the_entries(sup, journal, suspender):
     sup.networks = {NET0: {"bgscan": ""}}
     left_behind(journal, {NET0: ("wlan0", NM_BGSCAN)})
     sup.interface_error = ACCESS_DENIED
-    await suspender.restore_journal()
+    await restore_journal(suspender)
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
 
 
 async def test_replay_of_a_damaged_journal_is_not_fatal(sup, journal, suspender, caplog):
     with open(journal.path, "w") as f:
         f.write('{"/n/0": {"ifname": "wlan0", "bgscan": "$(id)"}, ')
-    await suspender.restore_journal()
+    await restore_journal(suspender)
     assert sup.calls == [] and "cannot use the journal" in caplog.text
 
 
@@ -674,7 +677,7 @@ async def test_replay_of_2000_entries_writes_once(tmp_path, sup, writes):
     sup.networks = {net: {"bgscan": ""} for net in nets}
     left_behind(journal, {net: ("wlan0", NM_BGSCAN) for net in nets})
     start = time.perf_counter()
-    await Suspender(sup, journal).restore_journal()
+    await restore_journal(Suspender(sup, journal))
     took = time.perf_counter() - start
     print(f"\nrestore_journal of {n} entries: {took * 1000:.1f} ms, {writes['n']} write(s)")
     assert writes["n"] == 1
@@ -690,7 +693,7 @@ async def test_network_recreated_between_read_and_set_gets_the_value_back(sup, j
     feeds NetworkRemoved to the Suspender before the Set's reply is handled."""
     def recreate(net, value):
         if value == "":
-            suspender.network_removed(net)
+            suspender.ledger.network_removed(net)
             sup.networks[net] = {"bgscan": OTHER}  # NM's new object, then our "" lands on it
     sup.on_set = recreate
     with pytest.raises(SupplicantError, match="re-created"):
@@ -705,7 +708,7 @@ async def test_network_recreated_between_read_and_set_gets_the_value_back(sup, j
 async def test_network_recreated_and_put_back_fails_is_restored_on_release(sup, journal, suspender):
     def recreate(net, value):
         if value == "":
-            suspender.network_removed(net)
+            suspender.ledger.network_removed(net)
         else:
             fail(ACCESS_DENIED, f"setting bgscan on {net}")  # the put-back is refused
     sup.on_set = recreate
@@ -727,7 +730,7 @@ async def test_network_recreated_between_read_and_set_of_a_restore_is_logged(
 
     def recreate(net, value):
         if value == s.saved:
-            suspender.network_removed(net)
+            suspender.ledger.network_removed(net)
             sup.networks[net] = {"bgscan": OTHER}  # NetworkManager's new object
     sup.on_set = recreate
     await suspender.restore(s, "wlan0")
@@ -747,8 +750,8 @@ async def test_a_replay_leaves_a_network_a_guard_took_over_while_it_waited(sup, 
         taken.append(await suspender.suspend(IFACE0, "wlan0"))  # the guard, meanwhile
         return IFACE0
     taken: list = []
-    assert await suspender.restore_journal(known) == 0
-    assert sup.networks[NET0]["bgscan"] == "" and suspender.suspended_on("wlan0") == taken[0]
+    assert await restore_journal(suspender, known) == 0
+    assert sup.networks[NET0]["bgscan"] == "" and suspender.ledger.suspended_on("wlan0") == taken[0]
     assert journal.get(NET0) == JournalEntry("wlan0", OTHER)
     await suspender.restore(taken[0], "wlan0")
     assert sup.networks[NET0]["bgscan"] == OTHER and journal.entries() == {}
@@ -762,14 +765,14 @@ async def test_a_second_removal_during_a_refused_put_back_ends_the_suspension(
     would count itself engaged on a network that carries NetworkManager's bgscan.  (The model
     rung draws this only now and then: 2 of 4 mutation runs of 2000 sequences.)"""
     def recreate_twice(net, value):
-        suspender.network_removed(net)
+        suspender.ledger.network_removed(net)
         sup.networks[net] = {"bgscan": OTHER}
         if value != "":
             fail(ACCESS_DENIED, f"setting bgscan on {net}")  # the put-back is refused
     sup.on_set = recreate_twice
     with pytest.raises(SupplicantError, match="re-created"):
         await suspender.suspend(IFACE0, "wlan0")
-    assert suspender.suspended_on("wlan0") is None and journal.entries() == {}
+    assert suspender.ledger.suspended_on("wlan0") is None and journal.entries() == {}
 
 
 async def test_a_network_under_a_replaced_interface_object_is_gone(sup, journal, suspender):
@@ -788,7 +791,7 @@ async def test_a_network_under_a_replaced_interface_object_is_gone(sup, journal,
     sup.interfaces["wlan0"] = "/fi/w1/wpa_supplicant1/Interfaces/7"
     sup.networks.pop(NET0)
     await suspender.restore(s, "wlan0")
-    assert journal.entries() == {} and suspender.suspended_on("wlan0") is None
+    assert journal.entries() == {} and suspender.ledger.suspended_on("wlan0") is None
 
 
 async def test_an_unknown_object_on_the_same_interface_object_is_not_taken_for_gone(
@@ -830,12 +833,12 @@ async def test_a_removal_after_a_cancelled_suspend_keeps_the_entry_for_the_resto
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert suspender.network_removed(NET0) is None
+    assert suspender.ledger.network_removed(NET0) is None
     assert on_disk(journal) == {NET0: JournalEntry(ifname, NM_BGSCAN)}
     del sup.set_bgscan  # the fake's own Set again
-    await suspender.restore_left_behind(ifname)
+    await restore_left_behind(suspender, ifname)
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and journal.entries() == {}
-    assert suspender.network_removed(NET0) is None  # nothing left that a removal keeps
+    assert suspender.ledger.network_removed(NET0) is None  # nothing left that a removal keeps
 
 
 async def test_a_replay_leaves_alone_a_network_a_guard_took_over_during_its_lookup(
@@ -851,9 +854,9 @@ async def test_a_replay_leaves_alone_a_network_a_guard_took_over_during_its_look
         assert taken.saved == NM_BGSCAN
         return None
 
-    assert await suspender.restore_journal(known) == 0
+    assert await restore_journal(suspender, known) == 0
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
-    assert suspender.suspended_on("wlan0") is not None and sup.networks[NET0]["bgscan"] == ""
+    assert suspender.ledger.suspended_on("wlan0") is not None and sup.networks[NET0]["bgscan"] == ""
 
 
 @pytest.mark.parametrize("ifname", ["wlan0", "wlé0"])
@@ -882,10 +885,10 @@ async def test_a_set_left_behind_that_hit_a_recreated_object_is_restored_there(
     read = sup.get_bgscan
 
     async def removal_seen_during_the_read(net):
-        suspender.network_removed(NET0)
+        suspender.ledger.network_removed(NET0)
         return await read(net)
     monkeypatch.setattr(sup, "get_bgscan", removal_seen_during_the_read)
-    await suspender.restore_left_behind(ifname)
+    await restore_left_behind(suspender, ifname)
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
 
 
@@ -895,11 +898,11 @@ async def test_a_recheck_whose_read_fails_keeps_the_entry_and_the_doubt(sup, jou
     sup.read_back_error = TIMEOUT  # the read-back after the unanswered restore fails too
     with pytest.raises(UncertainOutcome):
         await suspender.restore(s, "wlan0")
-    assert suspender.in_doubt(NET0)
+    assert suspender.ledger.in_doubt(NET0)
     sup.get_errors = [TIMEOUT]
     with pytest.raises(SupplicantError):
         await suspender.recheck(s, "wlan0")
-    assert suspender.in_doubt(NET0) and suspender.suspended_on("wlan0") == s
+    assert suspender.ledger.in_doubt(NET0) and suspender.ledger.suspended_on("wlan0") == s
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
     assert sup.networks[NET0]["bgscan"] == ""
     await suspender.restore(s, "wlan0")
@@ -925,7 +928,7 @@ async def test_a_restore_cancelled_on_its_way_keeps_the_entry_in_doubt(
     with pytest.raises(asyncio.CancelledError):
         await task
     assert on_disk(journal) == {NET0: JournalEntry(ifname, NM_BGSCAN)}
-    assert suspender.in_doubt(NET0) and suspender.suspended_on(ifname) == s
+    assert suspender.ledger.in_doubt(NET0) and suspender.ledger.suspended_on(ifname) == s
 
 
 async def test_a_suspend_that_cannot_read_a_leftover_network_keeps_its_entry(
@@ -936,7 +939,7 @@ async def test_a_suspend_that_cannot_read_a_leftover_network_keeps_its_entry(
     with pytest.raises(SupplicantError):
         await suspender.suspend(IFACE0, "wlan0")
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
-    assert await suspender.restore_journal() == 0
+    assert await restore_journal(suspender) == 0
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
 
 
@@ -957,12 +960,12 @@ async def test_an_answer_to_a_call_sequence_that_ended_is_not_applied_to_the_nex
     release = asyncio.create_task(suspender.restore(s, "wlan0"))
     for _ in range(3):
         await asyncio.sleep(0)
-    suspender.forget_all()
+    suspender.ledger.forget_all()
     sup.networks[NET0]["bgscan"] = NM_BGSCAN  # the new process's network
     other = await suspender.suspend(IFACE0, "wlé0")
     answer.set_result(None)
     await release
-    assert suspender.suspended_on("wlé0") == other and sup.networks[NET0]["bgscan"] == ""
+    assert suspender.ledger.suspended_on("wlé0") == other and sup.networks[NET0]["bgscan"] == ""
     assert on_disk(journal) == {NET0: JournalEntry("wlé0", NM_BGSCAN)}
     assert [c for c in sup.sets() if c[2] != ""] == []  # the old release wrote nothing
 
@@ -977,7 +980,7 @@ async def test_a_replay_restores_a_leftover_whose_take_over_failed_meanwhile(
         with pytest.raises(SupplicantError):
             await suspender.suspend(IFACE0, "wlan0")  # a guard's take-over, failing
         return IFACE0
-    assert await suspender.restore_journal(known) == 0
+    assert await restore_journal(suspender, known) == 0
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
 
 
@@ -998,14 +1001,14 @@ async def test_the_replay_is_tried_again_while_a_guard_is_taking_an_entry_over(
     take_over = asyncio.ensure_future(suspender.suspend(IFACE0, "wlan0"))
     for _ in range(20):
         await asyncio.sleep(0)
-    assert suspender.state(NET0).kind is Kind.READING
-    assert await suspender.restore_journal() == 1  # not restored, and not forgotten either
+    assert suspender.ledger.state(NET0).kind is Kind.READING
+    assert await restore_journal(suspender) == 1  # not restored, and not forgotten either
     sup.get_errors = [TIMEOUT]
     gate.set()
     with pytest.raises(SupplicantError):
         await take_over
-    assert suspender.state(NET0).kind is Kind.LEFTOVER
-    assert await suspender.restore_journal() == 0
+    assert suspender.ledger.state(NET0).kind is Kind.LEFTOVER
+    assert await restore_journal(suspender) == 0
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
 
 
@@ -1017,9 +1020,9 @@ async def test_what_a_stopped_guard_could_not_restore_goes_to_the_replay(
     sup.set_errors = [ACCESS_DENIED]
     with pytest.raises(SupplicantError):
         await suspender.restore(s, ifname)
-    suspender.abandon(ifname)
-    assert suspender.suspended_on(ifname) is None and suspender.state(NET0).kind is Kind.LEFTOVER
-    assert await suspender.restore_journal() == 0
+    suspender.ledger.abandon(ifname)
+    assert suspender.ledger.suspended_on(ifname) is None and suspender.ledger.state(NET0).kind is Kind.LEFTOVER
+    assert await restore_journal(suspender) == 0
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
 
 
@@ -1028,5 +1031,5 @@ async def test_an_unanswered_suspend_that_cannot_be_read_back_is_in_doubt(
     sup.set_errors, sup.late = [TIMEOUT], True
     sup.read_back_error = TIMEOUT  # the read-back fails too
     s = await suspender.suspend(IFACE0, "wlan0")
-    assert suspender.in_doubt(NET0) and on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
-    assert await suspender.recheck(s, "wlan0") is True and not suspender.in_doubt(NET0)
+    assert suspender.ledger.in_doubt(NET0) and on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
+    assert await suspender.recheck(s, "wlan0") is True and not suspender.ledger.in_doubt(NET0)

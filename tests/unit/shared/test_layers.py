@@ -43,11 +43,9 @@ OVER_THE_LIMIT = {
     "config.py": 407,
     "daemon/api.py": 442,
     "daemon/api.py:Api": 297,
-    "daemon/daemon.py": 465,
+    "daemon/daemon.py": 466,
     "daemon/daemon.py:Daemon": 391,
-    "daemon/guard.py:Guard": 325,
-    "daemon/suspension.py": 699,
-    "daemon/suspension.py:Suspender": 582,
+    "daemon/guard.py:Guard": 326,
     "peers/nl80211.py": 452,
 }
 
