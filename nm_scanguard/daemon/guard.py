@@ -2,7 +2,9 @@
 
 A Guard gets what it works with injected (a counter reader, wpa_supplicant for the interface
 object and the signal, a Suspender that owns the bgscan string and the journal) and reports
-through one listener; it never reaches into the daemon.  So it can be tested with fakes.
+through one listener; it never reaches into the daemon.  So it can be tested with fakes.  Its
+jobs beside suspending and restoring are its own classes: the signal floor and roaming
+(roaming.py), its scans (scans.py).
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from . import policy as P
 from .evidence import interface_of
 from .ledger import Suspended
 from .policy import GUARDED, Policy
-from .problems import COUNTERS, DEFERRAL, SETTINGS, SIGNAL, STEP, UNEXPECTED, Problems
+from .problems import COUNTERS, DEFERRAL, SETTINGS, STEP, UNEXPECTED, Problems
 from .replay import restore_left_behind
 from .report import deferring_in, device_status, shown_state, status_line
+from .roaming import Roaming
 from .scans import ScanWatch
 from .suspension import NothingToSuspend, Suspender
 
@@ -67,7 +70,8 @@ class Guard:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self.problems = Problems()  # shown in the status, each logged once per change
-        self.scans = ScanWatch(self, supplicant)
+        self.roaming = Roaming(self, supplicant)
+        self.scans = ScanWatch(self, supplicant, self.roaming)
         self._engage_failed = False  # the last try to suspend bgscan raised
         # Whether the polkit rule refuses other programs' scan requests now, as the daemon's
         # ScanDeferral has it (deferral_status); until told, what this guard wants.
@@ -200,29 +204,8 @@ class Guard:
 
     async def kick(self) -> bool:
         """Read the signal if the policy needs it, then act.  Also used when a hold changes."""
-        if self.policy.signal_poll_due(time.monotonic()):
-            known = self.iface_path is not None
-            rssi = await self._signal()
-            if not (known and self.iface_path is None):
-                self.policy.observe_signal(time.monotonic(), rssi)
-            # else the object polled was gone (NetworkManager re-created the interface): no
-            # reading, so the new object is polled at the next sample, not a poll interval
-            # later while the old object's reading (a weak one, say) keeps deciding.
+        await self.roaming.poll()
         return await self.reconcile()
-
-    async def _signal(self) -> int | None:
-        """The signal, or None when unknown.  Not associated or a driver that cannot tell is
-        normal; anything else (a refusal, no answer) is shown: without the signal a fading
-        link is never released for roaming.  Guarding goes on either way."""
-        try:
-            rssi = await self._supplicant.signal(await self.iface())
-        except SupplicantError as e:
-            self.look_up_again_if_gone(e)
-            self.problems.fail(f"{self.ifname}: cannot read the signal, so a fading signal does not "
-                       f"release bgscan for roaming: {e}", SIGNAL)
-            return None
-        self.problems.clear(SIGNAL)
-        return rssi
 
     async def reconcile(self) -> bool:
         """Make wpa_supplicant match what the policy wants; safe to call at any time.
@@ -241,8 +224,8 @@ class Guard:
                     self._engage_failed = False
                 elif not self.policy.want_engaged and self.engaged:
                     await self._release(self.policy.reason)
-                    if self.policy.state == P.WEAK:
-                        await self.scans.roam_scan()
+                    if self.roaming.release_for_roaming():
+                        await self.roaming.ask_for_scan()
             except SupplicantError as e:
                 self.look_up_again_if_gone(e)
                 self.problems.fail(f"{self.ifname}: {e}")

@@ -13,6 +13,7 @@ from . import policy as P
 from .ledger import Suspended
 from .policy import GUARDED, Policy
 from .problems import Problems
+from .roaming import Roaming
 from .scans import ScanWatch
 
 
@@ -47,6 +48,7 @@ class Reported(Protocol):
     dev: WifiDevice
     policy: Policy
     rates: Rates | None
+    roaming: Roaming
     state: str
     reason: str
     since: float
@@ -83,7 +85,7 @@ def device_status(g: Reported) -> DeviceStatus:
         deferring_scans=g.deferring and g.deferral_in_force is not False,
         scan_requests_deferred=scans.scan_requests_deferred,
         scans_aborted=dict(scans.scans_aborted),
-        own_scans=list(scans.own_scans),
+        own_scans=list(g.roaming.own_scans),
         scans_by_source=dict(scans.scans_by_source),
         last_scan=scans.last_scan,
         connection_id=g.dev.connection_id,

@@ -1,39 +1,32 @@
 """The scans on one guarded interface: whether one runs, aborting those that still start while
-guarding (abort_scans), the guard's own roaming scan, who asked for each scan (for `scanguardctl
-diagnose`), and the counts the status shows.
+guarding (abort_scans) but never the guard's own roaming scan (roaming.py), who asked for each
+scan (for `scanguardctl diagnose`), and the counts the status shows.
 
 A ScanWatch belongs to one Guard (its `Owner`) and touches neither bgscan nor the journal:
-AbortScan only cuts a scan short, and a scan of our own changes nothing that lasts.
+AbortScan only cuts a scan short.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 from .. import attribution
 from ..attribution import Request
 from ..config import Settings
-from ..peers.supplicant import NoScanRunning, SupplicantError, UncertainOutcome, WpaSupplicant
+from ..peers.supplicant import NoScanRunning, SupplicantError, WpaSupplicant
 from ..status import who_scanned
 from .policy import GUARDED
 from .problems import ABORT, Problems
+from .roaming import Roaming
 
 log = logging.getLogger("scanguard")
 
-# At most one scan of our own per this many seconds (bgscan's short interval as NetworkManager
-# sets it): a signal that hovers around the floor must not make the guard a scanner.
-ROAM_SCAN_GAP = 30.0
 # When an aborted scan had started, the keys of `scans_aborted`: it was running as the guard
 # engaged (bgscan's timer, a client's request NetworkManager accepted just before), or it
 # started while guarding (a program that calls wpa_supplicant directly, such as GeoClue; root).
 AT_ENGAGE, WHILE_GUARDING = "running_at_engage", "started_while_guarding"
-# Our own roaming scan is never aborted; if its end is never seen, stop sparing scans after this.
-OWN_SCAN_LIMIT = 30.0
-OWN_SCANS_KEPT = 4  # roaming scans remembered for diagnose (they are ROAM_SCAN_GAP apart)
 
 
 class Owner(Protocol):
@@ -66,9 +59,10 @@ class Owner(Protocol):
 
 
 class ScanWatch:
-    def __init__(self, owner: Owner, supplicant: WpaSupplicant) -> None:
+    def __init__(self, owner: Owner, supplicant: WpaSupplicant, roaming: Roaming) -> None:
         self._owner = owner
         self._supplicant = supplicant
+        self._roaming = roaming  # whose scans are never aborted
         self.ifname = owner.ifname
         self.scans_guarding = 0
         self.scans_idle = 0
@@ -83,11 +77,6 @@ class ScanWatch:
         self.scanning = False  # wpa_supplicant's Scanning property, as last announced
         self._scan_news = 0  # Scanning announcements seen
         self._aborting = False  # an AbortScan is on its way
-        self._own_scan_at: float | None = None  # our roaming scan asked for, not yet ended
-        self._own_scan_started = False  # ...and seen starting
-        self._roam_scan_at: float | None = None  # monotonic time of our last scan request
-        # When we last asked for a roaming scan (wall clock), for `scanguardctl diagnose`.
-        self.own_scans: deque[float] = deque(maxlen=OWN_SCANS_KEPT)
         # Scans the kernel announced on this interface, by who asked (attribution.SOURCES),
         # and the newest one's label: the daemon's side of `scanguardctl diagnose`.
         self.scans_by_source: dict[str, int] = {}
@@ -117,7 +106,7 @@ class ScanWatch:
         self.scanning = False  # the new object announces its own scans
 
     def supplicant_restarted(self) -> None:
-        self._own_scan_at = None
+        self._roaming.supplicant_restarted()
         self.scanning = False
 
     def scanning_changed(self, scanning: bool) -> None:
@@ -125,15 +114,7 @@ class ScanWatch:
         is aborted at once, unless it is our own roaming scan."""
         self.scanning = scanning
         self._scan_news += 1
-        if self._own_scan_at is not None:
-            # The first start after our request is our scan, and its end the next end.  An end
-            # seen before that start is an earlier scan's, announced late (a scan aborted just
-            # before the release can end as ours begins; taking its end for ours would abort
-            # ours on re-engaging).
-            if scanning:
-                self._own_scan_started = True
-            elif self._own_scan_started:
-                self._own_scan_at, self._own_scan_started = None, False
+        self._roaming.scanning_changed(scanning)
         if scanning and self._owner.state in GUARDED:
             self._abort_soon(WHILE_GUARDING)
 
@@ -144,13 +125,9 @@ class ScanWatch:
         if self.scanning:
             self._abort_soon(AT_ENGAGE)
 
-    def _own_scan(self) -> bool:
-        return self._own_scan_at is not None \
-            and time.monotonic() - self._own_scan_at < OWN_SCAN_LIMIT
-
     def _abort_soon(self, when: str) -> None:
         owner = self._owner
-        if not owner.settings.abort_scans or self._aborting or owner.stopping or self._own_scan():
+        if not owner.settings.abort_scans or self._aborting or owner.stopping or self._roaming.is_ours():
             return
         self._aborting = True
         owner.beside(self._abort(when))
@@ -185,43 +162,12 @@ class ScanWatch:
                      else f"that started while guarding, asked for by {who_scanned(owner.deferring)}")
         owner.changed()
 
-    # ---- our own scan to roam ---------------------------------------------------------------
-
-    async def roam_scan(self) -> None:
-        """After a release for a weak signal, ask for the scan bgscan would have made.  While
-        bgscan was "" its signal monitor was off, so the fall below its threshold that makes
-        bgscan scan at once went unseen; restarted below the threshold, bgscan waits its whole
-        short interval (NetworkManager: 30 s) before its first scan, and the station stays on
-        the fading AP that long (lab: roamed 40 s after the fade without this scan, 10 s
-        with it)."""
-        now = time.monotonic()
-        if self._roam_scan_at is not None and now - self._roam_scan_at < ROAM_SCAN_GAP:
-            log.info("%s: no scan of our own for roaming: the last was %.0f s ago; bgscan's "
-                     "own scans go on", self.ifname, now - self._roam_scan_at)
-            return
-        self._roam_scan_at = self._own_scan_at = now
-        self.own_scans.append(time.time())  # for diagnose: this interface's scan was ours
-        self._own_scan_started = False
-        try:
-            await self._supplicant.scan(await self._owner.iface())
-        except SupplicantError as e:
-            if not isinstance(e, UncertainOutcome):  # no answer: it may have started all the same
-                self._own_scan_at = None
-            self._owner.look_up_again_if_gone(e)
-            # A scan already running ("Scan request rejected") serves as well; in any case
-            # bgscan, restored, scans within its short interval.  Nothing to retry.
-            log.info("%s: asked wpa_supplicant for a scan to roam, it did not start one (%s); "
-                     "bgscan's own scans go on", self.ifname, e)
-            return
-        log.info("%s: asked wpa_supplicant for a scan so that it can roam now, not when "
-                 "bgscan's short interval ends", self.ifname)
-
     # ---- counting and labelling -------------------------------------------------------------
 
     def count_scan(self) -> None:
         if self._owner.engaged:
             self.scans_guarding += 1
-            if self._own_scan():
+            if self._roaming.is_ours():
                 # Not somebody else's: ours, asked for when the signal faded, and guarding
                 # resumed before it ran: not root's or GeoClue's.
                 log.info("%s: the scan the guard asked for to roam ran after guarding resumed",
@@ -248,7 +194,7 @@ class ScanWatch:
         if attribution.signature(ssids, ssid) == "current+wildcard":
             pid = await geoclue()
         label = attribution.attribute(ssids, at, attribution.Evidence(
-            current_ssid=ssid, own_scans=list(self.own_scans), client_requests=requests,
+            current_ssid=ssid, own_scans=list(self._roaming.own_scans), client_requests=requests,
             geoclue_pid=pid))
         self.scans_by_source[label.source] = self.scans_by_source.get(label.source, 0) + 1
         self.last_scan = label.text()

@@ -180,7 +180,7 @@ MUTANTS = (
            ""),
     Mutant("abort-own-roaming-scan", "abort the guard's own roaming scan when guarding resumes",
            "nm_scanguard/daemon/scans.py",
-           "self._aborting or owner.stopping or self._own_scan():",
+           "self._aborting or owner.stopping or self._roaming.is_ours():",
            "self._aborting or owner.stopping:"),
     Mutant("pending-hold-unwatched", "a Hold still being authorised does not keep its caller "
            "watched (a release of another hold stops watching)",

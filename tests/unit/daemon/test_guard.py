@@ -213,7 +213,7 @@ async def test_a_release_for_a_weak_signal_asks_for_one_scan_so_the_station_roam
     """bgscan restarted below its threshold waits its short interval (30 s) before it scans:
     the guard asks for the scan a running bgscan would have made when the signal fell."""
     clock = [1000.0]
-    monkeypatch.setattr("nm_scanguard.daemon.guard.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("nm_scanguard.daemon.roaming.time.monotonic", lambda: clock[0])
     sup, counters = parts["sup"], parts["counters"]
     await guard.step()
     await run(guard, counters, 8, 2)

@@ -54,11 +54,11 @@ async def test_bgscan_a_client_and_geoclue_are_told_apart(guard: Guard, parts):
 
 
 async def test_our_roaming_scan_is_labelled_ours(guard: Guard, parts):
-    await guard.scans.roam_scan()
-    assert len(guard.scans.own_scans) == 1 and abs(guard.scans.own_scans[0] - time.time()) < 1
+    await guard.roaming.ask_for_scan()
+    assert len(guard.roaming.own_scans) == 1 and abs(guard.roaming.own_scans[0] - time.time()) < 1
     await guard.scans.scan_started((b"",), time.time(), [], GeoClue(None))
     assert guard.scans.scans_by_source == {A.GUARD: 1} and guard.scans.last_scan == "nm-scanguard's own roaming scan"
-    assert guard.status().own_scans == list(guard.scans.own_scans)
+    assert guard.status().own_scans == list(guard.roaming.own_scans)
 
 
 async def test_an_ssid_that_cannot_be_read_leaves_a_single_ssid_scan_unknown(guard: Guard, parts):
