@@ -3,8 +3,8 @@
 A Guard gets what it works with injected (a counter reader, wpa_supplicant for the interface
 object and the signal, a Suspender that owns the bgscan string and the journal) and reports
 through one listener; it never reaches into the daemon.  So it can be tested with fakes.  Its
-jobs beside suspending and restoring are its own classes: the signal floor and roaming
-(roaming.py), its scans (scans.py).
+jobs beside suspending and restoring are its own classes: the sampling loop and the counters
+(sampling.py), the signal floor and roaming (roaming.py), its scans (scans.py).
 """
 
 from __future__ import annotations
@@ -16,28 +16,23 @@ from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from ..config import Settings
-from ..peers.netlink import NetlinkError
 from ..peers.nm import WifiDevice
 from ..peers.supplicant import ObjectGone, SupplicantError, WpaSupplicant
-from ..rates import Counters, RateMeter, Rates
 from ..status import DeviceStatus
 from ..text import clipped
 from . import policy as P
 from .evidence import interface_of
 from .ledger import Suspended
 from .policy import GUARDED, Policy
-from .problems import COUNTERS, DEFERRAL, SETTINGS, STEP, UNEXPECTED, Problems
+from .problems import DEFERRAL, SETTINGS, STEP, UNEXPECTED, Problems
 from .replay import restore_left_behind
 from .report import deferring_in, device_status, shown_state, status_line
 from .roaming import Roaming
+from .sampling import CounterReader, Sampler
 from .scans import ScanWatch
 from .suspension import NothingToSuspend, Suspender
 
 log = logging.getLogger("scanguard")
-
-class CounterReader(Protocol):
-    def read(self, ifname: str) -> Counters | None: ...
-
 
 class GuardListener(Protocol):
     def guard_state_changed(self, guard: Guard, state: str, reason: str) -> None: ...
@@ -56,20 +51,17 @@ class Guard:
         self.dev = dev
         self.ifname = dev.ifname
         self.policy = Policy(settings)
-        self.meter = RateMeter()
-        self.rates: Rates | None = None
         self.iface_path: str | None = None  # wpa_supplicant's object for this interface
         self.no_bgscan: str | None = None  # why there is nothing to suspend, if so
         self.state = P.IDLE
         self.reason = "connected"
         self.since = time.time()
-        self._counters = counters
         self._supplicant = supplicant
         self._suspender = suspender
         self._listener = listener
-        self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self.problems = Problems()  # shown in the status, each logged once per change
+        self.sampler = Sampler(self, counters)
         self.roaming = Roaming(self, supplicant)
         self.scans = ScanWatch(self, supplicant, self.roaming)
         self._engage_failed = False  # the last try to suspend bgscan raised
@@ -132,20 +124,13 @@ class Guard:
             self.problems.fail(f"{self.ifname}: {e}")
         else:
             self.scans.watch(iface)
-        self._task = asyncio.create_task(self._run(), name=f"guard-{self.ifname}")
+        self.sampler.start()
 
     async def stop(self, restore: bool = True) -> None:
         """Stop sampling and give back whatever we suspended (unless the bus is gone: then
         the journal keeps it for the next start)."""
         self._stopping = True
-        # Python 3.11's asyncio.wait_for swallows a cancellation that arrives just as the call
-        # it waits for completes (CPython gh-86296, fixed in 3.12): then the sampling loop would
-        # run on, and stop() waited a whole call timeout.  So the loop also checks _stopping,
-        # and the cancellation is repeated until the task has ended.
-        while self._task is not None and not self._task.done():
-            self._task.cancel()
-            await asyncio.wait({self._task}, timeout=0.5)
-        self._task = None
+        await self.sampler.stop()
         if restore:
             async with self._lock:
                 try:
@@ -163,42 +148,12 @@ class Guard:
         self.policy.update_settings(settings)
         self._settings_problem()
 
-    async def _run(self) -> None:
-        while not self._stopping:
-            await asyncio.sleep(self.settings.sample_interval)
-            try:
-                await self.step()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # keep guarding whatever one step did
-                self.unexpected(e, "while sampling")
-
     # ---- one sample -----------------------------------------------------------------------
 
     async def step(self) -> None:
-        try:
-            counters = self._counters.read(self.ifname)
-        except NetlinkError as e:
-            # An expected failure (a timeout, a refusal): no sample this time, as when the
-            # interface vanished (Policy.observe_unknown).
-            self.problems.fail(f"{self.ifname}: cannot read the interface's traffic counters over "
-                       f"rtnetlink ({e.strerror or e}); trying again at every sample", COUNTERS)
-            self.meter.reset()
-            self.rates = None
-            self.policy.observe_unknown(time.monotonic())
-            await self.kick()
-            self.problems.clear(UNEXPECTED)
-            return
-        self.problems.clear(COUNTERS)
-        if counters is None:
-            self.problems.fail(f"{self.ifname}: interface has vanished; waiting for NetworkManager to notice")
-            self.meter.reset()
-            self.rates = None
-            self.policy.observe_unknown(time.monotonic())
-        else:
-            self.rates = self.meter.update(counters)
-            self.policy.observe(counters.time, self.rates)
-        if await self.kick() and counters is not None:
+        """One sample: the counters (Sampler.read), then act on what the policy wants."""
+        sampled = self.sampler.read()
+        if await self.kick() and sampled:
             self.problems.clear(STEP)  # a clean step: the next problem is news again
         self.problems.clear(UNEXPECTED)  # this sample ran through
 

@@ -7,13 +7,13 @@ from typing import Protocol
 
 from ..config import Settings
 from ..peers.nm import WifiDevice
-from ..rates import Rates
 from ..status import DeviceStatus, device_line
 from . import policy as P
 from .ledger import Suspended
 from .policy import GUARDED, Policy
 from .problems import Problems
 from .roaming import Roaming
+from .sampling import Sampler
 from .scans import ScanWatch
 
 
@@ -47,7 +47,7 @@ class Reported(Protocol):
     ifname: str
     dev: WifiDevice
     policy: Policy
-    rates: Rates | None
+    sampler: Sampler
     roaming: Roaming
     state: str
     reason: str
@@ -68,7 +68,7 @@ class Reported(Protocol):
 
 def device_status(g: Reported) -> DeviceStatus:
     """The guard's entry in the Devices property."""
-    r, suspended, scans, settings = g.rates, g.suspended, g.scans, g.settings
+    r, suspended, scans, settings = g.sampler.rates, g.suspended, g.scans, g.settings
     return DeviceStatus(
         interface=g.ifname,
         state=g.state,

@@ -169,7 +169,6 @@ async def test_one_abort_at_a_time_and_none_after_release(guard, parts):
 async def test_attach_reads_whether_a_scan_is_running(guard, parts):
     """A scan that started before the guard watched is known, so engaging aborts it."""
     parts["sup"].is_scanning = True
-    guard._task = None
     await guard.attach()
     try:
         assert not guard.scans.scanning  # read beside the sampling, not before it
@@ -181,7 +180,6 @@ async def test_attach_reads_whether_a_scan_is_running(guard, parts):
 
 async def test_an_announcement_beats_a_slow_read_at_attach(guard, parts):
     parts["sup"].is_scanning = True
-    guard._task = None
     await guard.attach()
     try:
         guard.scans.scanning_changed(False)  # the scan ended while the read was on its way

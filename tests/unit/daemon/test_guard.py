@@ -557,7 +557,7 @@ async def test_a_guard_that_cannot_read_the_counters_gives_bgscan_back_after_rel
     after release_after without a sample it releases, as after that long a quiet link."""
     sup, counters = parts["sup"], parts["counters"]
     clock = {"now": 5000.0}
-    monkeypatch.setattr("nm_scanguard.daemon.guard.time.monotonic", lambda: clock["now"])
+    monkeypatch.setattr("nm_scanguard.daemon.sampling.time.monotonic", lambda: clock["now"])
     await guard.step()
     await run(guard, counters, 8, 2)
     assert guard.engaged and sup.networks[NET0]["bgscan"] == ""
