@@ -372,9 +372,9 @@ class Daemon:
     def _update_deferral(self) -> None:
         """Refuse other programs' scan requests while any guard wants that, and tell each
         guard what the file says, so that its status claims no deferral that is not."""
-        self.deferral.set(any(g.deferring for g in self.guards.values()))
+        self.deferral.set(any(g.scans.deferring for g in self.guards.values()))
         for guard in self.guards.values():
-            guard.deferral_status(self.deferral.in_force, self.deferral.problem)
+            guard.scans.deferral_status(self.deferral.in_force, self.deferral.problem)
 
     # ---- who asked for each scan (the kernel's scan events) --------------------------------
 
@@ -430,7 +430,7 @@ class Daemon:
         """The polkit rule refused a NetworkManager scan request (its helper told the bus API).
         polkit does not say for which device, so each deferring interface counts it.  Returns
         how many interfaces counted it (0: we no longer defer, e.g. it arrived late)."""
-        deferring = [g for g in self.guards.values() if g.deferring]
+        deferring = [g for g in self.guards.values() if g.scans.deferring]
         for guard in deferring:
             guard.scans.count_deferred_request(who)
         return len(deferring)

@@ -24,12 +24,12 @@ from . import policy as P
 from .evidence import interface_of
 from .ledger import Suspended
 from .policy import GUARDED, Policy
-from .problems import DEFERRAL, SETTINGS, STEP, UNEXPECTED, Problems
+from .problems import SETTINGS, STEP, UNEXPECTED, Problems
 from .replay import restore_left_behind
-from .report import deferring_in, device_status, shown_state, status_line
+from .report import device_status, shown_state, status_line
 from .roaming import Roaming
 from .sampling import CounterReader, Sampler
-from .scans import ScanWatch
+from .scans import ScanWatch, deferring_in
 from .suspension import NothingToSuspend, Suspender
 
 log = logging.getLogger("scanguard")
@@ -65,9 +65,6 @@ class Guard:
         self.roaming = Roaming(self, supplicant)
         self.scans = ScanWatch(self, supplicant, self.roaming)
         self._engage_failed = False  # the last try to suspend bgscan raised
-        # Whether the polkit rule refuses other programs' scan requests now, as the daemon's
-        # ScanDeferral has it (deferral_status); until told, what this guard wants.
-        self.deferral_in_force: bool | None = None
         self._lock = asyncio.Lock()  # one change to wpa_supplicant at a time
         self._settings_problem()
 
@@ -97,23 +94,6 @@ class Guard:
     def beside(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run `coro` beside the sampling, which a peer slow to answer must not hold up."""
         self._listener.run_for(self, coro)
-
-    @property
-    def deferring(self) -> bool:
-        """Whether other programs' NetworkManager scan requests should be refused now: the
-        link is guarded or held (also when bgscan is not suspended, for want of one or
-        because suspending failed: their scans hurt the transfer just the same) and
-        defer_client_scans is on.  Not on a weak signal: then scans help, and bgscan is back
-        on anyway.  Whether they are refused is `deferral_status`'s to say."""
-        return deferring_in(self.settings, self.state)
-
-    def deferral_status(self, in_force: bool, problem: str | None) -> None:
-        """What the daemon's scan-deferral file says now (`in_force`: it refuses other
-        programs' scan requests) and, if that could not be made what the guards want, why.
-        The problem is shown where it contradicts what this guard wants; it was logged once
-        by ScanDeferral."""
-        self.deferral_in_force = in_force
-        self.problems.show(DEFERRAL, problem if in_force != self.deferring else None)
 
     async def attach(self) -> None:
         """Find the interface in wpa_supplicant now, so that scans are counted from the start,

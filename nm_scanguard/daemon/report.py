@@ -10,16 +10,11 @@ from ..peers.nm import WifiDevice
 from ..status import DeviceStatus, device_line
 from . import policy as P
 from .ledger import Suspended
-from .policy import GUARDED, Policy
+from .policy import Policy
 from .problems import Problems
 from .roaming import Roaming
 from .sampling import Sampler
 from .scans import ScanWatch
-
-
-def deferring_in(settings: Settings, state: str) -> bool:
-    """Whether other programs' NetworkManager scan requests are to be refused in `state`."""
-    return settings.defer_client_scans and state in GUARDED
 
 
 def shown_state(policy: Policy, suspended: Suspended | None, in_doubt: bool,
@@ -54,16 +49,12 @@ class Reported(Protocol):
     since: float
     scans: ScanWatch
     problems: Problems
-    deferral_in_force: bool | None
 
     @property
     def settings(self) -> Settings: ...
 
     @property
     def suspended(self) -> Suspended | None: ...
-
-    @property
-    def deferring(self) -> bool: ...
 
 
 def device_status(g: Reported) -> DeviceStatus:
@@ -82,7 +73,7 @@ def device_status(g: Reported) -> DeviceStatus:
         network=suspended.network if suspended else "",
         scans_guarding=scans.scans_guarding,
         scans_idle=scans.scans_idle,
-        deferring_scans=g.deferring and g.deferral_in_force is not False,
+        deferring_scans=scans.deferring and scans.deferral_in_force is not False,
         scan_requests_deferred=scans.scan_requests_deferred,
         scans_aborted=dict(scans.scans_aborted),
         own_scans=list(g.roaming.own_scans),

@@ -1,6 +1,7 @@
 """The scans on one guarded interface: whether one runs, aborting those that still start while
-guarding (abort_scans) but never the guard's own roaming scan (roaming.py), who asked for each
-scan (for `scanguardctl diagnose`), and the counts the status shows.
+guarding (abort_scans) but never the guard's own roaming scan (roaming.py), refusing other
+programs' scan requests (defer_client_scans), who asked for each scan (for `scanguardctl
+diagnose`), and the counts the status shows.
 
 A ScanWatch belongs to one Guard (its `Owner`) and touches neither bgscan nor the journal:
 AbortScan only cuts a scan short.
@@ -18,7 +19,7 @@ from ..config import Settings
 from ..peers.supplicant import NoScanRunning, SupplicantError, WpaSupplicant
 from ..status import who_scanned
 from .policy import GUARDED
-from .problems import ABORT, Problems
+from .problems import ABORT, DEFERRAL, Problems
 from .roaming import Roaming
 
 log = logging.getLogger("scanguard")
@@ -27,6 +28,11 @@ log = logging.getLogger("scanguard")
 # engaged (bgscan's timer, a client's request NetworkManager accepted just before), or it
 # started while guarding (a program that calls wpa_supplicant directly, such as GeoClue; root).
 AT_ENGAGE, WHILE_GUARDING = "running_at_engage", "started_while_guarding"
+
+
+def deferring_in(settings: Settings, state: str) -> bool:
+    """Whether other programs' NetworkManager scan requests are to be refused in `state`."""
+    return settings.defer_client_scans and state in GUARDED
 
 
 class Owner(Protocol):
@@ -42,9 +48,6 @@ class Owner(Protocol):
 
     @property
     def engaged(self) -> bool: ...
-
-    @property
-    def deferring(self) -> bool: ...
 
     @property
     def stopping(self) -> bool: ...
@@ -70,6 +73,9 @@ class ScanWatch:
         # in all and since this interface last started deferring (for the log).
         self.scan_requests_deferred = 0
         self._deferred_now = 0
+        # Whether the polkit rule refuses other programs' scan requests now, as the daemon's
+        # ScanDeferral has it (deferral_status); until told, what this guard wants.
+        self.deferral_in_force: bool | None = None
         # Scans we aborted (abort_scans), by when they had started; and since this interface
         # last started guarding (for the log).
         self.scans_aborted = {AT_ENGAGE: 0, WHILE_GUARDING: 0}
@@ -159,7 +165,7 @@ class ScanWatch:
             log.info("%s: aborted a scan %s (abort_scans); further ones are counted in "
                      "scanguardctl status", self.ifname,
                      "that was running when the guard engaged" if when == AT_ENGAGE
-                     else f"that started while guarding, asked for by {who_scanned(owner.deferring)}")
+                     else f"that started while guarding, asked for by {who_scanned(self.deferring)}")
         owner.changed()
 
     # ---- counting and labelling -------------------------------------------------------------
@@ -172,7 +178,7 @@ class ScanWatch:
                 # resumed before it ran: not root's or GeoClue's.
                 log.info("%s: the scan the guard asked for to roam ran after guarding resumed",
                          self.ifname)
-            elif self._owner.deferring:
+            elif self.deferring:
                 log.info("%s: a scan ran while guarding, though client scan requests are "
                          "refused; it was asked for by %s", self.ifname, who_scanned(True))
             else:
@@ -212,6 +218,25 @@ class ScanWatch:
         except SupplicantError as e:
             log.debug("%s: cannot read the current SSID to label a scan: %s", self.ifname, e)
             return None
+
+    # ---- other programs' scan requests (defer_client_scans) --------------------------------
+
+    @property
+    def deferring(self) -> bool:
+        """Whether other programs' NetworkManager scan requests should be refused now: the
+        link is guarded or held (also when bgscan is not suspended, for want of one or
+        because suspending failed: their scans hurt the transfer just the same) and
+        defer_client_scans is on.  Not on a weak signal: then scans help, and bgscan is back
+        on anyway.  Whether they are refused is `deferral_status`'s to say."""
+        return deferring_in(self._owner.settings, self._owner.state)
+
+    def deferral_status(self, in_force: bool, problem: str | None) -> None:
+        """What the daemon's scan-deferral file says now (`in_force`: it refuses other
+        programs' scan requests) and, if that could not be made what the guards want, why.
+        The problem is shown where it contradicts what this guard wants; it was logged once
+        by ScanDeferral."""
+        self.deferral_in_force = in_force
+        self._owner.problems.show(DEFERRAL, problem if in_force != self.deferring else None)
 
     def count_deferred_request(self, who: str) -> None:
         """The polkit rule refused a client's NetworkManager scan request while we deferred.

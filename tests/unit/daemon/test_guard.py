@@ -348,7 +348,7 @@ async def test_a_journal_that_cannot_be_written_shows_error_and_leaves_bgscan(gu
     reason = ("traffic 8.0 Mbit/s, 800 packets/s (threshold 1 Mbit/s); bgscan could not be "
               "suspended, see the problem")
     assert guard.reason == reason and guard.status().error == problem
-    assert guard.deferring and guard.status().deferring_scans
+    assert guard.scans.deferring and guard.status().deferring_scans
     assert guard.status_line() == (f"wlan0: error ({reason}); rx 8.0 Mbit/s, tx 0.0 Mbit/s, "
                                    "-50 dBm, client scans deferred (0 requests refused so far); "
                                    f"problem: {problem}")
@@ -358,12 +358,12 @@ async def test_a_journal_that_cannot_be_written_shows_error_and_leaves_bgscan(gu
     # The deferral file cannot be written either (the same directory): no deferral claimed.
     refused = "/x/defer-scans: cannot write (Read-only file system), so other programs' Wi-Fi " \
         "scan requests are not refused"
-    guard.deferral_status(False, refused)
+    guard.scans.deferral_status(False, refused)
     assert not guard.status().deferring_scans and guard.status().error == f"{problem}; {refused}"
     assert "client scans deferred" not in guard.status_line()
 
     monkeypatch.undo()  # writable again: guarding, for real
-    guard.deferral_status(True, None)
+    guard.scans.deferral_status(True, None)
     await run(guard, counters, 8, 1)
     assert guard.engaged and guard.state == P.GUARDING and sup.networks[NET0]["bgscan"] == ""
     assert guard.status().error == "" and guard.reason == "traffic 8.0 Mbit/s, 800 packets/s " \

@@ -449,15 +449,15 @@ def test_defer_client_scans_is_on_by_default_and_can_be_turned_off(tmp_path):
 
 async def test_a_guard_defers_while_guarding_or_held_and_only_then(guard, parts):
     counters = parts["counters"]
-    assert not guard.deferring
+    assert not guard.scans.deferring
     await guard.step()
     await run(guard, counters, 8, 2)
-    assert guard.state == P.GUARDING and guard.deferring
+    assert guard.state == P.GUARDING and guard.scans.deferring
     await run(guard, counters, 0, 2)
-    assert guard.state == P.IDLE and not guard.deferring
+    assert guard.state == P.IDLE and not guard.scans.deferring
     guard.hold_changed(True)
     await guard.kick()
-    assert guard.state == P.HELD and guard.deferring
+    assert guard.state == P.HELD and guard.scans.deferring
 
 
 async def test_the_setting_turns_deferral_off(guard, parts):
@@ -465,7 +465,7 @@ async def test_the_setting_turns_deferral_off(guard, parts):
                                         "engage_after": 2, "threshold_pps": 0}))
     guard.hold_changed(True)
     await guard.kick()
-    assert guard.state == P.HELD and not guard.deferring
+    assert guard.state == P.HELD and not guard.scans.deferring
     assert not guard.status().deferring_scans
 
 
