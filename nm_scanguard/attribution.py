@@ -14,11 +14,15 @@ lab on Debian 12 and 13, `../shared/FACTS.md`):
 
 A signature says which path a scan took; a name needs more: the guard's record of its own scan,
 the polkit rule's record of who asked NetworkManager, or GeoClue running.  Each label carries
-the sentence that established it, and a scan that matches no signature stays "unknown".
+the sentence that established it, and a scan that matches no signature stays "unknown".  The
+polkit rule's records are kept here too (ScanRequests), for the labels and for `scanguardctl
+diagnose`.
 """
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -47,6 +51,10 @@ GEOCLUE_NAME = "org.freedesktop.GeoClue2"  # its bus name: owned while it runs
 # at once (tens of milliseconds in the lab) unless its 8 s limit defers it, and then the
 # request has no scan of its own to name.
 REQUEST_WINDOW = 2.0
+# NetworkManager scan requests the polkit rule saw, kept for `scanguardctl diagnose`: the last
+# REQUESTS_KEPT, none older than REQUESTS_KEPT_FOR seconds (a widget asks every 10-15 s).
+REQUESTS_KEPT = 32
+REQUESTS_KEPT_FOR = 600.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,22 @@ class Request:
     program: str = ""
     pid: int = 0
     user: str = ""
+
+
+class ScanRequests:
+    """The NetworkManager scan requests the polkit rule saw, each with whether it refused it:
+    the last REQUESTS_KEPT, read back without those older than REQUESTS_KEPT_FOR seconds."""
+
+    def __init__(self) -> None:
+        self._kept: deque[tuple[Request, bool]] = deque(maxlen=REQUESTS_KEPT)
+
+    def add(self, request: Request, refused: bool) -> None:
+        self._kept.append((request, refused))
+
+    def recent(self) -> list[tuple[Request, bool]]:
+        """The requests the rule saw in the last REQUESTS_KEPT_FOR seconds, oldest first."""
+        since = time.time() - REQUESTS_KEPT_FOR
+        return [(r, refused) for r, refused in self._kept if r.at >= since]
 
 
 @dataclass(frozen=True)

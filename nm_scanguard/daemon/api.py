@@ -47,6 +47,7 @@ from ..text import MAX_TEXT, clipped, cut, quoted
 from .export import CallError, ExportedObject, load_interface
 from .holds import HOLD_FIELDS, Hold, HoldError, Holds, check_text
 from .throttle import Throttle
+from .who_asked import WhoAsked
 
 
 def _devices(status: list[DeviceStatus]) -> Variant:
@@ -57,6 +58,7 @@ class Guarding(Protocol):
     """What the API needs of the daemon behind it, and no more (Daemon provides it)."""
 
     holds: Holds
+    who_asked: WhoAsked
     on_state_changed: list[Callable[[str, str, str], None]]  # (interface, state, reason)
     on_changed: list[Callable[[], None]]  # any figure changed
 
@@ -65,12 +67,6 @@ class Guarding(Protocol):
     async def reload(self) -> None: ...
 
     def schedule_sync(self) -> None: ...
-
-    def scan_request_deferred(self, who: str) -> int: ...
-
-    def scan_request_seen(self, request: Request, refused: bool, who: str) -> int: ...
-
-    def recent_scan_requests(self) -> list[tuple[Request, bool]]: ...
 
     async def wifi_interfaces(self) -> list[str]: ...
 
@@ -149,7 +145,7 @@ class Api:
         return Variant("a(dsusb)", [
             [r.at, cut(r.user), r.pid, cut(r.program), refused]
             if reader == 0 or (own and r.user == own) else [r.at, "", 0, "", refused]
-            for r, refused in self.daemon.recent_scan_requests()])
+            for r, refused in self.daemon.who_asked.requests.recent()])
 
     # ---- announcements --------------------------------------------------------------------
 
@@ -282,7 +278,7 @@ class Api:
         Kept for helpers older than ScanRequestSeen."""
         user, pid, program = msg.body
         who = await self._reporter(msg, "ScanRequestDeferred", user, pid, program)
-        counted = self.daemon.scan_request_deferred(who)
+        counted = self.daemon.who_asked.scan_request_deferred(who)
         log.debug("scan request of %s refused by the polkit rule; counted on %d interface(s)",
                   who, counted)
         return Message.new_method_return(msg)
@@ -302,8 +298,8 @@ class Api:
             raise CallError(INVALID_ARGS, f"uptime must be a number of seconds since boot, "
                             f"not {uptime!r}")
         at = wall_clock(uptime)
-        counted = self.daemon.scan_request_seen(Request(at=at, program=program, pid=pid, user=user),
-                                                bool(refused), who)
+        counted = self.daemon.who_asked.scan_request_seen(
+            Request(at=at, program=program, pid=pid, user=user), bool(refused), who)
         if refused:
             log.debug("scan request of %s refused by the polkit rule; counted on %d "
                       "interface(s)", who, counted)

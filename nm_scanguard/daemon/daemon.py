@@ -1,58 +1,46 @@
-"""The Daemon: follows NetworkManager and wpa_supplicant on the bus and keeps one Guard per
-activated Wi-Fi interface.  It owns the hold table (the bus API only authenticates for it),
-the crash journal (through the Suspender) and the status line systemd shows.  Its background
-tasks run under the process's supervisor (service.Supervisor), which owns the life cycle.
+"""The Daemon, its life cycle and wiring: follows NetworkManager and wpa_supplicant on the bus and
+keeps one Guard per activated Wi-Fi interface (guards.Guards).  It owns the hold table (the bus
+API only authenticates for it), the crash journal (through the Suspender), the records of who
+asked for scans (who_asked.WhoAsked) and the status line systemd shows (SystemdStatus).  Its
+background tasks run under the process's supervisor (service.Supervisor), which owns the life
+cycle.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
-import time
-from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
-import systemd.daemon as sd_daemon
-
-from ..attribution import GEOCLUE_NAME, Request
 from ..config import ProfileWarnings, Settings, apply_profile, load_file
 from ..dbuslib import Message, MessageBus, MessageType
-from ..peers.bus import BusError, NameOwners, add_match, owner_pid
+from ..peers.bus import BusError, NameOwners, add_match
 from ..peers.netlink import LinkCounters
-from ..peers.nl80211 import Nl80211Error, ScanEvent, ScanEvents
 from ..peers.nm import NAME as NM_NAME
 from ..peers.nm import SIGNAL_RULES as NM_SIGNALS
 from ..peers.nm import NetworkManager, WifiDevice
 from ..peers.supplicant import NAME as WPAS_NAME
 from ..peers.supplicant import SIGNAL_RULES as WPAS_SIGNALS
-from ..peers.supplicant import NetworkRemoved, ScanDone, Scanning, Supplicant, events_of
+from ..peers.supplicant import Supplicant, events_of
 from ..status import DeviceStatus
-from ..text import NAME_CHARS, quoted
 from .deferral import ScanDeferral
 from .guard import Guard
+from .guards import Guards
 from .holds import Holds
 from .journal import Journal
-from .policy import threshold_words
 from .replay import restore_journal
 from .suspension import Suspender
-from .throttle import Throttle
+from .systemd_status import SystemdStatus
+from .who_asked import WhoAsked
 
 log = logging.getLogger("scanguard")
 
-STATUS_EVERY = 5.0  # seconds between STATUS= updates while only the figures change
 JOURNAL_RETRY_FIRST = 2.0  # seconds before a journal entry that could not be restored is retried
 JOURNAL_RETRY_MAX = 60.0
 # A profile whose settings could not be read is read again this often, besides on every signal
 # of NetworkManager (a timeout has no signal to end it).
 SETTINGS_RETRY = 30.0
-# NetworkManager scan requests the polkit rule saw, kept for `scanguardctl diagnose`: the last
-# REQUESTS_KEPT, none older than REQUESTS_KEPT_FOR seconds (a widget asks every 10-15 s).
-REQUESTS_KEPT = 32
-REQUESTS_KEPT_FOR = 600.0
-LABEL_AFTER = 1.0  # seconds after a scan starts that it is labelled (see _label_scan)
 
 MATCH_RULES = (
     f"type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged',arg0='{NM_NAME}'",
@@ -82,10 +70,9 @@ class Daemon:
         self.journal = Journal(state_dir)
         self.holds = Holds()
         self.holds.add_listener(self._holds_changed)
-        self.guards: dict[str, Guard] = {}
+        self.guards = Guards(self.journal, self.spawn)
         self.deferral = ScanDeferral(state_dir)
-        self._requests: deque[tuple[Request, bool]] = deque(maxlen=REQUESTS_KEPT)
-        self._scan_events: ScanEvents | None = None
+        self.who_asked = WhoAsked(self.guards, self.spawn)
         # Listeners for the bus API: (interface, state, reason) and "something changed".
         self.on_state_changed: list[Callable[[str, str, str], None]] = []
         self.on_changed: list[Callable[[], None]] = []
@@ -100,8 +87,7 @@ class Daemon:
         self._settings_retry: asyncio.Task[None] | None = None
         self._sync_lock = asyncio.Lock()
         self._sync_pending = False
-        self._status_sent = ""
-        self._status = Throttle(STATUS_EVERY, self._send_status_line)
+        self.systemd = SystemdStatus(self.guards.status_line)
 
     # The peers exist once connect() ran; before that, using them is a programming error.
 
@@ -150,7 +136,7 @@ class Daemon:
         from following NetworkManager and answering; a guard that finds its network's "" in
         the journal takes the entry over, and the replay leaves that network alone."""
         self.deferral.set(False)  # whatever a previous instance left says nothing about now
-        await self._follow_scans()
+        await self.who_asked.follow_scans(self.bus)
         await self.sync()
         self._retry_journal()
 
@@ -179,24 +165,16 @@ class Daemon:
     async def stop(self) -> None:
         """Restore every bgscan we suspended.  Called on SIGTERM/SIGINT and on any fatal error."""
         self.deferral.clear()
-        if self._scan_events is not None:
-            self._scan_events.close()
+        self.who_asked.close()
         await self.tasks.cancel_all()
         restore = self._bus is not None and self._bus.connected
         if not restore and self.journal.entries():
             log.error("the system bus is gone, so bgscan cannot be restored now; %d suspended "
                       "bgscan(s) stay in %s and the next start restores them",
                       len(self.journal.entries()), self.journal.path)
-        for ifname, guard in list(self.guards.items()):
-            try:
-                await guard.stop(restore=restore)
-            except Exception as e:  # keep restoring the others
-                log.error("%s: could not restore bgscan on stop: %s; it stays in %s and the next "
-                          "start restores it", ifname, e, self.journal.path)
-        self.guards.clear()
-        self._status.cancel()
+        await self.guards.stop_all(restore)
         self.counters.close()
-        self._notify("STOPPING=1\nSTATUS=stopped, bgscan restored")
+        self.systemd.stopped()
 
     # ---- NetworkManager: which interfaces to guard ----------------------------------------
 
@@ -216,14 +194,7 @@ class Daemon:
                 return
             active = {d.ifname: d for d in devices if d.activated and d.ifname}
             for ifname in [i for i in self.guards if i not in active]:
-                gone = self.guards.pop(ifname)
-                log.info("%s: no longer activated in NetworkManager; stop guarding", ifname)
-                try:
-                    await gone.stop()
-                except Exception as e:  # keep following NetworkManager for the others
-                    log.error("%s: could not restore bgscan when it stopped being guarded: %s; "
-                              "it stays in %s, restored by the journal's retry", ifname, e,
-                              self.journal.path)
+                await self.guards.stop(ifname)
                 if any(e.ifname == ifname for e in self.journal.entries().values()):
                     # What the stop could not restore (wpa_supplicant refused or did not
                     # answer) is tried again now, not at the next start.
@@ -232,19 +203,10 @@ class Daemon:
                 settings = self.settings_for(dev)
                 guard = self.guards.get(ifname)
                 if guard is None:
-                    guard = self.guards[ifname] = Guard(
-                        dev, settings, counters=self.counters, supplicant=self.supplicant,
-                        suspender=self.suspender, listener=self)
-                    guard.hold_changed(self.holds.held(ifname))
-                    if settings.enabled:
-                        log.info("%s: connected to %s; will guard while busy (%s)", ifname,
-                                 quoted(dev.connection_id, NAME_CHARS), threshold_words(settings))
-                    else:
-                        log.info("%s: connected to %s; not guarding (%s)", ifname,
-                                 quoted(dev.connection_id, NAME_CHARS),
-                                 "its settings cannot be read" if dev.settings_error
-                                 else "enabled = no")
-                    await guard.attach()
+                    guard = Guard(dev, settings, counters=self.counters,
+                                  supplicant=self.supplicant, suspender=self.suspender,
+                                  listener=self)
+                    await self.guards.start(guard, self.holds.held(ifname))
                 else:
                     guard.update(dev, settings)
                 await guard.reconcile()
@@ -284,9 +246,7 @@ class Daemon:
     # ---- holds: the table is ours, the bus API takes and releases them --------------------
 
     def _holds_changed(self) -> None:
-        for ifname, guard in self.guards.items():
-            guard.hold_changed(self.holds.held(ifname))
-            self.spawn(guard.kick(), guard)
+        self.guards.holds_changed(self.holds)
 
     # ---- signals from the bus -------------------------------------------------------------
 
@@ -303,7 +263,8 @@ class Daemon:
             if self._owners.sent_by(msg, NM_NAME):
                 self.schedule_sync()
         elif self._owners.sent_by(msg, WPAS_NAME):
-            self._on_supplicant_signal(msg)
+            for event in events_of(msg):
+                self.guards.supplicant_event(event, self.suspender)
 
     def _owner_changed(self, name: str, new: str) -> None:
         if name == NM_NAME:
@@ -313,34 +274,9 @@ class Daemon:
         elif name == WPAS_NAME:
             log.info("wpa_supplicant %s", "appeared" if new else "left the bus; its networks "
                      "are gone, so is anything we suspended")
-            for each in self.guards.values():
-                each.supplicant_restarted()
+            self.guards.supplicant_restarted()
             self.suspender.ledger.forget_all()
             self.schedule_sync()
-
-    def _on_supplicant_signal(self, msg: Message) -> None:
-        for event in events_of(msg):
-            guard = self._guard_for(event.iface)
-            if isinstance(event, NetworkRemoved):
-                # At once, before any reply queued behind this signal resumes a suspend in
-                # flight: that suspend must learn that the object it read bgscan from is gone.
-                gone = self.suspender.ledger.network_removed(event.network)
-                if gone is not None and guard is not None:
-                    self.spawn(guard.network_gone(gone), guard)
-            elif guard is None:
-                continue
-            elif isinstance(event, ScanDone):
-                guard.scans.count_scan()
-            elif isinstance(event, Scanning):
-                guard.scans.scanning_changed(event.scanning)
-            else:
-                self.spawn(guard.network_changed(event.network), guard)
-
-    def _guard_for(self, iface_path: str) -> Guard | None:
-        for guard in self.guards.values():
-            if guard.iface_path == iface_path:
-                return guard
-        return None
 
     def spawn(self, coro: Coroutine[Any, Any, Any], guard: Guard | None = None) -> asyncio.Task[None]:
         """Run `coro` beside everything else; its failure is logged (and shown in the status
@@ -350,10 +286,10 @@ class Daemon:
     # ---- what the guards report (GuardListener) --------------------------------------------
 
     def guard_state_changed(self, guard: Guard, state: str, reason: str) -> None:
-        self._update_deferral()
+        self.guards.update_deferral(self.deferral)
         for cb in self.on_state_changed:
             cb(guard.ifname, state, reason)
-        self._send_status(force=True)
+        self.systemd.changed(force=True)
 
     def guard_changed(self, guard: Guard) -> None:
         self._changed(force=False)
@@ -362,105 +298,11 @@ class Daemon:
         self.spawn(coro, guard)
 
     def _changed(self, force: bool) -> None:
-        self._update_deferral()
+        self.guards.update_deferral(self.deferral)
         for cb in self.on_changed:
             cb()
-        self._send_status(force=force)
-
-    # ---- other programs' scan requests (the polkit rule) ----------------------------------
-
-    def _update_deferral(self) -> None:
-        """Refuse other programs' scan requests while any guard wants that, and tell each
-        guard what the file says, so that its status claims no deferral that is not."""
-        self.deferral.set(any(g.scans.deferring for g in self.guards.values()))
-        for guard in self.guards.values():
-            guard.scans.deferral_status(self.deferral.in_force, self.deferral.problem)
-
-    # ---- who asked for each scan (the kernel's scan events) --------------------------------
-
-    async def _follow_scans(self) -> None:
-        """Join nl80211's scan events, so that each scan is labelled by who asked.  Without
-        them (no cfg80211, a sandbox without netlink) scans are still counted; that is said
-        once, and nothing else depends on it."""
-        try:
-            self._scan_events = await ScanEvents.open(self._scan_event)
-        except Nl80211Error as e:
-            log.warning("cannot follow the kernel's scan events (%s); scans are counted but "
-                        "not labelled by who asked", e.strerror or e)
-
-    def _scan_event(self, event: ScanEvent, _monotonic: float, wall: float) -> None:
-        if event.kind != "started" or event.ifindex is None:
-            return
-        for guard in self.guards.values():
-            try:
-                index = socket.if_nametoindex(guard.ifname)
-            except OSError:
-                continue
-            if index == event.ifindex:
-                self.spawn(self._label_scan(guard, event, wall), guard)
-                return
-
-    async def _label_scan(self, guard: Guard, event: ScanEvent, wall: float) -> None:
-        # The polkit rule's report of an allowed request comes from a background busctl and
-        # may arrive after the scan it asked for has started: label a moment later.
-        await asyncio.sleep(LABEL_AFTER)
-        # Devices, where the label is published, reads the same for every user: it says that a
-        # program asked through NetworkManager, not whose (GetRecentScanRequests names a
-        # caller's own).
-        await guard.scans.scan_started(event.ssids, wall,
-                                 [Request(at=r.at) for r, _ in self.recent_scan_requests()],
-                                 self._geoclue_pid)
-
-    async def _geoclue_pid(self) -> int | None:
-        return await owner_pid(self.bus, GEOCLUE_NAME)  # this sandbox cannot see /proc
-
-    def scan_request_seen(self, request: Request, refused: bool, who: str) -> int:
-        """The polkit rule saw a NetworkManager scan request (refused or allowed): kept a while
-        for `scanguardctl diagnose`; a refusal is also counted.  Returns how many interfaces
-        counted it."""
-        self._requests.append((request, refused))
-        return self.scan_request_deferred(who) if refused else 0
-
-    def recent_scan_requests(self) -> list[tuple[Request, bool]]:
-        """The requests the rule saw in the last REQUESTS_KEPT_FOR seconds, oldest first."""
-        since = time.time() - REQUESTS_KEPT_FOR
-        return [(r, refused) for r, refused in self._requests if r.at >= since]
-
-    def scan_request_deferred(self, who: str) -> int:
-        """The polkit rule refused a NetworkManager scan request (its helper told the bus API).
-        polkit does not say for which device, so each deferring interface counts it.  Returns
-        how many interfaces counted it (0: we no longer defer, e.g. it arrived late)."""
-        deferring = [g for g in self.guards.values() if g.scans.deferring]
-        for guard in deferring:
-            guard.scans.count_deferred_request(who)
-        return len(deferring)
-
-    # ---- status ---------------------------------------------------------------------------
+        self.systemd.changed(force=force)
 
     def status(self) -> list[DeviceStatus]:
-        return [g.status() for _, g in sorted(self.guards.items())]
-
-    def status_line(self) -> str:
-        if not self.guards:
-            return "no Wi-Fi connection to guard"
-        return "; ".join(g.status_line() for _, g in sorted(self.guards.items()))
-
-    def _send_status(self, force: bool) -> None:
-        """A state change is sent at once; figures at most every STATUS_EVERY seconds (the line
-        is not even formatted in between: this runs on every sample)."""
-        if force:
-            self._status.flush()
-        else:
-            self._status.poke()
-
-    def _send_status_line(self) -> None:
-        line = self.status_line()
-        if line != self._status_sent:
-            self._status_sent = line
-            self._notify("STATUS=" + line)
-
-    @staticmethod
-    def _notify(message: str) -> None:
-        if not os.environ.get("NOTIFY_SOCKET"):
-            return
-        sd_daemon.notify(message)
+        """Each interface's Devices entry, for the bus API."""
+        return self.guards.status()

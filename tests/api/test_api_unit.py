@@ -41,7 +41,7 @@ class FakeDaemon:
         self.holds = Holds()
         self.on_state_changed: list = []
         self.on_changed: list = []
-        self.requests: list = []
+        self.who_asked = FakeWhoAsked()
 
     def status(self) -> list[DeviceStatus]:
         return [DeviceStatus(interface="wlan0", state=self.state, rx_bps=self.rx, signal_dbm=None)]
@@ -50,8 +50,18 @@ class FakeDaemon:
         for cb in self.on_changed:
             cb()
 
-    def recent_scan_requests(self) -> list:
-        return list(self.requests)
+
+
+class FakeRequests(list):
+    """attribution.ScanRequests without its limits: every request given is read back."""
+
+    def recent(self) -> list:
+        return list(self)
+
+
+class FakeWhoAsked:
+    def __init__(self) -> None:
+        self.requests = FakeRequests()
 
     def scan_request_seen(self, request, refused: bool, who: str) -> int:
         self.requests.append((request, refused))
@@ -509,8 +519,9 @@ def test_the_property_names_nobody_and_the_method_names_the_callers_own(monkeypa
     """A property reads the same for every local user: it must not show one user's processes
     to another (hidepid).  Each user gets their own requests named; root gets all."""
     a, daemon = requests_api(monkeypatch, {1000: name, 1001: "bob"})
-    daemon.requests = [(Request(at=10.0, program=program, pid=4242, user=name), False),
-                       (Request(at=11.0, program="waybar", pid=777, user="bob"), True)]
+    daemon.who_asked.requests.extend([
+        (Request(at=10.0, program=program, pid=4242, user=name), False),
+        (Request(at=11.0, program="waybar", pid=777, user="bob"), True)])
 
     public = [tuple(e) for e in a.property_values()["RecentScanRequests"].value]
     assert public == [(10.0, "", 0, "", False), (11.0, "", 0, "", True)]

@@ -60,7 +60,7 @@ async def test_a_scan_running_as_the_guard_engages_is_aborted(bus, link, peers, 
     await eventually(lambda: guard.scans.scans_aborted[AT_ENGAGE] == 1, what="counted")
     assert aborts(peers) == 1 and not await scanning(peers)
     assert guard.scans.scans_aborted[WHILE_GUARDING] == 0 and guard.status().error == ""
-    assert "1 aborted" in d.status_line()
+    assert "1 aborted" in d.guards.status_line()
     assert await bgscan(bus, peers.net) == ""
 
 

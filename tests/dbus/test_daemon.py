@@ -120,7 +120,7 @@ async def test_no_activated_wifi_means_no_periodic_work(bus, link, peers, daemon
     monkeypatch.setattr(d.counters, "read", lambda ifname: reads.append(ifname))
     link.send(mbit=8)
     await asyncio.sleep(1.0)
-    assert d.guards == {} and reads == [] and d.status_line() == "no Wi-Fi connection to guard"
+    assert d.guards == {} and reads == [] and d.guards.status_line() == "no Wi-Fi connection to guard"
     await peers.activate()  # NM signals the device ACTIVATED: now the daemon starts sampling
     await eventually(lambda: link.ifname in d.guards, what="guard created on activation")
     await eventually(lambda: len(reads) > 0, what="sampling started")
@@ -246,7 +246,7 @@ async def test_network_without_bgscan_is_left_alone(bus, link, peers, daemon):
     await eventually(lambda: d.guards[link.ifname].state == "no-bgscan", what="state no-bgscan")
     assert "no bgscan" in d.guards[link.ifname].reason
     assert await peers.sets() == []
-    assert "no bgscan" in d.status_line()
+    assert "no bgscan" in d.guards.status_line()
 
 
 # ---- signal floor ------------------------------------------------------------------------------
@@ -288,7 +288,7 @@ async def test_scans_are_counted_while_guarding_and_idle(bus, link, peers, daemo
     await eventually(lambda: suspended(bus, peers.net), what="engaged")
     await peers.wpa_mock("EmitScanDone", "o", [peers.iface])
     await eventually(lambda: guard.scans.scans_guarding == 1, what="guarded scan counted")
-    assert "1 scan while guarding" in d.status_line()
+    assert "1 scan while guarding" in d.guards.status_line()
 
 
 # ---- settings from the profile --------------------------------------------------------------------

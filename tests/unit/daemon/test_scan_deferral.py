@@ -504,12 +504,12 @@ async def test_the_daemon_publishes_whether_any_guard_defers(guard, parts, tmp_p
     guard.hold_changed(True)
     await guard.kick()
     assert path.read_text().startswith(f"defer {os.getpid()} ")
-    assert daemon.scan_request_deferred(f"user '{CAFE}'") == 1
+    assert daemon.who_asked.scan_request_deferred(f"user '{CAFE}'") == 1
     assert guard.scans.scan_requests_deferred == 1
     guard.hold_changed(False)
     await guard.kick()
     assert path.read_text().startswith(f"watch {os.getpid()} ")
-    assert daemon.scan_request_deferred("late") == 0  # not deferring: not counted
+    assert daemon.who_asked.scan_request_deferred("late") == 0  # not deferring: not counted
     assert guard.scans.scan_requests_deferred == 1
     await daemon.stop()
     assert not path.exists()
@@ -520,12 +520,12 @@ def test_the_daemon_keeps_the_requests_the_rule_saw_for_ten_minutes(tmp_path):
     now = time.time()
     old = Request(at=now - 601, program="nmcli", pid=7, user="alice")
     new = Request(at=now - 1, program="gnome-shell", pid=8, user=CAFE)
-    assert daemon.scan_request_seen(old, False, "a user") == 0
-    assert daemon.scan_request_seen(new, True, "a user") == 0  # no interface deferring
-    assert daemon.recent_scan_requests() == [(new, True)]
+    assert daemon.who_asked.scan_request_seen(old, False, "a user") == 0
+    assert daemon.who_asked.scan_request_seen(new, True, "a user") == 0  # no interface deferring
+    assert daemon.who_asked.requests.recent() == [(new, True)]
     for i in range(40):
-        daemon.scan_request_seen(Request(at=now, program=f"p{i}"), False, "x")
-    kept = daemon.recent_scan_requests()
+        daemon.who_asked.scan_request_seen(Request(at=now, program=f"p{i}"), False, "x")
+    kept = daemon.who_asked.requests.recent()
     assert len(kept) == 32 and kept[-1][0].program == "p39"
 
 
@@ -581,28 +581,28 @@ async def test_the_status_line_sends_a_change_at_once_and_figures_at_most_every_
     goes out at once; changed figures wait for the interval and are then sent, the last one."""
     import asyncio
 
-    import nm_scanguard.daemon.daemon as daemon_module
+    import nm_scanguard.daemon.systemd_status as systemd_status
 
-    monkeypatch.setattr(daemon_module, "STATUS_EVERY", 0.2)
+    monkeypatch.setattr(systemd_status, "STATUS_EVERY", 0.2)
     sent: list[str] = []
-    monkeypatch.setattr(Daemon, "_notify", staticmethod(sent.append))
-    d = Daemon(Settings(), None, str(tmp_path), tasks=Supervisor())
+    monkeypatch.setattr(systemd_status, "notify", sent.append)
     lines = iter(["wlan0: idle", "wlan0: Café ☕ 1", "wlan0: Café ☕ 2", "wlan0: guarding"])
     current = {"line": next(lines)}
-    monkeypatch.setattr(d, "status_line", lambda: current["line"])
-    d._send_status(force=True)
+    status = systemd_status.SystemdStatus(lambda: current["line"])
+    status.changed(force=True)
     assert sent == ["STATUS=wlan0: idle"]
     current["line"] = next(lines)
-    d._send_status(force=False)
+    status.changed(force=False)
     current["line"] = next(lines)
-    d._send_status(force=False)
+    status.changed(force=False)
     assert sent == ["STATUS=wlan0: idle"]  # figures wait
     await asyncio.sleep(0.3)
     assert sent[-1] == "STATUS=wlan0: Café ☕ 2" and len(sent) == 2  # then the last one goes
     current["line"] = next(lines)
-    d._send_status(force=True)
+    status.changed(force=True)
     assert sent[-1] == "STATUS=wlan0: guarding"
-    d._status.cancel()
+    status.stopped()
+    assert sent[-1].startswith("STOPPING=1")
 
 
 def test_who_scanned_is_worded_once_for_the_log_the_hint_and_monitor():

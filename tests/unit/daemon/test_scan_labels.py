@@ -70,18 +70,19 @@ async def test_an_ssid_that_cannot_be_read_leaves_a_single_ssid_scan_unknown(gua
 
 async def test_the_daemon_hands_each_start_to_its_interfaces_guard(guard: Guard, tmp_path, monkeypatch):
     daemon = Daemon(Settings(), None, str(tmp_path / "state"), tasks=Supervisor())
-    monkeypatch.setattr("nm_scanguard.daemon.daemon.LABEL_AFTER", 0.0)
+    monkeypatch.setattr("nm_scanguard.daemon.who_asked.LABEL_AFTER", 0.0)
     guard.ifname = "lo"  # an interface this host has, index 1
     daemon.guards["lo"] = guard
     spawned = []
-    monkeypatch.setattr(daemon, "spawn", lambda coro, g=None: spawned.append((coro, g)))
-    daemon._scan_event(ScanEvent("started", ifindex=999, ssids=(CAFE,)), 0.0, time.time())
-    daemon._scan_event(ScanEvent("finished", ifindex=1), 0.0, time.time())
+    who_asked = daemon.who_asked
+    monkeypatch.setattr(who_asked, "_spawn", lambda coro, g=None: spawned.append((coro, g)))
+    who_asked._scan_event(ScanEvent("started", ifindex=999, ssids=(CAFE,)), 0.0, time.time())
+    who_asked._scan_event(ScanEvent("finished", ifindex=1), 0.0, time.time())
     assert spawned == []  # another interface, and an end: nothing to label
-    daemon._scan_event(ScanEvent("started", ifindex=1, ssids=(CAFE,)), 0.0, time.time())
+    who_asked._scan_event(ScanEvent("started", ifindex=1, ssids=(CAFE,)), 0.0, time.time())
     (coro, g), = spawned
     assert g is guard
-    monkeypatch.setattr(daemon, "_geoclue_pid", GeoClue(None))
+    monkeypatch.setattr(who_asked, "_geoclue_pid", GeoClue(None))
     await coro
     assert guard.scans.scans_by_source == {A.BGSCAN: 1}
 
@@ -130,11 +131,11 @@ async def test_the_daemon_labels_scans_without_naming_a_users_program(tmp_path, 
         pass
 
     d = Daemon(Settings(), None, str(tmp_path), tasks=Tasks())
-    d.scan_request_seen(Request(at=time.time(), program="Café ☕", pid=4242, user="alice"),
-                        False, "alice")
-    monkeypatch.setattr("nm_scanguard.daemon.daemon.asyncio.sleep", no_wait)
+    d.who_asked.scan_request_seen(
+        Request(at=time.time(), program="Café ☕", pid=4242, user="alice"), False, "alice")
+    monkeypatch.setattr("nm_scanguard.daemon.who_asked.asyncio.sleep", no_wait)
     event = ScanEvent(kind="started", ifindex=3)
-    await d._label_scan(FakeGuard(), event, time.time())
+    await d.who_asked._label_scan(FakeGuard(), event, time.time())  # type: ignore[arg-type]
     assert len(seen) == 1
     assert (seen[0].program, seen[0].pid, seen[0].user) == ("", 0, "")
     d.counters.close()
