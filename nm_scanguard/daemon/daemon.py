@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..config import ProfileWarnings, Settings, apply_profile, load_file
@@ -61,6 +62,22 @@ class Tasks(Protocol):
     async def cancel_all(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class Peers:
+    """What the daemon works with on the bus: NetworkManager, wpa_supplicant, and the Suspender
+    that changes wpa_supplicant's bgscan (and the journal) for the guards."""
+
+    bus: MessageBus
+    nm: NetworkManager
+    supplicant: Supplicant
+    suspender: Suspender
+
+    @classmethod
+    def on(cls, bus: MessageBus, journal: Journal) -> Peers:
+        supplicant = Supplicant(bus)
+        return cls(bus, NetworkManager(bus), supplicant, Suspender(supplicant, journal))
+
+
 class Daemon:
     def __init__(self, settings: Settings, config_path: str | None, state_dir: str, *,
                  tasks: Tasks) -> None:
@@ -76,11 +93,8 @@ class Daemon:
         # Listeners for the bus API: (interface, state, reason) and "something changed".
         self.on_state_changed: list[Callable[[str, str, str], None]] = []
         self.on_changed: list[Callable[[], None]] = []
-        self._bus: MessageBus | None = None
+        self._peers: Peers | None = None
         self._owners = NameOwners((NM_NAME, WPAS_NAME))
-        self._nm: NetworkManager | None = None
-        self._supplicant: Supplicant | None = None
-        self._suspender: Suspender | None = None
         self._profile_warnings = ProfileWarnings()
         self.tasks = tasks
         self._retry: asyncio.Task[None] | None = None
@@ -89,37 +103,18 @@ class Daemon:
         self._sync_pending = False
         self.systemd = SystemdStatus(self.guards.status_line)
 
-    # The peers exist once connect() ran; before that, using them is a programming error.
-
     @property
-    def bus(self) -> MessageBus:
-        assert self._bus is not None, "Daemon.connect() first"
-        return self._bus
-
-    @property
-    def nm(self) -> NetworkManager:
-        assert self._nm is not None, "Daemon.connect() first"
-        return self._nm
-
-    @property
-    def supplicant(self) -> Supplicant:
-        assert self._supplicant is not None, "Daemon.connect() first"
-        return self._supplicant
-
-    @property
-    def suspender(self) -> Suspender:
-        assert self._suspender is not None, "Daemon.connect() first"
-        return self._suspender
+    def peers(self) -> Peers:
+        """The peers exist once attach() ran; before that, using them is a programming error."""
+        assert self._peers is not None, "Daemon.attach() first"
+        return self._peers
 
     # ---- start / stop ---------------------------------------------------------------------
 
     def attach(self, bus: MessageBus) -> None:
         """Make the peers on `bus`: what both a guarding start (connect) and a restore-only
         start (service.restore_left_over) work with.  Sends nothing."""
-        self._bus = bus
-        self._nm = NetworkManager(bus)
-        self._supplicant = Supplicant(bus)
-        self._suspender = Suspender(self._supplicant, self.journal)
+        self._peers = Peers.on(bus, self.journal)
 
     async def connect(self, bus: MessageBus) -> None:
         """Join the bus and subscribe to NM's and wpa_supplicant's signals; changes nothing."""
@@ -136,7 +131,7 @@ class Daemon:
         from following NetworkManager and answering; a guard that finds its network's "" in
         the journal takes the entry over, and the replay leaves that network alone."""
         self.deferral.set(False)  # whatever a previous instance left says nothing about now
-        await self.who_asked.follow_scans(self.bus)
+        await self.who_asked.follow_scans(self.peers.bus)
         await self.sync()
         self._retry_journal()
 
@@ -147,7 +142,7 @@ class Daemon:
 
     async def replay(self) -> int:
         """Restore what the journal holds, once; the entries kept for a later try."""
-        return await restore_journal(self.suspender)
+        return await restore_journal(self.peers.suspender)
 
     async def _replay_journal(self) -> None:
         """Replay the journal; entries that could not be restored (wpa_supplicant refused or did
@@ -167,7 +162,7 @@ class Daemon:
         self.deferral.clear()
         self.who_asked.close()
         await self.tasks.cancel_all()
-        restore = self._bus is not None and self._bus.connected
+        restore = self._peers is not None and self._peers.bus.connected
         if not restore and self.journal.entries():
             log.error("the system bus is gone, so bgscan cannot be restored now; %d suspended "
                       "bgscan(s) stay in %s and the next start restores them",
@@ -187,7 +182,7 @@ class Daemon:
         async with self._sync_lock:
             self._sync_pending = False
             try:
-                devices = await self.nm.wifi_devices()
+                devices = await self.peers.nm.wifi_devices()
             except BusError as e:
                 log.warning("NetworkManager is not reachable (%s); guarding continues on the "
                             "interfaces already known and resumes following NM when it is back", e)
@@ -204,7 +199,8 @@ class Daemon:
                 guard = self.guards.get(ifname)
                 if guard is None:
                     guard = Guard(dev, settings, counters=self.counters,
-                                  supplicant=self.supplicant, suspender=self.suspender,
+                                  supplicant=self.peers.supplicant,
+                                  suspender=self.peers.suspender,
                                   listener=self)
                     await self.guards.start(guard, self.holds.held(ifname))
                 else:
@@ -241,7 +237,7 @@ class Daemon:
 
     async def wifi_interfaces(self) -> list[str]:
         """The Wi-Fi interfaces NetworkManager knows (raises BusError if it does not answer)."""
-        return sorted(d.ifname for d in await self.nm.wifi_devices() if d.ifname)
+        return sorted(d.ifname for d in await self.peers.nm.wifi_devices() if d.ifname)
 
     # ---- holds: the table is ours, the bus API takes and releases them --------------------
 
@@ -264,7 +260,7 @@ class Daemon:
                 self.schedule_sync()
         elif self._owners.sent_by(msg, WPAS_NAME):
             for event in events_of(msg):
-                self.guards.supplicant_event(event, self.suspender)
+                self.guards.supplicant_event(event, self.peers.suspender)
 
     def _owner_changed(self, name: str, new: str) -> None:
         if name == NM_NAME:
@@ -275,7 +271,7 @@ class Daemon:
             log.info("wpa_supplicant %s", "appeared" if new else "left the bus; its networks "
                      "are gone, so is anything we suspended")
             self.guards.supplicant_restarted()
-            self.suspender.ledger.forget_all()
+            self.peers.suspender.ledger.forget_all()
             self.schedule_sync()
 
     def spawn(self, coro: Coroutine[Any, Any, Any], guard: Guard | None = None) -> asyncio.Task[None]:

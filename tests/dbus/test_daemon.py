@@ -54,7 +54,7 @@ async def daemon(system_bus, tmp_path):
     yield start
     for d in started:
         await d.stop()
-        d.bus.disconnect()
+        d.peers.bus.disconnect()
 
 
 async def bgscan(bus, net):

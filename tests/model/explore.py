@@ -165,7 +165,7 @@ def fingerprint(m: Machine) -> str:
     daemon: Any = None
     if w.instance is not None and w.instance.alive:
         d = w.instance.daemon
-        s = d._suspender
+        s = None if d._peers is None else d._peers.suspender
         daemon = {
             "guards": sorted((g.ifname, g.state, bool(g.engaged), g.iface_path)
                              for g in d.guards.values()),

@@ -154,7 +154,7 @@ MUTANTS = (
            "                for hold in []:"),
     Mutant("no-restore-on-stop", "skip the restore on stop",
            "nm_scanguard/daemon/daemon.py",
-           "        restore = self._bus is not None and self._bus.connected",
+           "        restore = self._peers is not None and self._peers.bus.connected",
            "        restore = False"),
     Mutant("no-journal-replay", "a new start does not replay the crash journal",
            "nm_scanguard/daemon/daemon.py",
