@@ -16,7 +16,7 @@ import math
 import os
 import pwd
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from .. import __version__
@@ -44,6 +44,7 @@ from ..names import (
 from ..peers.bus import BusError, add_match, call, name_has_owner
 from ..status import DeviceStatus
 from ..text import MAX_TEXT, clipped, cut, quoted
+from .changes import Changes
 from .export import CallError, ExportedObject, load_interface
 from .holds import HOLD_FIELDS, Hold, HoldError, Holds, check_text
 from .throttle import Throttle
@@ -59,8 +60,8 @@ class Guarding(Protocol):
 
     holds: Holds
     who_asked: WhoAsked
-    on_state_changed: list[Callable[[str, str, str], None]]  # (interface, state, reason)
-    on_changed: list[Callable[[], None]]  # any figure changed
+    state_changed: Changes[[str, str, str]]  # (interface, state, reason)
+    changed: Changes[[]]  # any figure changed
 
     def status(self) -> list[DeviceStatus]: ...
 
@@ -124,9 +125,9 @@ class Api:
         """Serve the object (before the name is owned: nobody can call until then)."""
         self.object.start()
         self.bus.add_message_handler(self._on_signal)
-        self.daemon.on_state_changed.append(self._state_changed)
-        self.daemon.on_changed.append(self._devices.poke)
-        self.holds.add_listener(self._active_holds.poke)
+        self.daemon.state_changed.connect(self._state_changed)
+        self.daemon.changed.connect(self._devices.poke)
+        self.holds.changed.connect(self._active_holds.poke)
 
     def property_values(self) -> dict[str, Variant]:
         return {

@@ -25,6 +25,7 @@ from ..peers.supplicant import NAME as WPAS_NAME
 from ..peers.supplicant import SIGNAL_RULES as WPAS_SIGNALS
 from ..peers.supplicant import Supplicant, events_of
 from ..status import DeviceStatus
+from .changes import Changes
 from .deferral import ScanDeferral
 from .guard import Guard
 from .guards import Guards
@@ -86,13 +87,13 @@ class Daemon:
         self.counters = LinkCounters()
         self.journal = Journal(state_dir)
         self.holds = Holds()
-        self.holds.add_listener(self._holds_changed)
+        self.holds.changed.connect(self._holds_changed)
         self.guards = Guards(self.journal, self.spawn)
         self.deferral = ScanDeferral(state_dir)
         self.who_asked = WhoAsked(self.guards, self.spawn)
-        # Listeners for the bus API: (interface, state, reason) and "something changed".
-        self.on_state_changed: list[Callable[[str, str, str], None]] = []
-        self.on_changed: list[Callable[[], None]] = []
+        # What the bus API hears: a guard's new state, and "a figure changed".
+        self.state_changed: Changes[[str, str, str]] = Changes()  # (interface, state, reason)
+        self.changed: Changes[[]] = Changes()
         self._peers: Peers | None = None
         self._owners = NameOwners((NM_NAME, WPAS_NAME))
         self._profile_warnings = ProfileWarnings()
@@ -200,15 +201,16 @@ class Daemon:
                 if guard is None:
                     guard = Guard(dev, settings, counters=self.counters,
                                   supplicant=self.peers.supplicant,
-                                  suspender=self.peers.suspender,
-                                  listener=self)
+                                  suspender=self.peers.suspender, spawn=self.spawn)
+                    guard.state_changed.connect(self._guard_state_changed)
+                    guard.changed.connect(self._guard_changed)
                     await self.guards.start(guard, self.holds.held(ifname))
                 else:
                     guard.update(dev, settings)
                 await guard.reconcile()
             if any(d.settings_error for d in active.values()) and self._settings_retry is None:
                 self._settings_retry = self.spawn(self._sync_later(SETTINGS_RETRY))
-            self._changed(force=True)
+            self._announce(force=True)
 
     async def _sync_later(self, delay: float) -> None:
         try:
@@ -279,24 +281,20 @@ class Daemon:
         of `guard`, the interface it works for, if any), never raised."""
         return self.tasks.spawn(coro, guard.unexpected if guard is not None else None)
 
-    # ---- what the guards report (GuardListener) --------------------------------------------
+    # ---- what the guards report, passed on ------------------------------------------------
 
-    def guard_state_changed(self, guard: Guard, state: str, reason: str) -> None:
+    def _guard_state_changed(self, ifname: str, state: str, reason: str) -> None:
         self.guards.update_deferral(self.deferral)
-        for cb in self.on_state_changed:
-            cb(guard.ifname, state, reason)
+        self.state_changed(ifname, state, reason)
         self.systemd.changed(force=True)
 
-    def guard_changed(self, guard: Guard) -> None:
-        self._changed(force=False)
+    def _guard_changed(self) -> None:
+        self._announce(force=False)
 
-    def run_for(self, guard: Guard, coro: Coroutine[Any, Any, Any]) -> None:
-        self.spawn(coro, guard)
-
-    def _changed(self, force: bool) -> None:
+    def _announce(self, force: bool) -> None:
+        """A figure changed (`force`: after a sync, which may have started or stopped guards)."""
         self.guards.update_deferral(self.deferral)
-        for cb in self.on_changed:
-            cb()
+        self.changed()
         self.systemd.changed(force=force)
 
     def status(self) -> list[DeviceStatus]:

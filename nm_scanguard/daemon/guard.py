@@ -1,10 +1,11 @@
 """One activated Wi-Fi interface: sample counters, ask the policy, suspend or restore bgscan.
 
 A Guard gets what it works with injected (a counter reader, wpa_supplicant for the interface
-object and the signal, a Suspender that owns the bgscan string and the journal) and reports
-through one listener; it never reaches into the daemon.  So it can be tested with fakes.  Its
-jobs beside suspending and restoring are its own classes: the sampling loop and the counters
-(sampling.py), the signal floor and roaming (roaming.py), its scans (scans.py).
+object and the signal, a Suspender that owns the bgscan string and the journal, a way to run
+a coroutine beside its sampling) and reports through its Changes (state_changed, changed); it
+never reaches into the daemon.  So it can be tested with fakes.  Its jobs beside suspending
+and restoring are its own classes: the sampling loop and the counters (sampling.py), the
+signal floor and roaming (roaming.py), its scans (scans.py).
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine
-from typing import Any, Protocol
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from ..config import Settings
 from ..peers.nm import WifiDevice
@@ -21,6 +22,7 @@ from ..peers.supplicant import ObjectGone, SupplicantError, WpaSupplicant
 from ..status import DeviceStatus
 from ..text import clipped
 from . import policy as P
+from .changes import Changes
 from .evidence import interface_of
 from .ledger import Suspended
 from .policy import GUARDED, Policy
@@ -34,20 +36,14 @@ from .suspension import NothingToSuspend, Suspender
 
 log = logging.getLogger("scanguard")
 
-class GuardListener(Protocol):
-    def guard_state_changed(self, guard: Guard, state: str, reason: str) -> None: ...
-
-    def guard_changed(self, guard: Guard) -> None: ...
-
-    def run_for(self, guard: Guard, coro: Coroutine[Any, Any, Any]) -> None:
-        """Run `coro` beside the guard's sampling (the daemon's supervisor); its failure is
-        shown in the guard's status."""
+# Runs a coroutine beside the guard's sampling (the daemon's supervisor, Daemon.spawn); its
+# failure is shown in the status of the guard given.
+Spawn = Callable[[Coroutine[Any, Any, Any], "Guard"], object]
 
 
 class Guard:
     def __init__(self, dev: WifiDevice, settings: Settings, *, counters: CounterReader,
-                 supplicant: WpaSupplicant, suspender: Suspender,
-                 listener: GuardListener) -> None:
+                 supplicant: WpaSupplicant, suspender: Suspender, spawn: Spawn) -> None:
         self.dev = dev
         self.ifname = dev.ifname
         self.policy = Policy(settings)
@@ -58,7 +54,9 @@ class Guard:
         self.since = time.time()
         self._supplicant = supplicant
         self._suspender = suspender
-        self._listener = listener
+        self._spawn = spawn
+        self.state_changed: Changes[[str, str, str]] = Changes()  # (interface, state, reason)
+        self.changed: Changes[[]] = Changes()  # a figure of the status changed
         self._stopping = False
         self.problems = Problems()  # shown in the status, each logged once per change
         self.sampler = Sampler(self, counters)
@@ -87,13 +85,9 @@ class Guard:
     def stopping(self) -> bool:
         return self._stopping
 
-    def changed(self) -> None:
-        """Tell the listener that a figure of the status changed."""
-        self._listener.guard_changed(self)
-
     def beside(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run `coro` beside the sampling, which a peer slow to answer must not hold up."""
-        self._listener.run_for(self, coro)
+        self._spawn(coro, self)
 
     async def attach(self) -> None:
         """Find the interface in wpa_supplicant now, so that scans are counted from the start,
@@ -278,12 +272,12 @@ class Guard:
             self.scans.state_changed(state, deferring_in(self.settings, state))
             self.state, self.since, self.reason = state, time.time(), reason
             log.info("%s: %s (%s)", self.ifname, state, self.reason)
-            self._listener.guard_state_changed(self, state, self.reason)
+            self.state_changed(self.ifname, state, self.reason)
         else:
             # The same state with this sample's figures: sent with the other figures (the
             # bus API and the STATUS= line throttle those), not as a state change.
             self.reason = reason
-        self._listener.guard_changed(self)
+        self.changed()
 
     def status(self) -> DeviceStatus:
         return device_status(self)

@@ -6,24 +6,18 @@ file, a wpa_supplicant restart) or the one a wpa_supplicant signal is about.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine
-from typing import Any
 
 from ..peers.supplicant import Event, NetworkRemoved, ScanDone, Scanning
 from ..status import DeviceStatus
 from ..text import NAME_CHARS, quoted
 from .deferral import ScanDeferral
-from .guard import Guard
+from .guard import Guard, Spawn
 from .holds import Holds
 from .journal import Journal
 from .policy import threshold_words
 from .suspension import Suspender
 
 log = logging.getLogger("scanguard")
-
-# Runs a coroutine beside everything else for a guard, its failure shown in that guard's status
-# (Daemon.spawn).
-Spawn = Callable[[Coroutine[Any, Any, Any], Guard], object]
 
 
 class Guards(dict[str, Guard]):

@@ -24,13 +24,12 @@ under 64 KiB, whatever clients send.
 
 Modelled on power-profiles-daemon: one table keyed by a random non-zero u32 cookie; the
 per-interface view is derived from it; ``release`` and ``caller_left`` end holds through one
-removal path; listeners hear about every change once.  Pure Python: no D-Bus, no I/O; the bus
+removal path; every change is announced once (``changed``).  Pure Python: no D-Bus, no I/O; the bus
 API maps ``HoldError.kind`` to D-Bus error names.
 """
 
 from __future__ import annotations
 
-import logging
 import secrets
 import unicodedata
 from collections.abc import Callable
@@ -39,8 +38,7 @@ from types import TracebackType
 from typing import Literal
 
 from ..text import KEEP_FORMAT
-
-log = logging.getLogger("scanguard.holds")
+from .changes import Changes
 
 MAX_PER_CALLER = 16
 MAX_PER_UID = 32
@@ -153,7 +151,7 @@ class Reservation:
         self._state = "granted"
 
     def commit(self, reason: str, application_id: str, interface: str, since: float) -> Hold:
-        """Turn the reservation into a hold with a fresh cookie; listeners are told."""
+        """Turn the reservation into a hold with a fresh cookie; the change is announced."""
         self._check_live("commit")
         if self._state != "granted":
             raise RuntimeError("Reservation.commit() before grant(): the holds' caps were not checked")
@@ -203,8 +201,7 @@ class Reservation:
 class Holds:
     """Every hold and every pending reservation, with caps that hold however calls interleave."""
 
-    def __init__(self, on_change: Callable[[], None] | None = None, *,
-                 per_caller: int = MAX_PER_CALLER, per_uid: int = MAX_PER_UID,
+    def __init__(self, *, per_caller: int = MAX_PER_CALLER, per_uid: int = MAX_PER_UID,
                  total: int = MAX_TOTAL, waiting_per_caller: int = MAX_WAITING_PER_CALLER,
                  waiting_per_uid: int = MAX_WAITING_PER_UID,
                  waiting_total: int = MAX_WAITING_TOTAL) -> None:
@@ -225,13 +222,8 @@ class Holds:
         # each still waits for an answer, so they count against the caps of waiting calls until
         # they end; otherwise leaving and reconnecting would pile up unanswered calls.
         self._left_waiting: set[Reservation] = set()
-        self._listeners: list[Callable[[], None]] = []
-        if on_change is not None:
-            self.add_listener(on_change)
-
-    def add_listener(self, callback: Callable[[], None]) -> None:
-        """Call `callback` once after every change of the holds (not of reservations)."""
-        self._listeners.append(callback)
+        # Called once after every change of the holds (not of reservations).
+        self.changed: Changes[[]] = Changes()
 
     # ---- taking ---------------------------------------------------------------------------
 
@@ -297,7 +289,7 @@ class Holds:
         hold = Hold(cookie, reason, application_id, interface, reservation.caller,
                     reservation.uid, since)
         self._holds[cookie] = hold
-        self._notify()
+        self.changed()
         return hold
 
     # ---- ending ---------------------------------------------------------------------------
@@ -328,15 +320,7 @@ class Holds:
         for hold in gone:
             del self._holds[hold.cookie]
         if gone:
-            self._notify()
-
-    def _notify(self) -> None:
-        # A listener's bug must not leave the others uninformed, nor make a done change look failed.
-        for callback in list(self._listeners):
-            try:
-                callback()
-            except Exception:
-                log.exception("a listener of the holds failed")
+            self.changed()
 
     # ---- views ----------------------------------------------------------------------------
 

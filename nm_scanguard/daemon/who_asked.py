@@ -9,21 +9,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Callable, Coroutine, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 from ..attribution import GEOCLUE_NAME, Request, ScanRequests
 from ..dbuslib import MessageBus
 from ..peers.bus import owner_pid
 from ..peers.nl80211 import Nl80211Error, ScanEvent, ScanEvents
-from .guard import Guard
+from .guard import Guard, Spawn
 
 log = logging.getLogger("scanguard")
 
 LABEL_AFTER = 1.0  # seconds after a scan starts that it is labelled (see _label_scan)
-
-# Runs a coroutine beside everything else for a guard (Daemon.spawn).
-Spawn = Callable[[Coroutine[Any, Any, Any], Guard], object]
 
 
 class WhoAsked:

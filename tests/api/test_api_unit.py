@@ -9,6 +9,7 @@ import pytest
 from nm_scanguard.daemon import api
 from nm_scanguard.daemon import holds as holds_module
 from nm_scanguard.daemon.api import Api
+from nm_scanguard.daemon.changes import Changes
 from nm_scanguard.attribution import Request
 from nm_scanguard.dbuslib import Message
 from nm_scanguard.daemon.holds import Holds
@@ -39,16 +40,12 @@ class FakeDaemon:
         self.rx = 0.0
         self.state = "idle"
         self.holds = Holds()
-        self.on_state_changed: list = []
-        self.on_changed: list = []
+        self.state_changed: Changes[[str, str, str]] = Changes()
+        self.changed: Changes[[]] = Changes()
         self.who_asked = FakeWhoAsked()
 
     def status(self) -> list[DeviceStatus]:
         return [DeviceStatus(interface="wlan0", state=self.state, rx_bps=self.rx, signal_dbm=None)]
-
-    def changed(self) -> None:
-        for cb in self.on_changed:
-            cb()
 
 
 

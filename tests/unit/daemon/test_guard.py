@@ -111,7 +111,15 @@ class Listener:
         self.changes = 0
         self.beside: list[Coroutine[Any, Any, Any]] = []
 
-    def run_for(self, guard: Guard, coro: Coroutine[Any, Any, Any]) -> None:
+    def guard(self, dev: WifiDevice, settings: Settings, parts: dict[str, Any]) -> Guard:
+        """A Guard on the fakes of `parts` that reports to this listener, as the daemon wires it."""
+        g = Guard(dev, settings, counters=parts["counters"], supplicant=parts["sup"],
+                  suspender=parts["suspender"], spawn=self.spawn)
+        g.state_changed.connect(self.state_changed)
+        g.changed.connect(self.changed)
+        return g
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], guard: Guard) -> None:
         self.beside.append(coro)
 
     async def run(self) -> int:
@@ -121,10 +129,10 @@ class Listener:
             n += 1
         return n
 
-    def guard_state_changed(self, guard: Guard, state: str, reason: str) -> None:
+    def state_changed(self, ifname: str, state: str, reason: str) -> None:
         self.states.append((state, reason))
 
-    def guard_changed(self, guard: Guard) -> None:
+    def changed(self) -> None:
         self.changes += 1
 
 
@@ -143,8 +151,7 @@ def parts(tmp_path) -> Iterator[dict[str, Any]]:
 async def guard(parts) -> Guard:
     dev = WifiDevice(path="/org/freedesktop/NetworkManager/Devices/1", ifname="wlan0", state=100,
                      connection_id="Café ☕", connection_uuid="u-1")
-    g = Guard(dev, SETTINGS, counters=parts["counters"], supplicant=parts["sup"],
-              suspender=parts["suspender"], listener=parts["listener"])
+    g = parts["listener"].guard(dev, SETTINGS, parts)
     await g.iface()
     return g
 
@@ -637,8 +644,7 @@ async def test_an_unreadable_profile_is_shown_once_and_left_alone_until_readable
     sup = parts["sup"]
     caplog.set_level("INFO", "scanguard")
     unreadable = SETTINGS.with_values({"enabled": False}, "unreadable profile Café ☕")
-    guard = Guard(_dev(UNREADABLE), unreadable, counters=parts["counters"], supplicant=sup,
-                  suspender=parts["suspender"], listener=parts["listener"])
+    guard = parts["listener"].guard(_dev(UNREADABLE), unreadable, parts)
     guard.hold_changed(True)
     assert await guard.kick()
     assert guard.state == P.DISABLED and not guard.engaged and sup.sets() == []

@@ -303,7 +303,8 @@ def test_a_caller_leaving_voids_its_pending_reservations():
 @pytest.mark.parametrize("reason", TEXTS)
 def test_holder_may_release(reason):
     changes = Counter()
-    holds = Holds(changes)
+    holds = Holds()
+    holds.changed.connect(changes)
     hold = take(holds, ":1.1", reason=reason, app=reason)
     assert changes.calls == 1
     assert holds.release(hold.cookie, ":1.1", caller_is_root=False) == hold
@@ -320,7 +321,8 @@ def test_root_may_release_someone_elses_hold():
 
 def test_another_client_may_not_release():
     changes = Counter()
-    holds = Holds(changes)
+    holds = Holds()
+    holds.changed.connect(changes)
     hold = take(holds, ":1.1")
     with pytest.raises(HoldError) as e:
         holds.release(hold.cookie, ":1.2", caller_is_root=False)
@@ -342,7 +344,8 @@ def test_unknown_cookie_and_double_release():
 
 def test_caller_left_removes_all_its_holds_and_notifies_once():
     changes = Counter()
-    holds = Holds(changes)
+    holds = Holds()
+    holds.changed.connect(changes)
     mine = [take(holds, ":1.1", since=float(t), interface="wlan0") for t in (3, 1, 2)]
     theirs = take(holds, ":1.2")
     changes.calls = 0
@@ -358,8 +361,9 @@ def test_caller_left_removes_all_its_holds_and_notifies_once():
 
 def test_listeners_hear_changes_not_reservations():
     first, second = Counter(), Counter()
-    holds = Holds(first)
-    holds.add_listener(second)
+    holds = Holds()
+    holds.changed.connect(first)
+    holds.changed.connect(second)
     r = holds.reserve(":1.1", 1)
     r.grant()
     holds.reserve(":1.1", 1).cancel()
@@ -375,8 +379,9 @@ def test_a_failing_listener_does_not_silence_the_others(caplog):
         raise RuntimeError("listener bug")
 
     after = Counter()
-    holds = Holds(broken)
-    holds.add_listener(after)
+    holds = Holds()
+    holds.changed.connect(broken)
+    holds.changed.connect(after)
     hold = take(holds, ":1.1")
     assert after.calls == 1 and holds.get(hold.cookie) == hold
     assert "listener bug" in caplog.text
@@ -385,7 +390,7 @@ def test_a_failing_listener_does_not_silence_the_others(caplog):
 def test_listener_sees_the_table_already_changed():
     seen: list[bool] = []
     holds = Holds()
-    holds.add_listener(lambda: seen.append(holds.held("wlan0")))
+    holds.changed.connect(lambda: seen.append(holds.held("wlan0")))
     hold = take(holds, ":1.1", interface="wlan0")
     holds.release(hold.cookie, ":1.1", caller_is_root=False)
     assert seen == [True, False]
@@ -644,8 +649,9 @@ class HoldsMachine(RuleBasedStateMachine):
         _COOKIES.seed(0)  # the same cookies, so the same holds sort alike, in every run
         self.changes = Counter()
         self.expected_changes = 0
-        self.holds = Holds(self.changes, per_caller=3, per_uid=4, total=6, waiting_per_caller=2,
+        self.holds = Holds(per_caller=3, per_uid=4, total=6, waiting_per_caller=2,
                            waiting_per_uid=3, waiting_total=4)
+        self.holds.changed.connect(self.changes)
         self.calls: list[holds_module.Reservation] = []  # Hold calls not ended yet
         self.left_waiting: list[holds_module.Reservation] = []  # their caller left meanwhile
 

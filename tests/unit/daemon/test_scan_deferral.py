@@ -51,8 +51,7 @@ def parts(tmp_path) -> dict:
 async def guard(parts) -> Guard:
     dev = WifiDevice(path="/org/freedesktop/NetworkManager/Devices/1", ifname="wlan0", state=100,
                      connection_id=CAFE, connection_uuid="u-1")
-    g = Guard(dev, SETTINGS, counters=parts["counters"], supplicant=parts["sup"],
-              suspender=parts["suspender"], listener=parts["listener"])
+    g = parts["listener"].guard(dev, SETTINGS, parts)
     await g.iface()
     return g
 
@@ -496,7 +495,8 @@ async def test_the_daemon_publishes_whether_any_guard_defers(guard, parts, tmp_p
     daemon = Daemon(Settings(), None, str(tmp_path / "state"), tasks=Supervisor())
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / DEFER_FILE).write_text("defer 1 1\n")  # a crashed instance's
-    guard._listener = daemon
+    guard.state_changed.connect(daemon._guard_state_changed)  # as Daemon.sync wires a guard
+    guard.changed.connect(daemon._guard_changed)
     daemon.guards[guard.ifname] = guard
     daemon.deferral.set(False)  # what start() does first
     path = tmp_path / "state" / DEFER_FILE

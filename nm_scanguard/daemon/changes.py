@@ -1,0 +1,36 @@
+"""The daemon's one way to say that something changed.
+
+The part that changes owns a Changes (the holds, a guard's state and figures, the daemon's for
+the bus API); whoever wants to hear of it connects a callback, and calling the Changes runs
+every callback with its arguments, in the order they were connected, before the call returns.
+A callback that fails is logged and the others still run: the change has happened, and one
+listener's bug must neither keep it from the others nor make it look failed to the changer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Generic, ParamSpec
+
+log = logging.getLogger("scanguard")
+
+P = ParamSpec("P")
+
+
+class Changes(Generic[P]):
+    def __init__(self) -> None:
+        self._callbacks: list[Callable[P, None]] = []
+
+    def connect(self, callback: Callable[P, None]) -> None:
+        """Call `callback` on every change from now on, after those connected before it."""
+        self._callbacks.append(callback)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> None:
+        """Tell every callback of a change."""
+        for callback in list(self._callbacks):
+            try:
+                callback(*args, **kwargs)
+            except Exception:
+                log.exception("%s failed on hearing of a change",
+                              getattr(callback, "__qualname__", callback))
