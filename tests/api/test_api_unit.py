@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from nm_scanguard.daemon import api
+from nm_scanguard.daemon import api, api_callers, api_holders, api_properties
 from nm_scanguard.daemon import holds as holds_module
 from nm_scanguard.daemon.api import Api
 from nm_scanguard.daemon.changes import Changes
@@ -67,9 +67,9 @@ class FakeWhoAsked:
 
 def started(monkeypatch, devices_every: float = 60.0, holds_every: float = 60.0,
             requests_every: float = 60.0):
-    monkeypatch.setattr(api, "DEVICES_EVERY", devices_every)
-    monkeypatch.setattr(api, "HOLDS_EVERY", holds_every)
-    monkeypatch.setattr(api, "REQUESTS_EVERY", requests_every, raising=False)
+    monkeypatch.setattr(api_properties, "DEVICES_EVERY", devices_every)
+    monkeypatch.setattr(api_properties, "HOLDS_EVERY", holds_every)
+    monkeypatch.setattr(api_properties, "REQUESTS_EVERY", requests_every)
     bus, daemon = FakeBus(), FakeDaemon()
     a = Api(daemon, bus)
     a.start()
@@ -100,7 +100,7 @@ async def test_a_state_change_is_announced_at_once(monkeypatch):
     daemon.changed()
     assert bus.devices_changes() == 1  # paced
     daemon.state = "held"
-    a._state_changed("wlan0", "held", "held by an application")
+    a.announcer.state_changed("wlan0", "held", "held by an application")
     assert [m.member for m in bus.sent][-2:] == ["StateChanged", "PropertiesChanged"]
     assert bus.devices_changes() == 2
 
@@ -143,7 +143,7 @@ def as_caller(monkeypatch, uid: int) -> None:
     async def call(_bus, _dest, _path, _iface, member: str, _sig: str = "", _body=(), timeout=0):
         assert member == "GetConnectionUnixUser", member
         return [uid]
-    monkeypatch.setattr(api, "call", call)
+    monkeypatch.setattr(api_callers, "call", call)
 
 
 def scan_seen(program: str, sender: str = ":1.9", user: str = "Café ☕", uptime: float = 0.0,
@@ -219,8 +219,8 @@ class MatchBus:
     def __init__(self, monkeypatch) -> None:
         self.calls: list[tuple[str, str]] = []
         self.answers: list[asyncio.Future[None]] = []
-        monkeypatch.setattr(api, "add_match", self._add_match)
-        monkeypatch.setattr(api, "call", self._call)
+        monkeypatch.setattr(api_holders, "add_match", self._add_match)
+        monkeypatch.setattr(api_holders, "call", self._call)
 
     async def _add_match(self, _bus, rule: str) -> None:
         self.calls.append(("AddMatch", rule))
@@ -260,8 +260,8 @@ def watching(monkeypatch):
 
 async def test_concurrent_holds_of_one_caller_share_one_add_match_and_all_wait_for_it(monkeypatch):
     matches, _, a = watching(monkeypatch)
-    first = asyncio.ensure_future(a._watch(":1.7"))
-    second = asyncio.ensure_future(a._watch(":1.7"))
+    first = asyncio.ensure_future(a.holders.watch(":1.7"))
+    second = asyncio.ensure_future(a.holders.watch(":1.7"))
     await turns()
     assert [m for m, _ in matches.calls] == ["AddMatch"]
     assert not first.done() and not second.done(), "no Hold may commit before the match is in place"
@@ -272,17 +272,17 @@ async def test_concurrent_holds_of_one_caller_share_one_add_match_and_all_wait_f
 
 async def test_a_failed_add_match_is_not_remembered_as_a_watch(monkeypatch):
     matches, _, a = watching(monkeypatch)
-    first = asyncio.ensure_future(a._watch(":1.7"))
+    first = asyncio.ensure_future(a.holders.watch(":1.7"))
     await turns()
-    matches.answers[0].set_exception(api.BusError("org.freedesktop.DBus.Error.LimitsExceeded",
+    matches.answers[0].set_exception(api_holders.BusError("org.freedesktop.DBus.Error.LimitsExceeded",
                                                   "Café ☕: too many matches"))
     try:
         await first
-    except api.BusError:
+    except api_holders.BusError:
         pass
     else:
         raise AssertionError("the Hold that asked must see the failure")
-    second = asyncio.ensure_future(a._watch(":1.7"))
+    second = asyncio.ensure_future(a.holders.watch(":1.7"))
     await turns()
     assert [m for m, _ in matches.calls] == ["AddMatch", "AddMatch"], "the next Hold asks again"
     matches.answers[1].set_result(None)
@@ -292,12 +292,12 @@ async def test_a_failed_add_match_is_not_remembered_as_a_watch(monkeypatch):
 async def test_remove_match_waits_for_its_add_match_and_a_pending_hold_keeps_the_watch(monkeypatch):
     matches, daemon, a = watching(monkeypatch)
     slot = daemon.holds.reserve(":1.7", 1000)  # a Hold still being authorised
-    watch = asyncio.ensure_future(a._watch(":1.7"))
+    watch = asyncio.ensure_future(a.holders.watch(":1.7"))
     await turns()
-    a._unwatch(":1.7")
-    assert ":1.7" in a._watched and not daemon.spawned, "a caller taking a hold stays watched"
+    a.holders.unwatch(":1.7")
+    assert ":1.7" in a.holders._watched and not daemon.spawned, "a caller taking a hold stays watched"
     slot.cancel()
-    a._unwatch(":1.7")
+    a.holders.unwatch(":1.7")
     (remove,) = daemon.spawned
     await turns()
     assert [m for m, _ in matches.calls] == ["AddMatch"], "RemoveMatch before AddMatch's answer"
@@ -370,14 +370,14 @@ def test_polkit_uid_is_looked_up_until_found_then_kept(monkeypatch):
             raise KeyError(name)
         return users[name]
 
-    monkeypatch.setattr(api.pwd, "getpwnam", getpwnam)
-    monkeypatch.setattr(api, "_polkit_uid", None)
-    assert api.polkit_uid() is None
-    assert api.polkit_uid() is None
+    monkeypatch.setattr(api_callers.pwd, "getpwnam", getpwnam)
+    monkeypatch.setattr(api_callers, "_polkit_uid", None)
+    assert api_callers.polkit_uid() is None
+    assert api_callers.polkit_uid() is None
     assert asked == ["polkitd", "polkitd"]  # not there yet: asked again
     users["polkitd"] = type("pw", (), {"pw_uid": 997})()
-    assert api.polkit_uid() == 997
-    assert api.polkit_uid() == 997
+    assert api_callers.polkit_uid() == 997
+    assert api_callers.polkit_uid() == 997
     assert asked == ["polkitd"] * 3
 
 
@@ -393,9 +393,10 @@ class PolkitBus:
         self.waiting: list[tuple[str, asyncio.Future]] = []
         self.gone: set[str] = set()
         self.removed: list[str] = []
-        monkeypatch.setattr(api, "call", self._call)
-        monkeypatch.setattr(api, "add_match", self._add_match)
-        monkeypatch.setattr(api, "name_has_owner", self._has_owner)
+        monkeypatch.setattr(api_callers, "call", self._call)  # GetConnectionUnixUser, CheckAuthorization
+        monkeypatch.setattr(api_holders, "call", self._call)  # RemoveMatch
+        monkeypatch.setattr(api_holders, "add_match", self._add_match)
+        monkeypatch.setattr(api_holders, "name_has_owner", self._has_owner)
 
     async def _call(self, _bus, _dest, _path, _iface, member: str, _sig: str = "", body=(),
                     timeout: float = 0) -> list:
@@ -460,7 +461,7 @@ async def test_holds_waiting_on_an_agent_that_never_answers_do_not_block_other_u
 
 
 def owner_gone(name: str) -> Message:
-    return Message(message_type=api.MessageType.SIGNAL, path="/org/freedesktop/DBus",
+    return Message(message_type=api_holders.MessageType.SIGNAL, path="/org/freedesktop/DBus",
                    interface="org.freedesktop.DBus", member="NameOwnerChanged", signature="sss",
                    body=[name, name, ""], sender="org.freedesktop.DBus", serial=1)
 
@@ -472,9 +473,9 @@ async def test_a_caller_that_leaves_while_polkit_is_asked_gets_no_hold_and_is_un
     call = asyncio.ensure_future(a._hold(hold_call(":1.30", 1)))
     await turns()
     assert len(polkit.waiting) == 1
-    assert ":1.30" in a._watched, "a Hold waiting for polkit keeps its caller watched"
+    assert ":1.30" in a.holders._watched, "a Hold waiting for polkit keeps its caller watched"
     polkit.gone.add(":1.30")
-    a._on_signal(owner_gone(":1.30"))
+    a.holders.on_signal(owner_gone(":1.30"))
     assert daemon.holds.callers() == set()
     polkit.answer_all(True)  # polkit says yes after the caller left
     try:
@@ -485,7 +486,7 @@ async def test_a_caller_that_leaves_while_polkit_is_asked_gets_no_hold_and_is_un
         raise AssertionError("a Hold whose caller left must not be taken")
     assert len(daemon.holds) == 0
     await asyncio.gather(*daemon.spawned)
-    assert polkit.removed and "arg0=':1.30'" in polkit.removed[0] and ":1.30" not in a._watched
+    assert polkit.removed and "arg0=':1.30'" in polkit.removed[0] and ":1.30" not in a.holders._watched
 
 
 # ---- who may see who asked for a scan -----------------------------------------------------
@@ -495,7 +496,7 @@ def requests_api(monkeypatch, users: dict[int, str]) -> tuple[Api, FakeDaemon]:
         if uid not in users:
             raise KeyError(uid)
         return type("pw", (), {"pw_name": users[uid]})()
-    monkeypatch.setattr(api.pwd, "getpwuid", getpwuid)
+    monkeypatch.setattr(api_callers.pwd, "getpwuid", getpwuid)
     daemon = FakeDaemon()
     a = Api(daemon, FakeBus())
     return a, daemon
@@ -520,7 +521,7 @@ def test_the_property_names_nobody_and_the_method_names_the_callers_own(monkeypa
         (Request(at=10.0, program=program, pid=4242, user=name), False),
         (Request(at=11.0, program="waybar", pid=777, user="bob"), True)])
 
-    public = [tuple(e) for e in a.property_values()["RecentScanRequests"].value]
+    public = [tuple(e) for e in api_properties.property_values(daemon)["RecentScanRequests"].value]
     assert public == [(10.0, "", 0, "", False), (11.0, "", 0, "", True)]
     assert get_requests(a, monkeypatch, 1000) == [(10.0, name, 4242, program, False),
                                                   (11.0, "", 0, "", True)]
@@ -540,6 +541,6 @@ def test_the_callers_name_is_looked_up_off_the_event_loop(monkeypatch):
     def getpwuid(uid):
         threads.append(threading.current_thread())
         return type("pw", (), {"pw_name": "Café ☕"})()
-    monkeypatch.setattr(api.pwd, "getpwuid", getpwuid)
+    monkeypatch.setattr(api_callers.pwd, "getpwuid", getpwuid)
     get_requests(a, monkeypatch, 1000)
     assert threads and threading.main_thread() not in threads

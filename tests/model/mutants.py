@@ -149,7 +149,7 @@ MUTANTS = (
            "                    pass\n"),
     # The rest of the daemon.
     Mutant("holder-left-keeps-holds", "forget a hold's release path (holder leaves the bus)",
-           "nm_scanguard/daemon/api.py",
+           "nm_scanguard/daemon/api_holders.py",
            "                for hold in self.holds.caller_left(name):",
            "                for hold in []:"),
     Mutant("no-restore-on-stop", "skip the restore on stop",

@@ -41,8 +41,6 @@ MAX_CLASS_LINES = 250
 # What was over the limit when the rule came: lines then.  Split them (issue 33, item 2).
 OVER_THE_LIMIT = {
     "config.py": 407,
-    "daemon/api.py": 442,
-    "daemon/api.py:Api": 297,
     "peers/nl80211.py": 452,
 }
 
