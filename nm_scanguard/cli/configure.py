@@ -13,12 +13,12 @@ from ..config import (
     ConfigError,
     ConfigMissing,
     Settings,
-    apply_profile,
     load_file,
     named_file_required,
     parse_value,
     settings_table,
 )
+from ..profile_settings import apply_profile
 from ..text import NAME_CHARS, clipped, quoted, shown
 from .common import Failure
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..config import ProfileWarnings, Settings, apply_profile, load_file
+from ..config import Settings, load_file
 from ..dbuslib import Message, MessageBus, MessageType
 from ..peers.bus import BusError, NameOwners, add_match
 from ..peers.netlink import LinkCounters
@@ -24,6 +24,7 @@ from ..peers.nm import NetworkManager, WifiDevice
 from ..peers.supplicant import NAME as WPAS_NAME
 from ..peers.supplicant import SIGNAL_RULES as WPAS_SIGNALS
 from ..peers.supplicant import Supplicant, events_of
+from ..profile_settings import ProfileWarnings, apply_profile
 from ..status import DeviceStatus
 from .changes import Changes
 from .deferral import ScanDeferral

@@ -24,7 +24,8 @@ import nm_scanguard.files as files_module
 import nm_scanguard.daemon.journal as journal_module
 from nm_scanguard.daemon.api import Api
 from nm_scanguard.peers.bus import CALL_TIMEOUT, close_bus
-from nm_scanguard.config import ConfigError, ProfileWarnings, apply_profile, load_file
+from nm_scanguard.config import ConfigError, load_file
+from nm_scanguard.profile_settings import ProfileWarnings, apply_profile
 from nm_scanguard.daemon.daemon import JOURNAL_RETRY_MAX, Daemon
 from nm_scanguard.daemon.service import Supervisor
 from nm_scanguard.dbuslib import Message, MessageType

@@ -38,11 +38,11 @@ def test_the_daemon_starts_without_openssl_gi_or_pyroute2():
 
 
 def test_the_daemon_still_hashes_with_blake2b_without_openssl(tmp_path):
-    """config.py's digest of bad profile data (ProfileWarnings) uses blake2b: built in."""
+    """profile_settings.py's digest of bad profile data (ProfileWarnings) uses blake2b: built in."""
     code = ("import sys\n"
             "for n in ('ssl', '_ssl', '_hashlib'): sys.modules.setdefault(n, None)\n"
-            "from nm_scanguard import config\n"
-            "print(config._digest('Café ☕', 'x').hex())\n")
+            "from nm_scanguard import profile_settings\n"
+            "print(profile_settings._digest('Café ☕', 'x').hex())\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr

@@ -20,7 +20,8 @@ import pytest
 from nm_scanguard.daemon import policy as P
 from nm_scanguard.attribution import Request
 from nm_scanguard.cli.show import GEOCLUE_HINT, device_line, scan_hint, status_json
-from nm_scanguard.config import KEYS, ConfigError, Settings, apply_profile, load_file
+from nm_scanguard.config import KEYS, ConfigError, Settings, load_file
+from nm_scanguard.profile_settings import apply_profile
 from nm_scanguard.daemon.daemon import Daemon
 from nm_scanguard.daemon.service import Supervisor
 from nm_scanguard.daemon.deferral import DEFER_FILE, ScanDeferral

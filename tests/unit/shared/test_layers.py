@@ -40,7 +40,6 @@ MAX_MODULE_LINES = 400
 MAX_CLASS_LINES = 250
 # What was over the limit when the rule came: lines then.  Split them (issue 33, item 2).
 OVER_THE_LIMIT = {
-    "config.py": 407,
     "peers/nl80211.py": 452,
 }
 
