@@ -45,8 +45,7 @@ from .netlink_wire import (
     open_socket,
     pack_attr,
     pack_message,
-    receive,
-    wait_readable,
+    receive_before,
 )
 
 # include/uapi/linux/rtnetlink.h, if_link.h
@@ -206,18 +205,12 @@ class LinkCounters:
 
     def _receive(self, sock: NetlinkSocket, deadline: float) -> tuple[bytes, int]:
         """One datagram and its sender's port id; EINTR retried, EAGAIN waited for."""
-        while True:
-            try:
-                data, port, flags = receive(sock, RECV_BUFFER)
-            except InterruptedError:
-                continue
-            except BlockingIOError:
-                if not wait_readable(sock.fileno(), deadline):
-                    raise NetlinkError(errno.ETIMEDOUT, "no answer from the kernel") from None
-                continue
-            if flags & socket.MSG_TRUNC:
-                raise NetlinkError(errno.EMSGSIZE, f"an answer over {RECV_BUFFER} bytes")
-            return data, port
+        data, port, flags = receive_before(
+            sock, RECV_BUFFER, deadline,
+            lambda: NetlinkError(errno.ETIMEDOUT, "no answer from the kernel"))
+        if flags & socket.MSG_TRUNC:
+            raise NetlinkError(errno.EMSGSIZE, f"an answer over {RECV_BUFFER} bytes")
+        return data, port
 
     def close(self) -> None:
         if self._sock is not None:

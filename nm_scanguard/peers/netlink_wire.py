@@ -1,5 +1,6 @@
-"""The netlink framing that rtnetlink (netlink.py) and generic netlink (nl80211.py) share: the
-message header, attributes and their 4-byte alignment, the socket and a datagram's sender.
+"""The netlink framing that rtnetlink (netlink.py) and generic netlink (genetlink.py, nl80211.py)
+share: the message header, attributes and their 4-byte alignment, the socket, a datagram's
+sender and the wait for a request's answer.
 
 From include/uapi/linux/netlink.h.  The walkers are pure; what breaks the framing raises the
 caller's error (`Malformed`: a function from the words to an OSError with EBADMSG), at the
@@ -104,6 +105,20 @@ def receive(sock: NetlinkSocket, bufsize: int) -> tuple[bytes, int, int]:
     data, _anc, flags, address = sock.recvmsg(bufsize)
     port = address[0] if isinstance(address, tuple) and address else -1
     return data, port if isinstance(port, int) else -1, flags
+
+
+def receive_before(sock: NetlinkSocket, bufsize: int, deadline: float,
+                   timed_out: Callable[[], OSError]) -> tuple[bytes, int, int]:
+    """One datagram as `receive` gives it, from a request's exchange: EINTR retried, EAGAIN
+    waited for until the deadline (time.monotonic()), then `timed_out()` raised."""
+    while True:
+        try:
+            return receive(sock, bufsize)
+        except InterruptedError:
+            continue
+        except BlockingIOError:
+            if not wait_readable(sock.fileno(), deadline):
+                raise timed_out() from None
 
 
 def wait_readable(fileno: int, deadline: float) -> bool:

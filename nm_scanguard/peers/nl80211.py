@@ -59,7 +59,7 @@ from .netlink_wire import (
     pack_attr,
     pack_message,
     receive,
-    wait_readable,
+    receive_before,
 )
 
 # include/uapi/linux/netlink.h
@@ -381,7 +381,10 @@ class ScanEvents:
         sock.sendto(family_request(seq), (0, 0))
         deadline = time.monotonic() + self._timeout
         for _ in range(MAX_DATAGRAMS):
-            data, port, flags = self._wait(sock, deadline)
+            data, port, flags = receive_before(
+                sock, RECV_BUFFER, deadline,
+                lambda: Nl80211Error(errno.ETIMEDOUT, "no answer from the kernel's generic-netlink "
+                                                      "controller"))
             if port != 0:
                 continue
             if flags & socket.MSG_TRUNC:
@@ -390,20 +393,6 @@ class ScanEvents:
             if family is not None:
                 return family
         raise _bad(f"no answer to CTRL_CMD_GETFAMILY in {MAX_DATAGRAMS} datagrams")
-
-    @staticmethod
-    def _wait(sock: NetlinkSocket, deadline: float) -> tuple[bytes, int, int]:
-        """One datagram, its sender's port id and recvmsg's flags; EINTR retried, EAGAIN
-        waited for until the deadline."""
-        while True:
-            try:
-                return receive(sock, RECV_BUFFER)
-            except InterruptedError:
-                continue
-            except BlockingIOError:
-                if not wait_readable(sock.fileno(), deadline):
-                    raise Nl80211Error(errno.ETIMEDOUT, "no answer from the kernel's "
-                                                        "generic-netlink controller") from None
 
     def _readable(self) -> None:
         for _ in range(MAX_BATCH):
