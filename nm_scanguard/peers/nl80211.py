@@ -8,8 +8,8 @@ NL80211_CMD_NEW_SCAN_RESULTS or NL80211_CMD_SCAN_ABORTED when it ends.  Whoever 
 (wpa_supplicant for NetworkManager, iw, a driver's own scan), the kernel announces it; that is
 what `scanguardctl diagnose` records and attribution.py labels.
 
-The exchange: one CTRL_CMD_GETFAMILY to the generic-netlink controller resolves the name
-"nl80211" to its (dynamic) family id and the "scan" group to its id, synchronously with a
+The exchange: one CTRL_CMD_GETFAMILY to the generic-netlink controller (genetlink.py) resolves
+the name "nl80211" to its (dynamic) family id and the "scan" group to its id, synchronously with a
 deadline like netlink.py's request (the kernel answers in microseconds); the socket then joins
 the group (setsockopt NETLINK_ADD_MEMBERSHIP) and is read from the asyncio loop (add_reader).
 pyroute2 is not used, for the reason netlink.py's docstring measures: no pyroute2 module can be
@@ -45,19 +45,18 @@ import socket
 import struct
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from ..text import INVISIBLE
+from . import genetlink
+from .genetlink import CTRL_CMD_NEWFAMILY, GENL_ID_CTRL, U32, Family, number
 from .netlink_wire import (
-    NLM_F_REQUEST,
     NLMSG_ERROR,
     NetlinkSocket,
     attributes,
     messages,
     open_socket,
-    pack_attr,
-    pack_message,
     receive,
     receive_before,
 )
@@ -68,12 +67,6 @@ NETLINK_ADD_MEMBERSHIP = 1  # a socket option at level SOL_NETLINK
 NLA_F_NESTED, NLA_F_NET_BYTEORDER = 0x8000, 0x4000
 # include/linux/socket.h (not uapi; glibc's bits/socket.h has it too; Python's socket lacks it)
 SOL_NETLINK = 270
-
-# include/uapi/linux/genetlink.h
-GENL_ID_CTRL = 0x10  # NLMSG_MIN_TYPE: the controller's fixed family id
-CTRL_CMD_NEWFAMILY, CTRL_CMD_GETFAMILY = 1, 3
-CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME, CTRL_ATTR_MCAST_GROUPS = 1, 2, 7
-CTRL_ATTR_MCAST_GRP_NAME, CTRL_ATTR_MCAST_GRP_ID = 1, 2
 
 # include/uapi/linux/nl80211.h
 NL80211_GENL_NAME = "nl80211"
@@ -86,8 +79,7 @@ ATTR_WDEV = 153
 ATTR_SCAN_FLAGS = 158
 ATTR_SCAN_FREQ_KHZ = 292  # instead of ATTR_SCAN_FREQUENCIES if NL80211_SCAN_FLAG_FREQ_KHZ
 
-GENLMSGHDR = struct.Struct("=BBH")  # command, version, reserved
-U16, U32, U64 = struct.Struct("=H"), struct.Struct("=I"), struct.Struct("=Q")
+U64 = struct.Struct("=Q")
 
 Kind = Literal["started", "finished", "aborted"]
 KINDS: dict[int, Kind] = {CMD_TRIGGER_SCAN: "started", CMD_NEW_SCAN_RESULTS: "finished",
@@ -108,14 +100,6 @@ class Nl80211Error(OSError):
 
 def _bad(what: str) -> Nl80211Error:
     return Nl80211Error(errno.EBADMSG, f"malformed netlink datagram: {what}")
-
-
-@dataclass(frozen=True)
-class Family:
-    """nl80211's generic-netlink family id and its multicast groups' ids by name."""
-
-    id: int
-    groups: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -149,66 +133,12 @@ def _attrs(data: bytes, what: str) -> Iterator[tuple[int, bytes]]:
 
 
 def _number(data: bytes, layout: struct.Struct, what: str) -> int:
-    if len(data) != layout.size:
-        raise _bad(f"{what} of {len(data)} bytes, not {layout.size}")
-    value: int = layout.unpack(data)[0]
-    return value
-
-
-def _string(data: bytes, what: str) -> str:
-    """A NUL-terminated string attribute (the NUL and anything after it dropped)."""
-    try:
-        return data.split(b"\0", 1)[0].decode("utf-8")
-    except UnicodeDecodeError:
-        raise _bad(f"{what} is not UTF-8") from None
-
-
-def _genl(payload: bytes, what: str) -> tuple[int, bytes]:
-    """The command of a generic-netlink message and the attributes after its genlmsghdr."""
-    if len(payload) < GENLMSGHDR.size:
-        raise _bad(f"{what} shorter than its genlmsghdr")
-    cmd, _version, _reserved = GENLMSGHDR.unpack_from(payload)
-    return cmd, payload[GENLMSGHDR.size:]
+    return number(data, layout, what, _bad)
 
 
 def family_request(seq: int) -> bytes:
     """CTRL_CMD_GETFAMILY for the family called "nl80211"."""
-    name = NL80211_GENL_NAME.encode() + b"\0"
-    body = GENLMSGHDR.pack(CTRL_CMD_GETFAMILY, 1, 0) + pack_attr(CTRL_ATTR_FAMILY_NAME, name)
-    return pack_message(GENL_ID_CTRL, NLM_F_REQUEST, seq, body)
-
-
-def _groups(data: bytes) -> dict[str, int]:
-    groups: dict[str, int] = {}
-    for _index, entry in _attrs(data, "CTRL_ATTR_MCAST_GROUPS"):
-        name: str | None = None
-        gid: int | None = None
-        for kind, value in _attrs(entry, "a multicast group"):
-            if kind == CTRL_ATTR_MCAST_GRP_NAME:
-                name = _string(value, "a multicast group's name")
-            elif kind == CTRL_ATTR_MCAST_GRP_ID:
-                gid = _number(value, U32, "a multicast group's id")
-        if name is None or gid is None:
-            raise _bad("a multicast group without its name or id")
-        groups[name] = gid
-    return groups
-
-
-def _family(attrs: bytes) -> Family:
-    fid: int | None = None
-    groups: dict[str, int] = {}
-    for kind, value in _attrs(attrs, "CTRL_CMD_NEWFAMILY"):
-        if kind == CTRL_ATTR_FAMILY_ID:
-            fid = _number(value, U16, "CTRL_ATTR_FAMILY_ID")
-        elif kind == CTRL_ATTR_FAMILY_NAME:
-            name = _string(value, "CTRL_ATTR_FAMILY_NAME")
-            if name != NL80211_GENL_NAME:
-                raise _bad(f"the answer is about family {name!r}, not {NL80211_GENL_NAME!r}")
-        elif kind == CTRL_ATTR_MCAST_GROUPS:
-            groups = _groups(value)
-    if fid is None:
-        raise _bad("CTRL_CMD_NEWFAMILY without CTRL_ATTR_FAMILY_ID")
-    return Family(fid, groups)
+    return genetlink.family_request(NL80211_GENL_NAME, seq)
 
 
 def parse_family(data: bytes, seq: int) -> Family | None:
@@ -233,9 +163,9 @@ def parse_family(data: bytes, seq: int) -> Family | None:
             raise Nl80211Error(err, f"CTRL_CMD_GETFAMILY {NL80211_GENL_NAME!r}: "
                                     f"{os.strerror(err)} ({code})")
         if kind == GENL_ID_CTRL:
-            cmd, attrs = _genl(payload, "the controller's answer")
+            cmd, attrs = genetlink.command(payload, "the controller's answer", _bad)
             if cmd == CTRL_CMD_NEWFAMILY:
-                return _family(attrs)
+                return genetlink.family(attrs, NL80211_GENL_NAME, _bad)
     return None
 
 
@@ -276,7 +206,7 @@ def parse_events(data: bytes, family_id: int) -> list[ScanEvent]:
     for kind, _seq, payload in _messages(data):
         if kind != family_id:
             continue
-        cmd, attrs = _genl(payload, "an nl80211 message")
+        cmd, attrs = genetlink.command(payload, "an nl80211 message", _bad)
         scan = KINDS.get(cmd)
         if scan is not None:
             events.append(_event(scan, attrs))

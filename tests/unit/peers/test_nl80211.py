@@ -17,13 +17,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from nm_scanguard.peers import nl80211
+from nm_scanguard.peers.genetlink import (
+    CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME, CTRL_ATTR_MCAST_GROUPS, CTRL_ATTR_MCAST_GRP_ID,
+    CTRL_ATTR_MCAST_GRP_NAME, CTRL_CMD_GETFAMILY, GENL_ID_CTRL, Family,
+)
 from nm_scanguard.peers.netlink_wire import NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR
 from nm_scanguard.peers.nl80211 import (
     ATTR_IE, ATTR_IFINDEX, ATTR_SCAN_FLAGS, ATTR_SCAN_FREQ_KHZ, ATTR_SCAN_FREQUENCIES,
     ATTR_SCAN_SSIDS, ATTR_WDEV, ATTR_WIPHY, CMD_NEW_SCAN_RESULTS, CMD_SCAN_ABORTED,
-    CMD_TRIGGER_SCAN, CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME, CTRL_ATTR_MCAST_GROUPS,
-    CTRL_ATTR_MCAST_GRP_ID, CTRL_ATTR_MCAST_GRP_NAME, CTRL_CMD_GETFAMILY, GENL_ID_CTRL,
-    NETLINK_ADD_MEMBERSHIP, SOL_NETLINK, Family,
+    CMD_TRIGGER_SCAN, NETLINK_ADD_MEMBERSHIP, SOL_NETLINK,
     Nl80211Error, ScanEvent, ScanEvents, family_request, parse_events, parse_family, ssid_text,
 )
 

@@ -38,10 +38,9 @@ MAY_IMPORT = {
 FACES = {"nm_scanguard.__main__"}
 MAX_MODULE_LINES = 400
 MAX_CLASS_LINES = 250
-# What was over the limit when the rule came: lines then.  Split them (issue 33, item 2).
-OVER_THE_LIMIT = {
-    "peers/nl80211.py": 452,
-}
+# What may exceed the limit, with its lines then: nothing since issue 33's split.  An entry
+# here is a debt with its size; the test fails if it grows, or once it fits.
+OVER_THE_LIMIT: dict[str, int] = {}
 
 
 def module_name(path: Path) -> str:
