@@ -149,6 +149,13 @@ PREFIX_ONLY: tuple[Event, ...] = (
                           "then=0.0)"),
     _e("hold-1s", f"hold(client=0, reason={CAFE!r}, interface='', then=1.0)"),
     _e("recover-1ms", "recover(then=0.001)"),
+    _e("wpa-restart-quick-11s", "restart_supplicant(gap=0.0003, then=11.0)"),
+    _e("wpa-restart-at-once", "restart_supplicant(gap=0.0, then=0.0003)"),
+    _e("race-activate", "race(what='activate', member=None, ifname='wlan0', bgscan=NM_BGSCAN, "
+                        "then=0.0)"),
+    _e("set-lost-twice", "fault(kind='lost', member='Set', "
+                         "error='org.freedesktop.DBus.Error.Failed', t=0.001, count=2, then=0.0)"),
+    _e("recreate-10ms", "recreate_interface(ifname='wlan0', then=0.01)"),
 )
 ALL = EVENTS + PREFIX_ONLY
 
@@ -254,6 +261,15 @@ SITUATIONS: dict[str, tuple[int, ...]] = {
     # guarding, then SIGKILL while wpa_supplicant refused look-ups, so that the next start's
     # journal replay could not restore: both entries LEFTOVER, their "" still standing
     "left-over": _situation("busy-check", "lookup-refused", "sigkill", "tick"),
+    # guarding; a restart while a suspend's Set is answered 11 s late, and a second restart
+    # at once: the read-back of that Set reaches a process with no network yet (IN_DOUBT)
+    "suspend-late-across-restarts": _situation("busy-check", "set-late", "wpa-restart-quick-11s",
+                                               "wpa-restart-at-once"),
+    # guarding; a deactivation raced by a re-activation, the next suspend's Set and its
+    # put-back lost, then NetworkManager re-created the interface object (SUSPENDED on a
+    # network of the object that went)
+    "interface-recreated": _situation("busy-check", "deactivate", "race-activate",
+                                      "set-lost-twice", "busy-check", "recreate-10ms"),
 }
 
 
