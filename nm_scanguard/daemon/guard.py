@@ -55,8 +55,9 @@ class Guard:
         self._supplicant = supplicant
         self._suspender = suspender
         self._spawn = spawn
-        self.state_changed: Changes[[str, str, str]] = Changes()  # (interface, state, reason)
-        self.changed: Changes[[]] = Changes()  # a figure of the status changed
+        # (interface, state, reason); a listener's failure is shown in this guard's status
+        self.state_changed: Changes[[str, str, str]] = Changes(self.unexpected)
+        self.changed: Changes[[]] = Changes(self.unexpected)  # a figure of the status changed
         self._stopping = False
         self.problems = Problems()  # shown in the status, each logged once per change
         self.sampler = Sampler(self, counters)

@@ -49,3 +49,15 @@ def test_a_callback_connected_while_telling_hears_the_next_change():
     assert heard == ["first"]
     changes()
     assert heard == ["first", "first", "late"]
+
+
+def test_an_owner_with_a_status_is_told_of_a_failing_callback():
+    failures: list[tuple[str, str]] = []
+    changes: Changes[[str]] = Changes(lambda e, what: failures.append((str(e), what)))
+
+    def broken(name: str) -> None:
+        raise RuntimeError(f"bug in {name}")
+
+    changes.connect(broken)
+    changes(CAFE)
+    assert failures == [(f"bug in {CAFE}", f"{broken.__qualname__} hearing of a change")]
