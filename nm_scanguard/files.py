@@ -15,7 +15,6 @@ import contextlib
 import errno
 import os
 import stat
-import tempfile
 from typing import Literal
 
 _KINDS = (
@@ -93,6 +92,8 @@ def write_atomic(path: str, data: bytes, *, mode: int, durable: bool) -> None:
     one, never a part.  The directory must exist.  `durable`: fsync before the rename, for a file
     that must survive a crash of the machine as written (the journal), not only of the process.
     The temporary file is `.<name without suffix>.XXXXXXXX.tmp` beside it, removed on failure."""
+    import tempfile  # here, not at the top: scanguardd's start does without (daemon/entry.py)
+
     directory = os.path.dirname(path)
     stem = os.path.splitext(os.path.basename(path))[0]
     fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".tmp", dir=directory)

@@ -30,7 +30,6 @@ API maps ``HoldError.kind`` to D-Bus error names.
 
 from __future__ import annotations
 
-import secrets
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -282,6 +281,8 @@ class Holds:
 
     def _commit(self, reservation: Reservation, reason: str, application_id: str,
                 interface: str, since: float) -> Hold:
+        import secrets  # here, not at the top: scanguardd's start does without (entry.py)
+
         self._pending.discard(reservation)
         cookie = 0
         while cookie == 0 or cookie in self._holds:

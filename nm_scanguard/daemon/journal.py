@@ -21,7 +21,6 @@ so a journal left by an older version is read.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
@@ -121,6 +120,8 @@ class Journal:
         return dict(entries)
 
     def _read(self) -> dict[str, Any]:
+        import json  # here and in _flush: scanguardd's start does without it (entry.py)
+
         try:
             raw = read_regular(self.path, self.max_bytes, follow_symlinks=False)
         except Unreadable as e:
@@ -252,6 +253,8 @@ class Journal:
             self.load()
 
     def _flush(self) -> None:
+        import json
+
         if not self._dirty:
             return
         os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)

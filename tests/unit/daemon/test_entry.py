@@ -14,6 +14,9 @@ REPO = Path(__file__).resolve().parents[3]
 # OpenSSL (asyncio's ssl, hashlib's _hashlib), GObject (the D-Bus libraries' GLib glue), the
 # netlink library the daemon no longer uses.
 NEVER = ("ssl", "_ssl", "_hashlib", "gi", "pyroute2")
+# What only later work needs (the journal's JSON, a file written, a hold's cookie), imported where
+# it is used: loading them is start-up time (entry.py).
+LATER = ("json", "tempfile", "secrets")
 
 
 def loaded_by(*args: str) -> set[str]:
@@ -35,6 +38,13 @@ def test_the_daemon_starts_without_openssl_gi_or_pyroute2():
     assert "nm_scanguard.daemon.service" in names and "asyncio" in names
     loaded = {n for n in names if n.split(".")[0] in NEVER}
     assert not loaded, f"scanguardd imported {sorted(loaded)}"
+
+
+def test_the_daemon_loads_what_only_later_work_needs_later():
+    names = loaded_by("--version")
+    assert "nm_scanguard.daemon.journal" in names and "nm_scanguard.daemon.holds" in names
+    loaded = sorted(n for n in LATER if n in names)
+    assert not loaded, f"scanguardd's start imported {loaded}"
 
 
 def test_the_daemon_still_hashes_with_blake2b_without_openssl(tmp_path):

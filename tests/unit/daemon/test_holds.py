@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import random
 import re
+import secrets
 import struct
 
 import pytest
@@ -414,7 +415,7 @@ def test_held_per_interface_and_everywhere(name):
 
 def test_all_is_ordered_by_since_then_cookie(monkeypatch):
     cookies = iter([30, 10, 20])
-    monkeypatch.setattr(holds_module.secrets, "randbits", lambda bits: next(cookies))
+    monkeypatch.setattr(secrets, "randbits", lambda bits: next(cookies))
     holds = Holds()
     late = take(holds, ":1.1", since=5.0)
     a = take(holds, ":1.2", since=1.0)
@@ -472,7 +473,7 @@ def test_cookies_are_unique_nonzero_u32():
 
 def test_cookie_zero_and_collisions_are_drawn_again(monkeypatch):
     drawn = iter([7, 0, 7, 9])
-    monkeypatch.setattr(holds_module.secrets, "randbits", lambda bits: next(drawn))
+    monkeypatch.setattr(secrets, "randbits", lambda bits: next(drawn))
     holds = Holds()
     assert take(holds, ":1.1").cookie == 7
     assert take(holds, ":1.1").cookie == 9
@@ -741,6 +742,6 @@ def test_no_interleaving_breaks_the_caps(monkeypatch):
     # Cookies from a seeded generator: holds committed at the same time sort by cookie, so with
     # random cookies `release` picked another hold on a replay and Hypothesis 6.130 (Debian 13)
     # stopped with FlakyStrategyDefinition (once, in the trixie package build's unit tests).
-    monkeypatch.setattr(holds_module.secrets, "randbits", _COOKIES.getrandbits)
+    monkeypatch.setattr(secrets, "randbits", _COOKIES.getrandbits)
     run_state_machine_as_test(HoldsMachine, settings=settings(
         max_examples=150, stateful_step_count=40, deadline=None, database=None))
