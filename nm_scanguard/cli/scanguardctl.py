@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import logging
 import math
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from .. import __version__
@@ -111,6 +113,16 @@ class _Parser(argparse.ArgumentParser):
         return parsed
 
 
+def _verb(verbs: Any, name: str, func: Callable[[argparse.Namespace], Any], line: str,
+          description: str | None = None, epilog: str | None = None) -> _Parser:
+    """Verb `name` of `verbs` (an add_subparsers), run by `func`: `line` says what it does in
+    the list of verbs, `description` on its own --help (and man page), `epilog` after its
+    options.  `func` returns the exit status; a coroutine function runs in asyncio.run."""
+    parser: _Parser = verbs.add_parser(name, help=line, description=description, epilog=epilog)
+    parser.set_defaults(func=func)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="scanguardctl",
@@ -125,26 +137,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="verb", metavar="COMMAND", required=True)
 
-    s = sub.add_parser("status", help="show each Wi-Fi interface's state and the active holds",
-                       description="One line per guarded Wi-Fi interface, then the holds. "
-                                   "Needs no privileges.")
+    s = _verb(sub, "status", cmd_status, "show each Wi-Fi interface's state and the active holds",
+              description="One line per guarded Wi-Fi interface, then the holds. "
+                          "Needs no privileges.")
     s.add_argument("--json", action="store_true",
                    help="print {version, devices, holds} as JSON, for scripts")
-    s.set_defaults(func=cmd_status, run_async=True)
 
-    h = sub.add_parser("hold", help="keep bgscan suspended while a command runs",
-                       description="Take a hold (bgscan stays suspended whatever the traffic, "
-                                   "unless the signal is weak), run COMMAND, release the hold "
-                                   "when it exits and exit with its status. COMMAND runs even "
-                                   "if no hold can be taken (the scanguard service is not "
-                                   "running, polkit says no, ...): a warning says why, unless "
-                                   "--strict. When the service restarts, the hold is taken "
-                                   "again. The hold ends when COMMAND exits or scanguardctl is "
-                                   "killed.",
-                       epilog=f"Exit status: COMMAND's own; {HOLD_FAILED} when hold itself "
-                              "fails (no COMMAND, a usage error, no hold under --strict); 126 "
-                              "when COMMAND cannot be run, 127 when it is not found; 128+N "
-                              "when it was killed by signal N.")
+    h = _verb(sub, "hold", cmd_hold, "keep bgscan suspended while a command runs",
+              description="Take a hold (bgscan stays suspended whatever the traffic, "
+                          "unless the signal is weak), run COMMAND, release the hold "
+                          "when it exits and exit with its status. COMMAND runs even "
+                          "if no hold can be taken (the scanguard service is not "
+                          "running, polkit says no, ...): a warning says why, unless "
+                          "--strict. When the service restarts, the hold is taken "
+                          "again. The hold ends when COMMAND exits or scanguardctl is "
+                          "killed.",
+              epilog=f"Exit status: COMMAND's own; {HOLD_FAILED} when hold itself "
+                     "fails (no COMMAND, a usage error, no hold under --strict); 126 "
+                     "when COMMAND cannot be run, 127 when it is not found; 128+N "
+                     "when it was killed by signal N.")
     h.usage_status = HOLD_FAILED
     h.add_argument("--reason", default="", help="why, shown in status (e.g. \"video call\")")
     h.add_argument("--app-id", default="scanguardctl", help="application id shown in status")
@@ -154,16 +165,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"do not run COMMAND unless the hold is taken (exit {HOLD_FAILED})")
     h.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]",
                    help="the command to run while holding")
-    h.set_defaults(func=cmd_hold, run_async=True)
 
-    r = sub.add_parser("reload", help="make the service re-read its settings file",
-                       description="Ask the running service to re-read its settings file (as "
-                                   "`systemctl reload scanguard` does). A file with an error is "
-                                   "refused: the reason is printed, the exit status is 1 and "
-                                   "the previous settings stay in force. Needs root or the "
-                                   "polkit action io.github.nm_scanguard.reload "
-                                   "(administrators).")
-    r.set_defaults(func=cmd_reload, run_async=True)
+    _verb(sub, "reload", cmd_reload, "make the service re-read its settings file",
+          description="Ask the running service to re-read its settings file (as "
+                      "`systemctl reload scanguard` does). A file with an error is "
+                      "refused: the reason is printed, the exit status is 1 and "
+                      "the previous settings stay in force. Needs root or the "
+                      "polkit action io.github.nm_scanguard.reload "
+                      "(administrators).")
 
     c = sub.add_parser("config", help="show or change settings, globally or per connection",
                        description="Settings come from built-in defaults, "
@@ -179,42 +188,39 @@ def build_parser() -> argparse.ArgumentParser:
         default of `config`'s own option stays (SUPPRESS adds nothing to the namespace)."""
         verb.add_argument("--config", default=argparse.SUPPRESS, metavar="FILE", help=config_help)
 
-    cs = csub.add_parser("show", help="effective settings and where each one came from")
+    cs = _verb(csub, "show", cmd_config_show, "effective settings and where each one came from")
     config_option(cs)
     cs.add_argument("connection", nargs="?", metavar="CONNECTION",
                     help="a NetworkManager profile name or UUID")
-    cs.set_defaults(func=cmd_config_show, run_async=False)
-    cset = csub.add_parser("set", help="store settings in a NetworkManager profile",
-                           description="Validate, then write scanguard.KEY user data into the "
-                                       "profile through libnm. The daemon picks the change up "
-                                       "at once.")
+    cset = _verb(csub, "set", cmd_config_set, "store settings in a NetworkManager profile",
+                 description="Validate, then write scanguard.KEY user data into the "
+                             "profile through libnm. The daemon picks the change up "
+                             "at once.")
     config_option(cset)
     cset.add_argument("connection", metavar="CONNECTION", help="profile name or UUID")
     cset.add_argument("assignments", nargs="+", metavar="KEY=VALUE",
                       help=f"keys: {', '.join(KEYS)}")
-    cset.set_defaults(func=cmd_config_set, run_async=False)
-    cu = csub.add_parser("unset", help="remove settings from a NetworkManager profile")
+    cu = _verb(csub, "unset", cmd_config_unset, "remove settings from a NetworkManager profile")
     config_option(cu)
     cu.add_argument("connection", metavar="CONNECTION", help="profile name or UUID")
     cu.add_argument("keys", nargs="+", metavar="KEY")
-    cu.set_defaults(func=cmd_config_unset, run_async=False)
 
-    d = sub.add_parser("diagnose", help="find out whether Wi-Fi stalls are scans, and who asked "
-                                        "for them",
-                       description="Record, for N seconds (--seconds), the latency to the Wi-Fi "
-                                   "interface's own gateway or to --target (several ICMP echoes "
-                                   "a second, sent through that interface), the throughput per "
-                                   "second and every "
-                                   "Wi-Fi scan the kernel announces, with who asked for it "
-                                   "(bgscan, a program through NetworkManager, a program that "
-                                   "calls wpa_supplicant directly such as GeoClue, the guard's "
-                                   "own roaming scan, or unknown) and how that was established; "
-                                   "then say whether the latency spikes fell inside scans and "
-                                   "what to do about each source; what could not be measured "
-                                   "is said to be unknown, with what to try. Needs no "
-                                   "privileges and "
-                                   "changes nothing; works whether or not the guard is "
-                                   "installed or guarding.")
+    d = _verb(sub, "diagnose", cmd_diagnose, "find out whether Wi-Fi stalls are scans, and who "
+                                             "asked for them",
+              description="Record, for N seconds (--seconds), the latency to the Wi-Fi "
+                          "interface's own gateway or to --target (several ICMP echoes "
+                          "a second, sent through that interface), the throughput per "
+                          "second and every "
+                          "Wi-Fi scan the kernel announces, with who asked for it "
+                          "(bgscan, a program through NetworkManager, a program that "
+                          "calls wpa_supplicant directly such as GeoClue, the guard's "
+                          "own roaming scan, or unknown) and how that was established; "
+                          "then say whether the latency spikes fell inside scans and "
+                          "what to do about each source; what could not be measured "
+                          "is said to be unknown, with what to try. Needs no "
+                          "privileges and "
+                          "changes nothing; works whether or not the guard is "
+                          "installed or guarding.")
     d.add_argument("--seconds", type=_positive_seconds, default=120.0, metavar="N",
                    help="how long to record (default: %(default)g; bgscan's short interval is "
                         "30 s, its long one 300 s)")
@@ -232,11 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "source, in the format of the file's suffix (png, svg, pdf, ...; png "
                         "without one); an existing file is overwritten, a symbolic link or a "
                         "file with other hard links is refused (needs python3-matplotlib)")
-    d.set_defaults(func=cmd_diagnose, run_async=False)
 
-    m = sub.add_parser("monitor", help="follow state changes, rates, scans and holds live",
-                       description="Print changes as they happen until interrupted (Ctrl-C).")
-    m.set_defaults(func=cmd_monitor, run_async=True)
+    _verb(sub, "monitor", cmd_monitor, "follow state changes, rates, scans and holds live",
+          description="Print changes as they happen until interrupted (Ctrl-C).")
     return p
 
 
@@ -248,7 +252,7 @@ def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(format="scanguardctl: %(levelname)s: %(message)s", level=logging.WARNING)
     try:
-        if args.run_async:
+        if inspect.iscoroutinefunction(args.func):
             return int(asyncio.run(args.func(args)))
         return int(args.func(args))
     except Failure as e:
