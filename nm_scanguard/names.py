@@ -1,7 +1,7 @@
 """The names of our bus API and of the peers' well-known objects, declared once.
 
-The daemon (api.py, service.py) and scanguardctl both use them; the XML next to this file
-documents what they name.
+The daemon (api.py, service.py), the peers' modules and scanguardctl use them; the XML next to
+this file documents what names our API.
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ UNREACHABLE = (
 DBUS = ("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus")
 POLKIT = ("org.freedesktop.PolicyKit1", "/org/freedesktop/PolicyKit1/Authority",
           "org.freedesktop.PolicyKit1.Authority")
+NM = ("org.freedesktop.NetworkManager", "/org/freedesktop/NetworkManager",
+      "org.freedesktop.NetworkManager")
+WPAS = ("fi.w1.wpa_supplicant1", "/fi/w1/wpa_supplicant1", "fi.w1.wpa_supplicant1")
 
 XML_NAME = BUS_NAME + ".xml"
 XML_INSTALLED = "/usr/share/dbus-1/interfaces/" + XML_NAME

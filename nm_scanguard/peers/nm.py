@@ -16,11 +16,11 @@ import pwd
 from dataclasses import dataclass, field
 
 from ..dbuslib import MessageBus
+from ..names import NM
 from ..text import NAME_CHARS, quoted
 from .bus import BusError, call, get_all, unwrap
 
-NAME = "org.freedesktop.NetworkManager"
-PATH = "/org/freedesktop/NetworkManager"
+NAME, PATH = NM[:2]
 DEVICE = NAME + ".Device"
 ACTIVE = NAME + ".Connection.Active"
 SETTINGS_CONNECTION = NAME + ".Settings.Connection"
@@ -60,7 +60,7 @@ class NetworkManager:
         self.bus = bus
 
     async def device_paths(self) -> list[str]:
-        (paths,) = await call(self.bus, NAME, PATH, NAME, "GetDevices")
+        (paths,) = await call(self.bus, *NM, "GetDevices")
         return list(paths)
 
     async def wifi_device(self, path: str) -> WifiDevice | None:

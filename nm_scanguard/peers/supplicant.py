@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..dbuslib import Message, MessageBus, Variant
+from ..names import WPAS
 from .bus import BusError, call, get_property, name_has_owner, set_property, unwrap
 
-NAME = "fi.w1.wpa_supplicant1"
-PATH = "/fi/w1/wpa_supplicant1"
+NAME, PATH = WPAS[:2]
 IFACE = NAME + ".Interface"
 NETWORK = NAME + ".Network"
 BSS = NAME + ".BSS"
@@ -192,7 +192,7 @@ class Supplicant:
 
     async def interface(self, ifname: str) -> str:
         try:
-            (path,) = await call(self.bus, NAME, PATH, NAME, "GetInterface", "s", [ifname])
+            (path,) = await call(self.bus, *WPAS, "GetInterface", "s", [ifname])
         except BusError as e:
             raise explain(e, f"GetInterface({ifname})") from None
         return str(path)
