@@ -2,8 +2,9 @@
 objects on the in-process bus (tests/model/bus.py), and the interface counters.
 
 They answer what scanguardd asks the way the real programs do (the D-Bus mock in
-tests/mocks/wpa_supplicant.py is checked against the real wpa_supplicant by tests/contract;
-this model follows the same facts, see ../shared/FACTS.md):
+tests/mocks/wpa_supplicant.py and this wpa_supplicant run the scenarios the real one passes,
+tests/contract/wpa_scenarios.py, which marks what this one leaves out on purpose; see also
+../shared/FACTS.md):
 - wpa_supplicant numbers a new network "highest id + 1", so NetworkManager's remove-then-add on
   every activation brings back the *same* path with a fresh object; a restart numbers its
   interfaces from 0 again; calls on a removed object fail with UnknownMethod; `bgscan` reads
@@ -50,6 +51,13 @@ FLUSH = 0.005  # wpa_supplicant announces property changes from a 5 ms timer
 
 def _error(msg: Message, name: str, text: str) -> Message:
     return Message.new_error(msg, name, text)
+
+
+def _scan_type(msg: Message) -> object:
+    """Scan's "Type" argument (None if missing or not a dict)."""
+    args = msg.body[0] if msg.body else None
+    value = args.get("Type") if isinstance(args, dict) else None
+    return value.value if isinstance(value, Variant) else value
 
 
 # ---- wpa_supplicant ---------------------------------------------------------------------------
@@ -202,17 +210,26 @@ class Supplicant(Service):
         return iface
 
     def add_network(self, ifname: str, bgscan: str | None) -> None:
+        """NetworkManager's AddNetwork and SelectNetwork, and the association that follows."""
         iface = self.ifaces.get(ifname)
         if iface is None:
             return
+        self.select(iface, self.new_network(iface, bgscan))
+
+    def new_network(self, iface: WpaIface, bgscan: str | None) -> Net:
+        """AddNetwork: the next number is the highest in use + 1."""
         number = max(iface.nets, default=-1) + 1
-        net = Net(f"{iface.path}/Networks/{number}", ifname, bgscan, bgscan, next(self._order),
-                  born=self.loop.time())
+        net = Net(f"{iface.path}/Networks/{number}", iface.ifname, bgscan, bgscan,
+                  next(self._order), born=self.loop.time())
         iface.nets[number] = net
         self.every_net.append(net)
         self._record("add")
         self.signal(iface.path, WPAS_IFACE, "NetworkAdded", "oa{sv}", [net.path, {}])
-        # SelectNetwork: CurrentNetwork is announced by the flush timer.
+        return net
+
+    def select(self, iface: WpaIface, net: Net) -> None:
+        """SelectNetwork, taken as associated at once: CurrentNetwork is announced by the flush
+        timer (the real one announces it on association)."""
         iface.current = net
         self._announce(iface, {"CurrentNetwork": Variant("o", net.path)})
 
@@ -220,19 +237,25 @@ class Supplicant(Service):
         iface = self.ifaces.get(ifname)
         if iface is None or iface.current is None:
             return
-        net = iface.current
+        self.remove_network(iface, iface.current)
+
+    def remove_network(self, iface: WpaIface, net: Net) -> None:
+        """RemoveNetwork; the current one's removal announces CurrentNetwork "/"."""
         net.alive = False
         del iface.nets[int(net.path.rsplit("/", 1)[1])]
-        iface.current = None
-        # A roaming scan serves the association it was asked for: once NetworkManager
-        # re-activates, the daemon guards the new one afresh and the scan is nobody's own (found
-        # by the rung: the new activation's guard, held before its first signal reading,
-        # aborted the scan the old one had asked for; it asks for its own once it reads the
-        # weak signal).
-        iface.scan_own = ""
+        current = iface.current is net
+        if current:
+            iface.current = None
+            # A roaming scan serves the association it was asked for: once NetworkManager
+            # re-activates, the daemon guards the new one afresh and the scan is nobody's own
+            # (found by the rung: the new activation's guard, held before its first signal
+            # reading, aborted the scan the old one had asked for; it asks for its own once it
+            # reads the weak signal).
+            iface.scan_own = ""
         self._record("remove")
         self.signal(iface.path, WPAS_IFACE, "NetworkRemoved", "o", [net.path])
-        self._announce(iface, {"CurrentNetwork": Variant("o", "/")})
+        if current:
+            self._announce(iface, {"CurrentNetwork": Variant("o", "/")})
 
     def remove_interface(self, ifname: str) -> None:
         """RemoveInterface: its networks go first (NetworkRemoved each), then the interface; a
@@ -385,6 +408,8 @@ class Supplicant(Service):
         if iface is not None and msg.member == "AbortScan":
             return self._abort(msg, iface)
         if iface is not None and msg.member == "Scan":
+            if _scan_type(msg) not in ("active", "passive"):
+                return _error(msg, WPAS + ".InvalidArgs", "Did not receive correct message arguments.")
             if not self.scan(iface.ifname, own=(msg.sender or "") if clean else ""):
                 return _error(msg, WPAS + ".Interface.ScanError", "Scan request rejected")
             return Message.new_method_return(msg)
