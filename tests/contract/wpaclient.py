@@ -29,11 +29,16 @@ async def error_of(call: Awaitable[Any]) -> DBusError:
 
 
 class WpaClient:
-    """Calls into fi.w1.wpa_supplicant1 and records every signal it sends."""
+    """Calls into fi.w1.wpa_supplicant1 and records every signal it sends.
+
+    ``kind`` names the backend ("real", "mock", "model") and ``iface`` is the interface a
+    contract scenario runs on (tests/contract/wpa_scenarios.py), once the fixture made it."""
 
     def __init__(self, bus: MessageBus):
         self.bus = bus
         self.signals: list[Message] = []
+        self.kind = ""
+        self.iface = ""
 
     @classmethod
     async def connect(cls, bus: MessageBus) -> "WpaClient":
@@ -91,6 +96,15 @@ class WpaClient:
     async def add_network(self, iface: str, **values: str) -> str:
         args = {k: Variant("s", v) for k, v in values.items()}
         return (await self.call(iface, INTERFACE_IFACE, "AddNetwork", "a{sv}", [args]))[0]
+
+    async def select_network(self, iface: str, net: str) -> None:
+        await self.call(iface, INTERFACE_IFACE, "SelectNetwork", "o", [net])
+
+    async def remove_network(self, iface: str, net: str) -> None:
+        await self.call(iface, INTERFACE_IFACE, "RemoveNetwork", "o", [net])
+
+    async def remove_interface(self, iface: str) -> None:
+        await self.call(ROOT_PATH, ROOT_IFACE, "RemoveInterface", "o", [iface])
 
     # --- recorded signals ---
     def signals_of(self, member: str, path: str | None = None,
