@@ -1,20 +1,17 @@
 """The contract's scenarios: what wpa_supplicant 2.10 answers, written once for every backend.
 
-Each scenario is a coroutine on a WpaClient (tests/contract/wpaclient.py) whose interface
-``lo`` exists (``wpa.iface``); its signals are recorded from before that interface was made.
-Three backends run them all:
-- the real ``/sbin/wpa_supplicant -u`` (driver ``none``, so no radio: it cannot associate, its
-  scans fail, SignalPoll always fails) and the D-Bus mock tests/mocks/wpa_supplicant.py, each on
-  a private system bus (tests/contract/test_wpa_supplicant_contract.py): both must pass each;
-- the model rung's simulated wpa_supplicant (tests/model/peers.py) on the simulated bus, on
-  virtual time (tests/contract/test_model_wpa_supplicant.py).  It simulates what scanguardd
-  uses; a scenario about something else is registered with ``model_differs=`` (why), and runs
-  there as xfail(strict=True): it must fail, so a model that gains the feature says so.
+Each is a coroutine on a WpaClient (tests/contract/wpaclient.py) whose interface ``lo`` exists
+(``wpa.iface``), with signals recorded from before it was made.  The real ``/sbin/wpa_supplicant
+-u`` (driver ``none``: no radio, so it cannot associate, its scans fail, SignalPoll fails) and
+the D-Bus mock must pass them all (test_wpa_supplicant_contract.py); the model rung's
+wpa_supplicant (tests/model/peers.py) runs them too (test_model_wpa_supplicant.py).  It
+simulates what scanguardd uses: a scenario about anything else names why (``model_differs``)
+and runs there as xfail(strict=True), so a model that gains the feature says so.
 
-What NetworkManager does to wpa_supplicant (CreateInterface, AddNetwork, SelectNetwork,
-RemoveNetwork, RemoveInterface) goes through the client's methods of those names: D-Bus calls
-on the real one and the mock, the model's own entry points (the ones its NetworkManager calls)
-on the model.  A scenario that checks those calls' D-Bus errors makes the raw call instead.
+What NetworkManager does (CreateInterface, AddNetwork, SelectNetwork, RemoveNetwork,
+RemoveInterface) goes through the client's methods of those names: D-Bus calls on the real one
+and the mock, the model's own entry points on the model.  A scenario about those calls' D-Bus
+errors makes the raw call.
 """
 
 from __future__ import annotations
@@ -33,9 +30,7 @@ from tests.contract.wpaclient import (INTERFACE_IFACE, NETWORK_IFACE, ROOT_IFACE
                                       WpaClient, error_of)
 
 NM_BGSCAN = "simple:30:-70:86400"  # what NetworkManager writes by default
-# A scan ends within this (the model's takes 7 s, a radio's of every channel about as long;
-# driver "none" fails it at once).
-SCAN_ENDS_WITHIN = 10.0
+SCAN_ENDS_WITHIN = 10.0  # seconds (the model's scan takes 7; driver "none" fails one at once)
 
 
 def _template_defaults() -> dict[str, str]:
@@ -48,13 +43,12 @@ def _template_defaults() -> dict[str, str]:
 FRESH_NETWORK = _template_defaults()
 
 
-def expected_network(**values: str) -> dict[str, str]:
-    return {**FRESH_NETWORK, **values}
+ScenarioFunction = Callable[[WpaClient], Awaitable[None]]
 
 
 @dataclass(frozen=True)
 class Scenario:
-    run: Callable[[WpaClient], Awaitable[None]]
+    run: ScenarioFunction
     model_differs: str  # "": the model must pass it; else why the model answers otherwise
 
     @property
@@ -64,8 +58,6 @@ class Scenario:
 
 SCENARIOS: list[Scenario] = []
 
-ScenarioFunction = Callable[[WpaClient], Awaitable[None]]
-
 
 def scenario(model_differs: str = "") -> Callable[[ScenarioFunction], ScenarioFunction]:
     def register(run: ScenarioFunction) -> ScenarioFunction:
@@ -74,7 +66,6 @@ def scenario(model_differs: str = "") -> Callable[[ScenarioFunction], ScenarioFu
     return register
 
 
-# What the model leaves out, and why that is safe: scanguardd does not use it.
 _NM_SIDE_ERRORS = ("the model has NetworkManager's calls (CreateInterface, RemoveNetwork) as "
                    "Python calls, without their D-Bus errors: scanguardd never makes them")
 _NETWORK_FIELDS = ("the model's network has only ssid and bgscan in Properties, and no "
@@ -280,7 +271,7 @@ async def bgscan_reads_back_quoted(wpa: WpaClient) -> None:
 async def add_network_reads_back_every_field(wpa: WpaClient) -> None:
     net = await wpa.add_network(wpa.iface, ssid="myssid", psk="secretpass", bgscan=NM_BGSCAN)
     props = await wpa.network_properties(net)
-    assert props == expected_network(ssid='"myssid"', bgscan='"simple:30:-70:86400"')
+    assert props == {**FRESH_NETWORK, "ssid": '"myssid"', "bgscan": '"simple:30:-70:86400"'}
     enabled = await wpa.get(net, NETWORK_IFACE, "Enabled")
     assert (enabled.signature, enabled.value) == ("b", False)
 
@@ -294,8 +285,8 @@ async def add_network_reads_back_every_field(wpa: WpaClient) -> None:
     assert added.body[1]["Enabled"].value is True
 
     locked = await wpa.add_network(wpa.iface, ssid="locked", bssid="02:00:00:00:01:00")
-    assert await wpa.network_properties(locked) == expected_network(
-        ssid='"locked"', bssid="02:00:00:00:01:00")
+    assert await wpa.network_properties(locked) == {**FRESH_NETWORK, "ssid": '"locked"',
+                                                    "bssid": "02:00:00:00:01:00"}
 
 
 @scenario()
