@@ -105,18 +105,19 @@ async def not_running(sup: WpaSupplicant, err: SupplicantError) -> bool:
     return True
 
 
-async def read_back(sup: WpaSupplicant, net: str) -> str | None:
-    """After a Set of "" with no answer: bgscan read back, None if that read fails too.
+async def suspend_landed(sup: WpaSupplicant, net: str) -> bool | None:
+    """After a Set of "" with no answer: True if bgscan reads back as our "", False if it reads
+    as anything else (a value, or no bgscan key at all), None if that read fails too.
     wpa_supplicant handles one client's calls in order, so that read comes after the Set:
-    a value other than "" means the object there now does not carry our "" (the Set was
-    not applied, or went to an object NetworkManager removed meanwhile), and never will;
-    a failed read leaves the suspension in doubt, journaled, read again before it counts.
-    Taking an unanswered Set for applied without reading would leave the guard counting
-    itself engaged, bgscan on, for as long as the link stays busy; and a put-back after a
-    re-activation must not follow a Set that hit the old object, or it overwrites the new
-    object's own value."""
+    anything but "" means the object there now does not carry our "" (the Set was not
+    applied, or went to an object NetworkManager removed meanwhile), and never will; a failed
+    read leaves the suspension in doubt, journaled, read again before it counts.  Taking an
+    unanswered Set for applied without reading would leave the guard counting itself engaged,
+    bgscan on, for as long as the link stays busy; and a put-back after a re-activation must
+    not follow a Set that hit the old object, or it overwrites the new object's own value
+    (a new object without a bgscan key, a BSSID-locked profile, would get one)."""
     try:
-        return await sup.get_bgscan(net)
+        return await sup.get_bgscan(net) == ""
     except SupplicantError:
         return None
 

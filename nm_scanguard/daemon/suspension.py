@@ -18,7 +18,7 @@ import logging
 
 from ..ifname import valid_ifname
 from ..peers.supplicant import ObjectGone, SupplicantError, UncertainOutcome, WpaSupplicant
-from .evidence import confirm_gone, is_uncertain, read_back, restore_landed
+from .evidence import confirm_gone, is_uncertain, restore_landed, suspend_landed
 from .journal import Journal, valid_bgscan, valid_network_path
 from .ledger import Ledger, Suspended, as_suspended
 from .suspension_table import UNOWNED, Ev, Kind, Refused, State
@@ -112,13 +112,13 @@ class Suspender:
             if not is_uncertain(e):
                 self._go(net, Ev.SET_NOT_APPLIED, op=op)
                 raise
-            shown = await read_back(self.supplicant, net)
-            if shown is not None and shown != "":
+            landed = await suspend_landed(self.supplicant, net)
+            if landed is False:
                 self._go(net, Ev.SET_NOT_APPLIED, op=op)
                 raise SupplicantError(f"wpa_supplicant did not turn off bgscan on {net} ({e}; "
                                       "reading it back shows no \"\" there); trying again on "
                                       "the next sample", e.bus_error) from None
-            if shown is None:
+            if landed is None:
                 applied = Ev.SET_ASSUMED
             log.warning("%s: wpa_supplicant did not confirm turning off bgscan on %s (%s); "
                         "assuming it did, so that it gets restored", ifname, net, e)

@@ -757,6 +757,37 @@ async def test_a_replay_leaves_a_network_a_guard_took_over_while_it_waited(sup, 
     assert sup.networks[NET0]["bgscan"] == OTHER and journal.entries() == {}
 
 
+@pytest.mark.parametrize("error", [TIMEOUT, NO_REPLY])
+async def test_an_unanswered_set_read_back_as_no_key_on_a_recreated_network_is_not_put_back(
+        sup, journal, suspender, error):
+    """Found by the model rung (2026-11-26): our "" landed, its reply was lost, and
+    NetworkManager re-activated with a BSSID-locked profile (no bgscan key) at the same path
+    before the timeout.  The read-back answered "no key", which was taken for a failed read;
+    the Set then counted as applied and the removal sent it to the put-back, which wrote the
+    old object's value on a new object the read had just shown without "" (or any bgscan).
+    A read that answers is evidence: no key is not our "", so nothing is written and nothing
+    is kept."""
+    original = sup.set_bgscan
+
+    async def set_then_reactivated(net, value):
+        if value != "":
+            return await original(net, value)
+        sup.calls.append(("set", net, value))
+        sup.networks[net]["bgscan"] = value  # lands on the old object...
+        suspender.ledger.network_removed(net)  # ...which NetworkManager removes,
+        sup.networks[net] = {}  # and adds again at the same path, without a bgscan key
+        fail(error, f"setting bgscan on {net}")  # the reply never came
+    sup.set_bgscan = set_then_reactivated
+    with pytest.raises(SupplicantError, match="reading it back shows no"):
+        await suspender.suspend(IFACE0, "wlan0")
+    assert sup.sets() == [("set", NET0, "")]  # no put-back
+    assert sup.networks[NET0] == {} and on_disk(journal) == {}
+    assert suspender.ledger.suspended_on("wlan0") is None
+    with pytest.raises(NothingToSuspend) as e:  # the next sample: nothing to turn off there
+        await suspender.suspend(IFACE0, "wlan0")
+    assert e.value.reason == NO_BGSCAN_KEY and sup.sets() == [("set", NET0, "")]
+
+
 async def test_a_second_removal_during_a_refused_put_back_ends_the_suspension(
         sup, journal, suspender):
     """Two re-creations in one suspend: the first between our read and our Set (the "" lands on
