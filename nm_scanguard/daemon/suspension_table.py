@@ -16,12 +16,13 @@ States (a path with no state is untouched and has no entry):
 
   READING       suspend asked; reading bgscan.  Journaled only if an entry was already there.
   SETTING       entry written; Set "" sent, not yet answered.
-  PUTTING_BACK  the path was re-created while SETTING: our "" hit the new object; Set of the
-                value read is on its way back to it.
+  PUTTING_BACK  the path was re-created while SETTING and the Set was answered after that (or
+                read back as ""): our "" hit the new object; Set of the value read is on its
+                way back to it.
   SUSPENDED     our "" stands.
   IN_DOUBT      our "" may or may not stand (a Set went unanswered and could not be read
-                back; wpa_supplicant restarted during the suspend; a restore was cancelled):
-                read before counting on it.
+                back, the path maybe re-created meanwhile; wpa_supplicant restarted during the
+                suspend; a restore was cancelled): read before counting on it.
   RESTORING     reading bgscan, then Set of the saved value where our "" still stands.
   LEFT_BEHIND   its suspend was cancelled with the Set on the way: that Set may still land, on
                 whatever object the path has by then, so a removal does not end it.
@@ -140,13 +141,15 @@ def step(s: State | None, ev: Ev, *, generation: int, ifname: str = "",
                            restarted=False, generation=generation, origin=None)
         case Ev.READ_EMPTY | Ev.READ_OTHER | Ev.FAILED, Kind.READING:
             return back(s, generation)
-        case Ev.SET_APPLIED | Ev.SET_ASSUMED, Kind.SETTING if generation != s.generation:
+        case Ev.SET_APPLIED, Kind.SETTING if generation != s.generation:
             return replace(s, kind=Kind.PUTTING_BACK, generation=generation)
         case Ev.SET_APPLIED, Kind.SETTING:
             return replace(s, kind=Kind.IN_DOUBT if s.restarted else Kind.SUSPENDED,
                            restarted=False)
+        # Unconfirmed, and across a removal it may have hit the old object or the new one: no
+        # put-back, which would write where no read showed our ""; read before it counts.
         case Ev.SET_ASSUMED, Kind.SETTING:
-            return replace(s, kind=Kind.IN_DOUBT, restarted=False)
+            return replace(s, kind=Kind.IN_DOUBT, restarted=False, generation=generation)
         case Ev.SET_NOT_APPLIED, Kind.SETTING:
             return None
         case Ev.DONE, Kind.PUTTING_BACK | Kind.RESTORING:

@@ -409,8 +409,9 @@ def test_a_leftover_whose_take_over_failed_after_the_replay_ended_is_restored():
 
 
 # Found 2026-11-26 by `pytest tests/model/test_model.py` (2000 sequences, the derandomized draw:
-# first failing sequence 588); it failed the same way on c89bf59.
-def test_a_lost_set_then_a_reactivation_without_bgscan_gets_no_put_back():
+# first failing sequence 588, the first case); it failed the same way on c89bf59.
+@pytest.mark.parametrize("read_back_lost", [False, True])
+def test_a_lost_set_then_a_reactivation_without_bgscan_gets_no_put_back(read_back_lost):
     """A daemon defect of the safety kind (bgscan ended as NetworkManager did not set it).  The
     guard's suspend of the re-created interface's network sent its Set "" and the reply was
     lost; NetworkManager then re-activated with a BSSID-locked profile (no bgscan key) at the
@@ -418,13 +419,20 @@ def test_a_lost_set_then_a_reactivation_without_bgscan_gets_no_put_back():
     That was taken for a failed read (both were None), so the Set counted as assumed applied,
     the removal sent it to the put-back, and the put-back wrote the old object's value on an
     object the daemon had just read without "".  A read-back that answers is evidence: no
-    key is not our "", so the Set counts as not applied there and nothing is written."""
+    key is not our "", so the Set counts as not applied there and nothing is written.
+    With the read-back's reply lost too (`read_back_lost`, found while fixing the first) the
+    daemon never saw that answer, and the assumed Set went to the same put-back: an assumed
+    Set across a removal is now left in doubt instead, read before it counts, and restored
+    only where our "" is read."""
     state = Machine()
     try:
         state.busy_for_a_while()
         state.fault(count=1, error=ACCESS_DENIED, kind="lost", member="Set", t=0.001, then=0.0)
         state.recreate_interface(ifname="wlan0", then=1.0)
         state.activate(bgscan=None, gap=0.0003, ifname="wlan0", then=0.0)
+        if read_back_lost:
+            state.fault(count=1, error=ACCESS_DENIED, kind="lost", member="Get.Properties",
+                        t=0.001, then=11.0)
         state.bgscan_is_safe()
     finally:
         state.teardown()

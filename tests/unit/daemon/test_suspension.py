@@ -757,6 +757,25 @@ async def test_a_replay_leaves_a_network_a_guard_took_over_while_it_waited(sup, 
     assert sup.networks[NET0]["bgscan"] == OTHER and journal.entries() == {}
 
 
+def reactivate_during_the_set(sup, suspender, new_object: dict, error: str,
+                              read_back: str | None = None) -> None:
+    """The next Set of "" goes unanswered (`error`), and NetworkManager re-creates the network
+    at the same path meanwhile: the new object reads as `new_object` ({"bgscan": ""}: the Set
+    was handled after the re-creation and hit it); the read after it fails with `read_back`
+    if given."""
+    original = sup.set_bgscan
+
+    async def set_bgscan(net, value):
+        if value != "":
+            return await original(net, value)
+        sup.calls.append(("set", net, value))
+        suspender.ledger.network_removed(net)  # the daemon sees NetworkRemoved before the timeout
+        sup.networks[net] = dict(new_object)
+        sup.get_errors = [read_back] if read_back else []
+        fail(error, f"setting bgscan on {net}")
+    sup.set_bgscan = set_bgscan
+
+
 @pytest.mark.parametrize("error", [TIMEOUT, NO_REPLY])
 async def test_an_unanswered_set_read_back_as_no_key_on_a_recreated_network_is_not_put_back(
         sup, journal, suspender, error):
@@ -767,17 +786,7 @@ async def test_an_unanswered_set_read_back_as_no_key_on_a_recreated_network_is_n
     old object's value on a new object the read had just shown without "" (or any bgscan).
     A read that answers is evidence: no key is not our "", so nothing is written and nothing
     is kept."""
-    original = sup.set_bgscan
-
-    async def set_then_reactivated(net, value):
-        if value != "":
-            return await original(net, value)
-        sup.calls.append(("set", net, value))
-        sup.networks[net]["bgscan"] = value  # lands on the old object...
-        suspender.ledger.network_removed(net)  # ...which NetworkManager removes,
-        sup.networks[net] = {}  # and adds again at the same path, without a bgscan key
-        fail(error, f"setting bgscan on {net}")  # the reply never came
-    sup.set_bgscan = set_then_reactivated
+    reactivate_during_the_set(sup, suspender, {}, error)
     with pytest.raises(SupplicantError, match="reading it back shows no"):
         await suspender.suspend(IFACE0, "wlan0")
     assert sup.sets() == [("set", NET0, "")]  # no put-back
@@ -786,6 +795,35 @@ async def test_an_unanswered_set_read_back_as_no_key_on_a_recreated_network_is_n
     with pytest.raises(NothingToSuspend) as e:  # the next sample: nothing to turn off there
         await suspender.suspend(IFACE0, "wlan0")
     assert e.value.reason == NO_BGSCAN_KEY and sup.sets() == [("set", NET0, "")]
+
+
+@pytest.mark.parametrize("new_object", [{}, {"bgscan": OTHER}])
+async def test_an_unanswered_set_unreadable_across_a_removal_is_in_doubt_not_put_back(
+        sup, journal, suspender, new_object):
+    """The Set of "" and the read after it both went unanswered, and NetworkManager re-created
+    the network at the same path meanwhile: our "" may be on the new object or may have gone
+    with the old one.  A put-back would write the old object's value where no read showed our
+    "" (over NetworkManager's value for the new object, or where it set no key at all); the
+    suspension is left in doubt instead, journaled, and read before it counts."""
+    reactivate_during_the_set(sup, suspender, new_object, TIMEOUT, read_back=TIMEOUT)
+    s = await suspender.suspend(IFACE0, "wlan0")
+    assert sup.sets() == [("set", NET0, "")]  # no put-back
+    assert suspender.ledger.in_doubt(NET0) and on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
+    assert await suspender.recheck(s, "wlan0") is False  # the new object's own value: not ours
+    assert sup.networks[NET0] == new_object and on_disk(journal) == {}
+    assert suspender.ledger.suspended_on("wlan0") is None and sup.sets() == [("set", NET0, "")]
+
+
+async def test_an_unanswered_set_unreadable_across_a_removal_that_hit_the_new_object_is_ours(
+        sup, journal, suspender):
+    """The same, with the Set handled after the re-creation: our "" is on the new object; the
+    read before it counts finds it, and release restores the saved value there."""
+    reactivate_during_the_set(sup, suspender, {"bgscan": ""}, NO_REPLY, read_back=NO_REPLY)
+    s = await suspender.suspend(IFACE0, "wlan0")
+    assert suspender.ledger.in_doubt(NET0) and sup.sets() == [("set", NET0, "")]
+    assert await suspender.recheck(s, "wlan0") is True and not suspender.ledger.in_doubt(NET0)
+    await suspender.restore(s, "wlan0")
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
 
 
 async def test_a_second_removal_during_a_refused_put_back_ends_the_suspension(
