@@ -3,9 +3,11 @@
 The part that changes owns a Changes (the holds, a guard's state and figures, the daemon's for
 the bus API); whoever wants to hear of it connects a callback, and calling the Changes runs
 every callback with its arguments, in the order they were connected, before the call returns.
-A callback that fails is handed to the owner's `failed` (by default: logged) and the others
-still run: the change has happened, and one listener's bug must neither keep it from the others
-nor make it look failed to the changer.  An owner with a status (a guard) shows it there.
+Every callback runs even if one before it fails: the change has happened.  What a failure then
+does is the owner's choice, made once: a guard and the daemon (raises=True) get the first
+failure raised after every callback ran, so that it shows where their own errors show (a
+guard's step: the status's unexpected problem, logged once per change); the holds log it, so
+that a hold that was taken never answers as failed.
 """
 
 from __future__ import annotations
@@ -19,15 +21,12 @@ log = logging.getLogger("scanguard")
 P = ParamSpec("P")
 
 
-def _log(e: Exception, what: str) -> None:
-    log.error("%s failed on hearing of a change", what, exc_info=e)
-
-
 class Changes(Generic[P]):
-    def __init__(self, failed: Callable[[Exception, str], None] = _log) -> None:
-        """`failed(error, what)` hears of a callback that raised (`what` names it)."""
+    def __init__(self, raises: bool = False) -> None:
+        """`raises`: raise a callback's failure to the changer once every callback ran;
+        otherwise log it."""
         self._callbacks: list[Callable[P, None]] = []
-        self._failed = failed
+        self._raises = raises
 
     def connect(self, callback: Callable[P, None]) -> None:
         """Call `callback` on every change from now on, after those connected before it."""
@@ -35,8 +34,15 @@ class Changes(Generic[P]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> None:
         """Tell every callback of a change."""
+        first: Exception | None = None
         for callback in list(self._callbacks):
             try:
                 callback(*args, **kwargs)
             except Exception as e:
-                self._failed(e, f"{getattr(callback, '__qualname__', callback)} hearing of a change")
+                if not self._raises:
+                    log.exception("%s failed on hearing of a change",
+                                  getattr(callback, "__qualname__", callback))
+                elif first is None:
+                    first = e
+        if first is not None:
+            raise first

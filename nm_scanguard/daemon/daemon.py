@@ -93,8 +93,8 @@ class Daemon:
         self.deferral = ScanDeferral(state_dir)
         self.who_asked = WhoAsked(self.guards, self.spawn)
         # What the bus API hears: a guard's new state, and "a figure changed".
-        self.state_changed: Changes[[str, str, str]] = Changes()  # (interface, state, reason)
-        self.changed: Changes[[]] = Changes()
+        self.state_changed: Changes[[str, str, str]] = Changes(raises=True)  # (interface, state, reason)
+        self.changed: Changes[[]] = Changes(raises=True)
         self._peers: Peers | None = None
         self._owners = NameOwners((NM_NAME, WPAS_NAME))
         self._profile_warnings = ProfileWarnings()

@@ -55,9 +55,9 @@ class Guard:
         self._supplicant = supplicant
         self._suspender = suspender
         self._spawn = spawn
-        # (interface, state, reason); a listener's failure is shown in this guard's status
-        self.state_changed: Changes[[str, str, str]] = Changes(self.unexpected)
-        self.changed: Changes[[]] = Changes(self.unexpected)  # a figure of the status changed
+        # A listener's failure rises into what changed the guard (its step: shown in its status).
+        self.state_changed: Changes[[str, str, str]] = Changes(raises=True)  # (ifname, state, why)
+        self.changed: Changes[[]] = Changes(raises=True)  # a figure of the status changed
         self._stopping = False
         self.problems = Problems()  # shown in the status, each logged once per change
         self.sampler = Sampler(self, counters)
@@ -235,7 +235,7 @@ class Guard:
         await self.reconcile()
 
     async def network_gone(self, gone: Suspended) -> None:
-        """NetworkRemoved took the object our "" was on (Suspender.network_removed ended that
+        """NetworkRemoved took the object our "" was on (Ledger.network_removed ended that
         suspension): NetworkManager re-activating, most often, with a new object at the same
         path and a fresh bgscan.  Engage there if the link is still busy."""
         log.info("%s: network %s was removed (NetworkManager re-activating?)", self.ifname,

@@ -38,7 +38,6 @@ class NothingToSuspend(Exception):
         self.reason = reason
 
 
-
 class Suspender:
     """Makes the calls each network's state needs and feeds each answer back to the Ledger as
     one event (`_go`).  A Guard asks it to suspend, recheck and restore; what is suspended
@@ -48,6 +47,7 @@ class Suspender:
         self.supplicant = supplicant
         self.ledger = Ledger(journal)
         self._go = self.ledger.go
+
     # ---- suspend --------------------------------------------------------------------------
 
     async def suspend(self, iface_path: str, ifname: str) -> Suspended:
@@ -263,6 +263,7 @@ class Suspender:
             return
         self._go(net, Ev.FAILED, op=op)
         raise err
+
 
 def _ended(net: str) -> SupplicantError:
     return SupplicantError(f"network {net} was removed, or wpa_supplicant restarted, while "

@@ -63,7 +63,7 @@ def journaled(s: State | None) -> bool:
     return s is not None and s.saved is not None
 
 
-# A suspension the guard counts as its own (Suspender.suspended_on).
+# A suspension the guard counts as its own (Ledger.suspended_on).
 LIVE = frozenset({Kind.SUSPENDED, Kind.IN_DOUBT})
 # Under way on behalf of a task: a second suspend, or a replay, keeps off.
 BUSY = frozenset({Kind.READING, Kind.SETTING, Kind.PUTTING_BACK, Kind.RESTORING})

@@ -51,13 +51,19 @@ def test_a_callback_connected_while_telling_hears_the_next_change():
     assert heard == ["first", "first", "late"]
 
 
-def test_an_owner_with_a_status_is_told_of_a_failing_callback():
-    failures: list[tuple[str, str]] = []
-    changes: Changes[[str]] = Changes(lambda e, what: failures.append((str(e), what)))
+def test_an_owner_that_shows_failures_gets_the_first_once_every_callback_ran():
+    heard: list[str] = []
+    changes: Changes[[str]] = Changes(raises=True)
 
     def broken(name: str) -> None:
         raise RuntimeError(f"bug in {name}")
 
+    def also_broken(name: str) -> None:
+        raise ValueError(name)
+
     changes.connect(broken)
-    changes(CAFE)
-    assert failures == [(f"bug in {CAFE}", f"{broken.__qualname__} hearing of a change")]
+    changes.connect(heard.append)
+    changes.connect(also_broken)
+    with pytest.raises(RuntimeError, match=f"bug in {CAFE}"):
+        changes(CAFE)
+    assert heard == [CAFE]

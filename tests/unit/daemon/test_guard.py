@@ -753,6 +753,20 @@ async def test_an_unexpected_error_in_a_task_for_an_interface_shows_in_its_statu
     assert guard.status().error == ""
 
 
+async def test_a_failing_listener_rises_into_the_sample_after_the_others_heard(guard, parts):
+    """A listener's bug (the bus API's, the daemon's) is not swallowed: it rises into the
+    guard's step, where the sampling loop shows it in the status like any other."""
+    def broken() -> None:
+        raise RuntimeError("listener bug in Café ☕")
+
+    listener = parts["listener"]
+    guard.changed.connect(broken)
+    before = listener.changes
+    with pytest.raises(RuntimeError, match="listener bug"):
+        await guard.step()
+    assert listener.changes == before + 1  # connected first, it still heard of the change
+
+
 async def test_a_stopped_guard_never_suspends(guard, parts):
     """Found by the model rung (2026-11-25; its sequence had NetworkManager act while it
     restarted, a fault of the model since fixed, but the defect is the guard's): a hold's kick()
