@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..config import Settings, load_file
 from ..dbuslib import Message, MessageBus, MessageType
@@ -64,8 +63,7 @@ class Tasks(Protocol):
     async def cancel_all(self) -> None: ...
 
 
-@dataclass(frozen=True)
-class Peers:
+class Peers(NamedTuple):
     """What the daemon works with on the bus: NetworkManager, wpa_supplicant, and the Suspender
     that changes wpa_supplicant's bgscan (and the journal) for the guards."""
 
@@ -122,8 +120,9 @@ class Daemon:
         """Join the bus and subscribe to NM's and wpa_supplicant's signals; changes nothing."""
         self.attach(bus)
         bus.add_message_handler(self._on_message)
-        for rule in MATCH_RULES:
-            await add_match(bus, rule)
+        # All on the bus at once: the bus answers them in order, and the start waits for one
+        # round trip instead of one per rule.
+        await asyncio.gather(*(add_match(bus, rule) for rule in MATCH_RULES))
         await self._owners.resolve(bus)
 
     async def start(self) -> None:

@@ -157,20 +157,22 @@ class NameOwners:
         self._changes: dict[str, int] = dict.fromkeys(self._owners, 0)
 
     async def resolve(self, bus: MessageBus) -> None:
-        """Ask the bus for each name's owner (GetNameOwner).  Raises BusError if it will not
-        say."""
-        for name in self._owners:
-            seen = self._changes[name]
-            try:
-                (owner,) = await call(bus, *DBUS, "GetNameOwner", "s", [name])
-            except BusError as e:
-                if e.name != NAME_HAS_NO_OWNER:
-                    raise
-                owner = None
-            # A NameOwnerChanged handled while the call was under way is at least as new as
-            # the reply (the bus sends both in the order it made the changes).
-            if self._changes[name] == seen:
-                self._owners[name] = str(owner) if owner else None
+        """Ask the bus for each name's owner (GetNameOwner), all at once.  Raises BusError if
+        it will not say."""
+        await asyncio.gather(*(self._resolve(bus, name) for name in self._owners))
+
+    async def _resolve(self, bus: MessageBus, name: str) -> None:
+        seen = self._changes[name]
+        try:
+            (owner,) = await call(bus, *DBUS, "GetNameOwner", "s", [name])
+        except BusError as e:
+            if e.name != NAME_HAS_NO_OWNER:
+                raise
+            owner = None
+        # A NameOwnerChanged handled while the call was under way is at least as new as the
+        # reply (the bus sends both in the order it made the changes).
+        if self._changes[name] == seen:
+            self._owners[name] = str(owner) if owner else None
 
     @staticmethod
     def from_bus(msg: Message) -> bool:
