@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .text import NAME_CHARS, shown
 
@@ -57,8 +57,7 @@ REQUESTS_KEPT = 32
 REQUESTS_KEPT_FOR = 600.0
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(NamedTuple):
     """A scan request someone recorded: `at` on the wall clock (seconds since the epoch)."""
 
     at: float
@@ -83,8 +82,7 @@ class ScanRequests:
         return [(r, refused) for r, refused in self._kept if r.at >= since]
 
 
-@dataclass(frozen=True)
-class Evidence:
+class Evidence(NamedTuple):
     """What is known besides the scan itself, for one interface."""
 
     current_ssid: bytes | None = None  # the network the interface is connected to
@@ -93,8 +91,7 @@ class Evidence:
     geoclue_pid: int | None = None  # a running geoclue process
 
 
-@dataclass(frozen=True)
-class Label:
+class Label(NamedTuple):
     source: str  # one of SOURCES
     name: str = ""  # the program, when the evidence names it: a peer's text, shown escaped
     basis: str = ""  # how the label was established, in words, its peer parts escaped

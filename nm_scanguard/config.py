@@ -16,8 +16,7 @@ import logging
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from .files import Unreadable, kind, read_regular
 from .text import NAME_CHARS, clipped, quoted, shown
@@ -49,8 +48,7 @@ class ConfigMissing(ConfigError):
     """A settings file that had to exist does not."""
 
 
-@dataclass(frozen=True)
-class Key:
+class Key(NamedTuple):
     name: str
     parse: Callable[[str], Any]
     form: str  # the expected form, shown in error messages
@@ -283,6 +281,8 @@ def format_value(value: Any) -> str:
     if isinstance(value, float):
         text = repr(value)  # the shortest text that reads back as the same float
         if "e" in text:
+            from decimal import Decimal  # rare: not loaded at scanguardd's start (daemon/entry.py)
+
             text = format(Decimal(text), "f")
         return text[:-2] if text.endswith(".0") else text
     return str(value)

@@ -5,7 +5,6 @@ key, with one warning per bad value, because a user's profile must never stop th
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -23,6 +22,8 @@ MAX_PROBLEMS_PER_PROFILE = 16
 
 
 def _digest(*parts: str) -> bytes:
+    import hashlib  # only bad profile data needs it: not loaded at start (daemon/entry.py)
+
     h = hashlib.blake2b(digest_size=16)
     for part in parts:
         h.update(part.encode("utf-8", "surrogatepass"))

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Counters:
+class Counters(NamedTuple):
     """One reading of an interface's kernel counters (IFLA_STATS64)."""
 
     time: float
@@ -16,8 +15,7 @@ class Counters:
     tx_packets: int
 
 
-@dataclass(frozen=True)
-class Rates:
+class Rates(NamedTuple):
     rx_bps: float  # bits per second
     tx_bps: float
     pps: float  # packets per second, rx + tx

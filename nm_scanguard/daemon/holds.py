@@ -32,9 +32,8 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from ..text import KEEP_FORMAT
 from .changes import Changes
@@ -75,8 +74,7 @@ class HoldError(Exception):
         self.text = text
 
 
-@dataclass(frozen=True)
-class Hold:
+class Hold(NamedTuple):
     """One hold, as ActiveHolds shows it.  Frozen: a record handed out cannot drift from the table."""
 
     cookie: int

@@ -25,8 +25,7 @@ import logging
 import os
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..files import Unreadable, kind, read_regular, write_atomic
 from ..ifname import valid_ifname
@@ -69,8 +68,7 @@ def _show(value: object) -> str:
     return cut(repr(value), SHOW)
 
 
-@dataclass(frozen=True, slots=True)
-class JournalEntry:
+class JournalEntry(NamedTuple):
     """One suspended network: the interface it belongs to (checked against wpa_supplicant on
     replay) and the bgscan value to put back."""
 

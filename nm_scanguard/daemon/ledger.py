@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..peers.supplicant import SupplicantError
 from .journal import Journal
@@ -22,8 +22,7 @@ from .suspension_table import BUSY, LIVE, STARTS, UNOWNED, Ev, Kind, State, jour
 log = logging.getLogger("scanguard")
 
 
-@dataclass(frozen=True, slots=True)
-class Suspended:
+class Suspended(NamedTuple):
     """We set `network`'s bgscan to ""; `saved` is what restore() puts back.  `generation` is
     the path's generation when we read its bgscan (Ledger.generation): a removal that took
     the path to a higher one took our object away; one at or below it came before, however late

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -114,9 +115,32 @@ def setup_logging(verbose: bool) -> None:
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter at the width it would choose, found without shutil: argparse makes
+    one for every argument added, and its default imports shutil (with zlib, bz2 and lzma) on
+    every start of the daemon, for a width only --help uses."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=_columns() - 2)  # argparse keeps 2 columns free
+
+
+def _columns() -> int:
+    """The terminal's width as shutil.get_terminal_size() gives it: $COLUMNS, else the width of
+    standard output's terminal, else 80."""
+    with contextlib.suppress(ValueError):
+        if int(os.environ.get("COLUMNS", "")) > 0:
+            return int(os.environ["COLUMNS"])
+    try:
+        columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        columns = 0
+    return columns if columns > 0 else 80
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="scanguardd",
+        formatter_class=_HelpFormatter,
         description="Suspend wpa_supplicant background scans (bgscan) while a Wi-Fi link is busy, "
                     "and restore them exactly when it goes idle or the signal fades.",
         epilog="Normally started by systemd as scanguard.service. See scanguard.conf(5) for the "

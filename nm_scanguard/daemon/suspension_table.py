@@ -33,7 +33,7 @@ States (a path with no state is untouched and has no entry):
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 
 class Kind(enum.Enum):
@@ -47,8 +47,7 @@ class Kind(enum.Enum):
     LEFTOVER = "left over"
 
 
-@dataclass(frozen=True, slots=True)
-class State:
+class State(NamedTuple):
     kind: Kind
     ifname: str
     saved: str | None  # the value restore puts back; None only while READING with no entry
@@ -107,16 +106,17 @@ def back(s: State, generation: int) -> State | None:
     """Where a call that failed leaves the state it was made from: the state before it, unless
     the path was removed since bgscan was read, which took our "" with the object."""
     if s.kind is Kind.READING:  # an entry it took over stays what it was
-        return replace(s, kind=s.origin, origin=None) if s.origin is not None else None
+        return s._replace(kind=s.origin, origin=None) if s.origin is not None else None
     origin = s.origin if s.kind is Kind.RESTORING else s.kind
     if origin is not Kind.LEFT_BEHIND and generation != s.generation:
         return None
-    return replace(s, kind=origin, origin=None)
+    assert origin is not None, "RESTORING always knows where it came from"
+    return s._replace(kind=origin, origin=None)
 
 
 def doubted(s: State | None) -> State | None:
     """A suspension a restore may have ended without telling: read before counting on it."""
-    return replace(s, kind=Kind.IN_DOUBT) if s is not None and s.kind is Kind.SUSPENDED else s
+    return s._replace(kind=Kind.IN_DOUBT) if s is not None and s.kind is Kind.SUSPENDED else s
 
 
 def step(s: State | None, ev: Ev, *, generation: int, ifname: str = "",
@@ -129,42 +129,42 @@ def step(s: State | None, ev: Ev, *, generation: int, ifname: str = "",
     k = s.kind
     match ev, k:
         case Ev.ASK, Kind.LEFTOVER | Kind.LEFT_BEHIND:
-            return replace(s, kind=Kind.READING, ifname=ifname, generation=generation,
+            return s._replace(kind=Kind.READING, ifname=ifname, generation=generation,
                            origin=k, op=op)
         case Ev.ASK, _:
             raise Refused(k)
         case Ev.READ_VALUE, Kind.READING:  # (not "": a Set left behind has landed, undone)
-            return replace(s, kind=Kind.SETTING, saved=value, origin=None)
+            return s._replace(kind=Kind.SETTING, saved=value, origin=None)
         case Ev.READ_EMPTY, Kind.READING if s.saved is not None:
             # Only we write "": the entry's, taken over, on whatever object the path has now.
-            return replace(s, kind=Kind.IN_DOUBT if s.restarted else Kind.SUSPENDED,
+            return s._replace(kind=Kind.IN_DOUBT if s.restarted else Kind.SUSPENDED,
                            restarted=False, generation=generation, origin=None)
         case Ev.READ_EMPTY | Ev.READ_OTHER | Ev.FAILED, Kind.READING:
             return back(s, generation)
         case Ev.SET_APPLIED, Kind.SETTING if generation != s.generation:
-            return replace(s, kind=Kind.PUTTING_BACK, generation=generation)
+            return s._replace(kind=Kind.PUTTING_BACK, generation=generation)
         case Ev.SET_APPLIED, Kind.SETTING:
-            return replace(s, kind=Kind.IN_DOUBT if s.restarted else Kind.SUSPENDED,
+            return s._replace(kind=Kind.IN_DOUBT if s.restarted else Kind.SUSPENDED,
                            restarted=False)
         # Unconfirmed, and across a removal it may have hit the old object or the new one: no
         # put-back, which would write where no read showed our ""; read before it counts.
         case Ev.SET_ASSUMED, Kind.SETTING:
-            return replace(s, kind=Kind.IN_DOUBT, restarted=False, generation=generation)
+            return s._replace(kind=Kind.IN_DOUBT, restarted=False, generation=generation)
         case Ev.SET_NOT_APPLIED, Kind.SETTING:
             return None
         case Ev.DONE, Kind.PUTTING_BACK | Kind.RESTORING:
             return None
         case Ev.FAILED, Kind.PUTTING_BACK if generation == s.generation:
-            return replace(s, kind=Kind.IN_DOUBT if s.restarted else Kind.SUSPENDED,
+            return s._replace(kind=Kind.IN_DOUBT if s.restarted else Kind.SUSPENDED,
                            restarted=False)
         case Ev.UNKNOWN, Kind.PUTTING_BACK if generation == s.generation:
-            return replace(s, kind=Kind.IN_DOUBT, restarted=False)
+            return s._replace(kind=Kind.IN_DOUBT, restarted=False)
         case Ev.FAILED | Ev.UNKNOWN, Kind.PUTTING_BACK:
             return None  # removed again: our "" went with the object it was on
         case Ev.READ_EMPTY, Kind.RESTORING:
             # Ours, on whatever object the path has now (a Set left behind lands before this
             # read, and may have hit a re-created object): restore it there.
-            return replace(s, generation=generation,
+            return s._replace(generation=generation,
                            origin=Kind.LEFTOVER if s.origin is Kind.LEFT_BEHIND else s.origin)
         case Ev.READ_VALUE | Ev.READ_OTHER, Kind.RESTORING:
             return None  # not our "" any more
@@ -173,7 +173,7 @@ def step(s: State | None, ev: Ev, *, generation: int, ifname: str = "",
         case Ev.UNKNOWN, Kind.RESTORING:
             return doubted(back(s, generation))
         case Ev.READ_EMPTY, Kind.IN_DOUBT:  # the recheck before counting on it
-            return replace(s, kind=Kind.SUSPENDED)
+            return s._replace(kind=Kind.SUSPENDED)
         case Ev.READ_VALUE | Ev.READ_OTHER, Kind.IN_DOUBT:
             return None
         case Ev.FAILED, Kind.IN_DOUBT:
@@ -183,23 +183,23 @@ def step(s: State | None, ev: Ev, *, generation: int, ifname: str = "",
         case Ev.GONE, _:
             return s  # a call under way compares generations; a left-behind Set may still land
         case Ev.RESTARTED, Kind.READING | Kind.SETTING | Kind.PUTTING_BACK:
-            return replace(s, restarted=True)  # its Set may still reach the new process
+            return s._replace(restarted=True)  # its Set may still reach the new process
         case Ev.RESTARTED, Kind.RESTORING if s.origin in UNOWNED:
             return s
         case Ev.RESTARTED, _:
             return None
         case Ev.CANCELLED, Kind.READING | Kind.SETTING | Kind.PUTTING_BACK if s.saved is not None:
-            return replace(s, kind=Kind.LEFT_BEHIND, restarted=False)
+            return s._replace(kind=Kind.LEFT_BEHIND, restarted=False)
         case Ev.CANCELLED, Kind.READING:
             return None
         case Ev.CANCELLED, Kind.RESTORING:
             return doubted(back(s, generation))
         case Ev.RELEASE, Kind.SUSPENDED | Kind.IN_DOUBT:
-            return replace(s, kind=Kind.RESTORING, origin=k, generation=generation, op=op)
+            return s._replace(kind=Kind.RESTORING, origin=k, generation=generation, op=op)
         case Ev.REPLAY, Kind.LEFTOVER | Kind.LEFT_BEHIND:
-            return replace(s, kind=Kind.RESTORING, origin=k, generation=generation, op=op)
+            return s._replace(kind=Kind.RESTORING, origin=k, generation=generation, op=op)
         case Ev.ABANDON, Kind.SUSPENDED | Kind.IN_DOUBT:
-            return replace(s, kind=Kind.LEFTOVER)
+            return s._replace(kind=Kind.LEFTOVER)
         case Ev.ABANDON, _:
             return s
     raise Refused(f"{ev.name} in {k.name}")

@@ -7,8 +7,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-import systemd.daemon as sd_daemon
-
 from .throttle import Throttle
 
 STATUS_EVERY = 5.0  # seconds between STATUS= updates while only the figures change
@@ -42,4 +40,6 @@ class SystemdStatus:
 def notify(message: str) -> None:
     if not os.environ.get("NOTIFY_SOCKET"):
         return
-    sd_daemon.notify(message)
+    import systemd.daemon  # only under systemd, after the start (daemon/entry.py)
+
+    systemd.daemon.notify(message)

@@ -9,7 +9,7 @@ Pure, like netlink_wire.py: what breaks the framing raises the caller's error (`
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .netlink_wire import NLM_F_REQUEST, Malformed, attributes, pack_attr, pack_message
 
@@ -22,12 +22,11 @@ GENLMSGHDR = struct.Struct("=BBH")  # command, version, reserved
 U16, U32 = struct.Struct("=H"), struct.Struct("=I")
 
 
-@dataclass(frozen=True)
-class Family:
+class Family(NamedTuple):
     """A generic-netlink family's id and its multicast groups' ids by name."""
 
     id: int
-    groups: dict[str, int] = field(default_factory=dict)
+    groups: dict[str, int]
 
 
 def number(data: bytes, layout: struct.Struct, what: str, malformed: Malformed) -> int:

@@ -28,7 +28,7 @@ import socket
 import struct
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..ifname import valid_ifname
 from ..rates import Counters
@@ -71,16 +71,14 @@ def _malformed(what: str) -> NetlinkError:
     return NetlinkError(errno.EBADMSG, f"netlink {what}")
 
 
-@dataclass(frozen=True)
-class LinkStats:
+class LinkStats(NamedTuple):
     rx_bytes: int
     tx_bytes: int
     rx_packets: int
     tx_packets: int
 
 
-@dataclass(frozen=True)
-class Reply:
+class Reply(NamedTuple):
     """What one datagram says about our request.  `finished`: the request is answered (a link,
     an error, or the end of a multi-part answer); `stats`: the link's counters if it carried
     them; `missing`: the kernel answered ENODEV (no such interface)."""

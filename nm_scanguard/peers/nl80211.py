@@ -45,8 +45,7 @@ import socket
 import struct
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from ..text import INVISIBLE
 from . import genetlink
@@ -102,8 +101,7 @@ def _bad(what: str) -> Nl80211Error:
     return Nl80211Error(errno.EBADMSG, f"malformed netlink datagram: {what}")
 
 
-@dataclass(frozen=True)
-class ScanEvent:
+class ScanEvent(NamedTuple):
     """One scan announcement.  `kind`: "started" (TRIGGER_SCAN), "finished" (NEW_SCAN_RESULTS)
     or "aborted" (SCAN_ABORTED); `ssids`: the probed SSIDs in the kernel's order, b"" being the
     wildcard, () for a passive scan, None if the event carried no list; `frequencies`: MHz;

@@ -10,8 +10,7 @@ Facts this module relies on (checked by tests/contract against the real binary):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ..dbuslib import Message, MessageBus, Variant
 from ..names import WPAS
@@ -33,31 +32,27 @@ SIGNAL_RULES = (
 )
 
 
-@dataclass(frozen=True)
-class ScanDone:
+class ScanDone(NamedTuple):
     """A scan on the interface object `iface` ended."""
 
     iface: str
 
 
-@dataclass(frozen=True)
-class NetworkRemoved:
+class NetworkRemoved(NamedTuple):
     """The network object `network` of the interface object `iface` is gone."""
 
     iface: str
     network: str
 
 
-@dataclass(frozen=True)
-class Scanning:
+class Scanning(NamedTuple):
     """The interface object `iface` started (True) or ended (False) a scan."""
 
     iface: str
     scanning: bool
 
 
-@dataclass(frozen=True)
-class CurrentNetwork:
+class CurrentNetwork(NamedTuple):
     """The interface object `iface` now uses the network object `network` (None: none)."""
 
     iface: str

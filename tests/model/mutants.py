@@ -86,9 +86,9 @@ MUTANTS = (
            "restart counts as a sure suspension of the new process's network",
            "nm_scanguard/daemon/suspension_table.py",
            "        case Ev.SET_APPLIED, Kind.SETTING:\n"
-           "            return replace(s, kind=Kind.IN_DOUBT if s.restarted else Kind.SUSPENDED,",
+           "            return s._replace(kind=Kind.IN_DOUBT if s.restarted else Kind.SUSPENDED,",
            "        case Ev.SET_APPLIED, Kind.SETTING:\n"
-           "            return replace(s, kind=Kind.SUSPENDED,"),
+           "            return s._replace(kind=Kind.SUSPENDED,"),
     Mutant("unknown-restore-trusted", "IN_DOUBT: a restore unanswered and unreadable leaves the "
            "suspension sure (the guard stays engaged on a bgscan that may be back on)",
            "nm_scanguard/daemon/suspension_table.py",
@@ -120,24 +120,24 @@ MUTANTS = (
     Mutant("cancel-forgets-set", "LEFT_BEHIND: a suspend cancelled with its Set on the way "
            "drops the entry",
            "nm_scanguard/daemon/suspension_table.py",
-           "            return replace(s, kind=Kind.LEFT_BEHIND, restarted=False)",
+           "            return s._replace(kind=Kind.LEFT_BEHIND, restarted=False)",
            "            return None"),
     Mutant("failed-adopt-forgets-leftover", "LEFTOVER: a suspend of a leftover network that "
            "cannot read it drops the entry",
            "nm_scanguard/daemon/suspension_table.py",
-           "        return replace(s, kind=s.origin, origin=None) if s.origin is not None else None",
+           "        return s._replace(kind=s.origin, origin=None) if s.origin is not None else None",
            "        return None"),
     Mutant("take-over-forgets-left-behind", "READING: a failed take-over of a Set left behind "
            "leaves an entry a removal drops",
            "nm_scanguard/daemon/suspension_table.py",
-           "        return replace(s, kind=s.origin, origin=None) if s.origin is not None else None",
-           "        return replace(s, kind=Kind.LEFTOVER, origin=None) if s.origin is not None "
+           "        return s._replace(kind=s.origin, origin=None) if s.origin is not None else None",
+           "        return s._replace(kind=Kind.LEFTOVER, origin=None) if s.origin is not None "
            "else None"),
     Mutant("assumed-set-trusted", "IN_DOUBT: a Set unanswered and unreadable counts as a sure "
            "suspension",
            "nm_scanguard/daemon/suspension_table.py",
-           "        case Ev.SET_ASSUMED, Kind.SETTING:\n            return replace(s, kind=Kind.IN_DOUBT,",
-           "        case Ev.SET_ASSUMED, Kind.SETTING:\n            return replace(s, kind=Kind.SUSPENDED,"),
+           "        case Ev.SET_ASSUMED, Kind.SETTING:\n            return s._replace(kind=Kind.IN_DOUBT,",
+           "        case Ev.SET_ASSUMED, Kind.SETTING:\n            return s._replace(kind=Kind.SUSPENDED,"),
     Mutant("stale-answer-applied", "an answer to a call sequence that ended is applied to the "
            "state that followed",
            "nm_scanguard/daemon/ledger.py",

@@ -14,9 +14,10 @@ REPO = Path(__file__).resolve().parents[3]
 # OpenSSL (asyncio's ssl, hashlib's _hashlib), GObject (the D-Bus libraries' GLib glue), the
 # netlink library the daemon no longer uses.
 NEVER = ("ssl", "_ssl", "_hashlib", "gi", "pyroute2")
-# What only later work needs (the journal's JSON, a file written, a hold's cookie), imported where
+# What only later work needs (the journal's JSON, a file written, a hold's cookie, a digest of bad
+# profile data, a number in exponent form, systemd's notification, --help's width), imported where
 # it is used: loading them is start-up time (entry.py).
-LATER = ("json", "tempfile", "secrets")
+LATER = ("json", "tempfile", "secrets", "hashlib", "decimal", "systemd", "shutil")
 
 
 def loaded_by(*args: str) -> set[str]:

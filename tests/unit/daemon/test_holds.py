@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import random
 import re
 import secrets
@@ -456,7 +455,7 @@ def test_a_caller_taking_a_hold_is_among_the_callers_until_its_slot_ends():
 
 def test_hold_records_are_frozen():
     hold = take(Holds(), ":1.1")
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         hold.interface = "wlan9"  # type: ignore[misc]
 
 
