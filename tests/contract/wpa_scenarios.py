@@ -396,3 +396,8 @@ async def enabled_changes_are_announced(wpa: WpaClient) -> None:
     assert (await wpa.network_properties(net))["disabled"] == "0"
     await assert_eventually(
         lambda: wpa.announced(net, NETWORK_IFACE, "Enabled", True) == {"standard", "legacy"})
+
+
+# The scenarios about roaming with targeted scans (issue 35) register here too, once the
+# helpers above exist.
+from tests.contract import wpa_roaming_scenarios  # noqa: E402,F401

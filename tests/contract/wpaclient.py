@@ -6,7 +6,9 @@ exactly what is on the wire (error names, variant signatures, signal order).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Awaitable, Iterable
+from xml.etree import ElementTree
 
 import pytest
 
@@ -26,6 +28,38 @@ async def error_of(call: Awaitable[Any]) -> DBusError:
     with pytest.raises(DBusError) as info:
         await call
     return info.value
+
+
+def error_detail(err: DBusError) -> str | None:
+    """What wpa_supplicant's InvalidArgs says beyond its fixed text: its second string argument
+    (the offending key, or a sentence), None when the error has none."""
+    body = err.reply.body if err.reply is not None else []
+    return body[1] if len(body) > 1 else None
+
+
+@dataclass(frozen=True)
+class Introspected:
+    """One interface of an Introspect answer, as the types on the wire (argument names left out).
+
+    methods: name -> ((direction, type), ...); signals: name -> (type, ...);
+    properties: name -> (type, access)."""
+
+    methods: dict[str, tuple[tuple[str, str], ...]]
+    signals: dict[str, tuple[str, ...]]
+    properties: dict[str, tuple[str, str]]
+
+
+def parse_introspection(xml: str, interface: str) -> Introspected:
+    node = ElementTree.fromstring(xml).find(f"interface[@name='{interface}']")
+    assert node is not None, f"{interface} is not introspected"
+    return Introspected(
+        methods={m.get("name", ""): tuple((a.get("direction", "in"), a.get("type", ""))
+                                          for a in m.findall("arg"))
+                 for m in node.findall("method")},
+        signals={s.get("name", ""): tuple(a.get("type", "") for a in s.findall("arg"))
+                 for s in node.findall("signal")},
+        properties={p.get("name", ""): (p.get("type", ""), p.get("access", ""))
+                    for p in node.findall("property")})
 
 
 class WpaClient:
@@ -67,6 +101,10 @@ class WpaClient:
 
     async def has_owner(self) -> bool:
         return (await self.call_bus("NameHasOwner", "s", [BUS_NAME]))[0]
+
+    async def introspect(self, path: str, interface: str) -> Introspected:
+        xml = (await self.call(path, "org.freedesktop.DBus.Introspectable", "Introspect"))[0]
+        return parse_introspection(xml, interface)
 
     # --- properties ---
     async def get(self, path: str, interface: str, name: str) -> Variant:

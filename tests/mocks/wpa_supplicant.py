@@ -132,7 +132,9 @@ stop the mock process and start a new one (the name owner changes).
 """
 
 import functools
+import importlib.util
 import os
+import re
 import time
 
 import dbus
@@ -146,6 +148,18 @@ MAIN_OBJ = "/fi/w1/wpa_supplicant1"
 MAIN_IFACE = "fi.w1.wpa_supplicant1"
 SYSTEM_BUS = True
 
+
+def _load_sibling(name):
+    """A module next to this file: dbusmock loads a template by path, outside any package."""
+    spec = importlib.util.spec_from_file_location(
+        f"wpa_supplicant_mock_{name}", os.path.join(os.path.dirname(__file__), f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_bss = _load_sibling("wpa_supplicant_bss")
+
 INTERFACE_IFACE = MAIN_IFACE + ".Interface"
 NETWORK_IFACE = MAIN_IFACE + ".Network"
 PROPS_IFACE = dbus.PROPERTIES_IFACE
@@ -157,6 +171,7 @@ ERR_INTERFACE_UNKNOWN = MAIN_IFACE + ".InterfaceUnknown"
 ERR_INTERFACE_EXISTS = MAIN_IFACE + ".InterfaceExists"
 ERR_NETWORK_UNKNOWN = MAIN_IFACE + ".NetworkUnknown"
 ERR_UNKNOWN_ERROR = MAIN_IFACE + ".UnknownError"
+ERR_NOT_CONNECTED = MAIN_IFACE + ".NotConnected"
 SCAN_ERROR = INTERFACE_IFACE + ".ScanError"
 
 # wpa_supplicant's flush timer for property changes (WPA_DBUS_SEND_PROP_CHANGED_TIMEOUT).
@@ -217,13 +232,30 @@ INT_FIELDS = frozenset(k for k, v in NETWORK_FIELDS if v is not None and v.lstri
 _READ_ONLY = {
     MAIN_IFACE: {"Interfaces"},
     INTERFACE_IFACE: {"Ifname", "Driver", "State", "Scanning", "CurrentNetwork", "CurrentBSS",
-                      "Networks", "BSSs"},
+                      "Networks", "BSSs", "RoamTime", "RoamComplete"},
     NETWORK_IFACE: set(),
+    _bss.BSS_IFACE: set(_bss.bss_properties(b"", "00:00:00:00:00:00", 0, 0, "open")),
 }
+
+# The signals an interface object sends, for its introspection (dbusmock knows only methods).
+_INTERFACE_SIGNALS = {"ScanDone": "b", "BSSAdded": "oa{sv}", "BSSRemoved": "o",
+                      "NetworkAdded": "oa{sv}", "NetworkRemoved": "o", "NetworkSelected": "o",
+                      "PropertiesChanged": "a{sv}"}
 
 
 def _error(name, text):
     return dbus.exceptions.DBusException(text, name=name)
+
+
+class _BadArguments(dbus.exceptions.DBusException):
+    """wpa_supplicant's own InvalidArgs (wpas_dbus_error_invalid_args): a fixed text, then the
+    offending key or a sentence as a second string, if any.  dbus-python sends one string, so
+    the calls that raise it (Scan, Roam) are answered by _carry_out."""
+
+    def __init__(self, detail=None):
+        super().__init__("Did not receive correct message arguments.",
+                         name=ERR_WPA_INVALID_ARGS)
+        self.detail = detail
 
 
 def _invalid_network_format():
@@ -372,6 +404,8 @@ def _props_set(obj, interface, name, value):
         finally:
             _refresh_network_props(obj)
         return
+    if interface == INTERFACE_IFACE and name == "BSSExpireAge" and int(value) < 10:
+        raise _error(ERR_FAILED, "BSSExpireAge must be >= 10")
     if interface == NETWORK_IFACE and name == "Enabled":
         if not isinstance(value, dbus.Boolean):
             raise _error(ERR_FAILED, "wrong property type")
@@ -431,7 +465,9 @@ def _add_interface(main, ifname, driver):
         "State": dbus.String("disconnected"), "Scanning": dbus.Boolean(False),
         "CurrentNetwork": dbus.ObjectPath("/"), "CurrentBSS": dbus.ObjectPath("/"),
         "Networks": dbus.Array([], signature="o"), "BSSs": dbus.Array([], signature="o"),
-        "ApScan": dbus.UInt32(1),
+        "ApScan": dbus.UInt32(1), "BSSExpireAge": dbus.UInt32(180),
+        "BSSExpireCount": dbus.UInt32(2), "RoamTime": dbus.UInt32(0),
+        "RoamComplete": dbus.Boolean(False),
     }
     main.AddObject(path, INTERFACE_IFACE, props, [])
     iface = dbusmock.get_object(path)
@@ -444,6 +480,10 @@ def _add_interface(main, ifname, driver):
     iface.AddMethod(INTERFACE_IFACE, "SelectNetwork", "o", "", _iface_select_network)
     iface.AddMethod(INTERFACE_IFACE, "Scan", "a{sv}", "", _iface_scan)
     iface.AddMethod(INTERFACE_IFACE, "AbortScan", "", "", _iface_abort_scan)
+    iface.AddMethod(INTERFACE_IFACE, "Roam", "s", "", _iface_roam)
+    iface.AddMethod("org.freedesktop.DBus.Introspectable", "Introspect", "", "s",
+                    _iface_introspect)
+    iface.wpa_next_bss = 0
     iface.wpa_scan_ms = 20
     iface.wpa_scan_id = 0  # the running scan's number; 0: none
     iface.wpa_next_scan = 1
@@ -529,10 +569,55 @@ def _iface_select_network(iface, path):
     iface.EmitSignal(INTERFACE_IFACE, "NetworkSelected", "o", [dbus.ObjectPath(net.path)])
 
 
-def _iface_scan(iface, args):
-    scan_type = args.get("Type")
+def _is_byte_arrays(value):
+    return isinstance(value, dbus.Array) and all(
+        isinstance(v, (dbus.Array, dbus.ByteArray, bytes))
+        and all(isinstance(b, (dbus.Byte, int)) for b in v) for v in value) \
+        and getattr(value, "signature", "ay") in ("ay", None)
+
+
+def _check_channels(value):
+    """Channels: a non-empty array of structs, each starting with two uint32s (centre MHz,
+    width MHz); more fields are ignored, as by wpas_dbus_get_scan_channels()."""
+    if not isinstance(value, dbus.Array) or not value \
+            or not all(isinstance(c, dbus.Struct) for c in value):
+        raise _BadArguments("Wrong Channels value type. Array of structs required")
+    for channel in value:
+        if len(channel) < 2 or not all(isinstance(v, dbus.UInt32) for v in channel[:2]):
+            raise _BadArguments("Wrong Channel struct. Two UINT32s required")
+
+
+def _check_scan_args(args):
+    """Scan's options, checked in the order given like wpas_dbus_handler_scan(); the type."""
+    scan_type, key, ssids = None, None, []
+    for key, value in args.items():
+        if key == "Type":
+            if not isinstance(value, dbus.String):
+                raise _BadArguments("Wrong Type value type. String required")
+            scan_type = str(value)
+        elif key in ("SSIDs", "IEs"):
+            if not _is_byte_arrays(value):
+                raise _BadArguments(f"Wrong {key} value type. Array of arrays of bytes required")
+            if key == "SSIDs" and any(len(v) > 32 for v in value):
+                raise _BadArguments("Invalid SSID: too long")
+            ssids.extend(value)
+        elif key == "Channels":
+            _check_channels(value)
+        elif key == "AllowRoam":
+            if not isinstance(value, dbus.Boolean):
+                raise _BadArguments("Wrong Type value type. Boolean required")  # sic, 2.10
+        else:
+            raise _BadArguments(str(key))
+    if scan_type is None:
+        raise _BadArguments(None if key is None else str(key))
+    if scan_type == "passive" and ssids:
+        raise _BadArguments("You can specify only Channels in passive scan")
     if scan_type not in ("active", "passive"):
-        raise _error(ERR_WPA_INVALID_ARGS, "Did not receive correct message arguments.")
+        raise _BadArguments("Wrong scan type")
+
+
+def _iface_scan(iface, args):
+    _check_scan_args(args)
     if iface.props[INTERFACE_IFACE]["Driver"] == "none":
         _later(0, _emit_scan_done, iface, False)
         _mark_changed(iface, INTERFACE_IFACE, {"Scanning": dbus.Boolean(False)})
@@ -563,6 +648,62 @@ def _iface_abort_scan(iface):
     if not iface.wpa_scan_id:
         raise _error(SCAN_ERROR, "Abort failed or no scan in progress")
     _finish_scan(iface, iface.wpa_scan_id)
+
+
+# hwaddr_aton(): six two-digit hex numbers joined by ":", whatever follows is ignored.
+_HWADDR = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
+
+
+def _iface_roam(iface, address):
+    """As wpas_dbus_handler_roam(): the address, then a selected network, then a known BSS of
+    that address with the network's SSID; the mock then moves CurrentBSS to it at once."""
+    if not isinstance(address, dbus.String):
+        raise _error(ERR_INVALID_ARGS, "")  # the object layer's signature check: no text
+    if not _HWADDR.match(address):
+        raise _BadArguments("Invalid hardware address format")
+    current = iface.props[INTERFACE_IFACE]["CurrentNetwork"]
+    if current == "/":
+        raise _error(ERR_NOT_CONNECTED, "This interface is not connected")
+    ssid = dbusmock.mockobject.objects[str(current)].wpa_config.get("ssid")
+    bss = _bss.find_bss(iface, str(address)[:17], _parse_string(ssid) if ssid else b"")
+    if bss is None:
+        raise _BadArguments("Target BSS not found")
+    _mark_changed(iface, INTERFACE_IFACE, {"CurrentBSS": dbus.ObjectPath(bss.path)})
+
+
+def _add_bss(iface, props):
+    bss = _bss.add_bss(iface, props)
+    _install_properties(bss)
+    _mark_changed(iface, INTERFACE_IFACE, {"BSSs": _bss.bss_paths(iface)})
+    return dbus.ObjectPath(bss.path)
+
+
+def _remove_bss(iface, bss):
+    _bss.remove_bss(iface, bss)
+    changes = {"BSSs": _bss.bss_paths(iface)}
+    if iface.props[INTERFACE_IFACE]["CurrentBSS"] == bss.path:
+        changes["CurrentBSS"] = dbus.ObjectPath("/")
+    _mark_changed(iface, INTERFACE_IFACE, changes)
+
+
+def _iface_introspect(iface):
+    """The interface object's Introspect, built from what the mock really has: its methods,
+    its properties (with their access) and the signals it sends."""
+    def args(signature, direction):
+        return "".join(f'<arg type="{t}" direction="{direction}"/>'
+                       for t in dbus.Signature(signature))
+    methods = "".join(
+        f'<method name="{name}">{args(m[0], "in")}{args(m[1], "out")}</method>'
+        for name, m in sorted(iface.methods.get(INTERFACE_IFACE, {}).items()))
+    signals = "".join(f'<signal name="{name}">' + "".join(
+        f'<arg type="{t}"/>' for t in dbus.Signature(sig)) + "</signal>"
+        for name, sig in _INTERFACE_SIGNALS.items())
+    props = "".join(
+        f'<property name="{name}" type="{dbus.lowlevel.Message.guess_signature(value)}" '
+        f'access="{"read" if name in _READ_ONLY[INTERFACE_IFACE] else "readwrite"}"/>'
+        for name, value in iface.props[INTERFACE_IFACE].items())
+    return (f'<node><interface name="{INTERFACE_IFACE}">{methods}{signals}{props}'
+            "</interface></node>")
 
 
 def _emit_scan_done(iface, success):
@@ -700,6 +841,26 @@ def GetPropertiesSets(self, net_path):
     return dbus.Array(net.wpa_sets, signature="a{sv}")
 
 
+@dbus.service.method(MOCK_IFACE, in_signature="oaysqns", out_signature="o")
+def AddBSS(self, iface_path, ssid, bssid, frequency, signal, security):
+    try:
+        props = _bss.bss_properties(bytes(ssid), str(bssid), int(frequency), int(signal),
+                                    str(security))
+    except ValueError as e:
+        raise _error(ERR_INVALID_ARGS, str(e)) from None
+    return _add_bss(_iface(iface_path), props)
+
+
+@dbus.service.method(MOCK_IFACE, in_signature="o", out_signature="")
+def RemoveBSS(self, bss_path):
+    bss_path = str(bss_path)
+    iface = _iface(bss_path.rsplit("/BSSs/", 1)[0])
+    bss = _bss.bss_of(iface, bss_path)
+    if bss is None:
+        raise _error(ERR_INVALID_ARGS, f"no BSS {bss_path}")
+    _remove_bss(iface, bss)
+
+
 # --- injected faults: slow, stuck and failing calls (SetSetDelay, SetHang, SetFailNext) ---
 #
 # dbus-python answers a method as soon as it returns, so delaying or withholding a reply needs
@@ -709,10 +870,13 @@ def GetPropertiesSets(self, net_path):
 # The calls a client like nm-scanguard makes; SetFailNext counts only these.
 _CLIENT_CALLS = {(PROPS_IFACE, "Get"), (PROPS_IFACE, "GetAll"), (PROPS_IFACE, "Set"),
                  (MAIN_IFACE, "GetInterface"), (INTERFACE_IFACE, "SignalPoll"),
-                 (INTERFACE_IFACE, "Scan"), (INTERFACE_IFACE, "AbortScan")}
+                 (INTERFACE_IFACE, "Scan"), (INTERFACE_IFACE, "AbortScan"),
+                 (INTERFACE_IFACE, "Roam")}
 _NOT_OURS = dbus.lowlevel.HANDLER_RESULT_NOT_YET_HANDLED
 _PROPERTIES_CALLS = {(PROPS_IFACE, "Get"), (PROPS_IFACE, "GetAll"), (PROPS_IFACE, "Set")}
 _HANGING_CALLS = _PROPERTIES_CALLS | {(INTERFACE_IFACE, "Scan"), (INTERFACE_IFACE, "AbortScan")}
+# The calls whose InvalidArgs carry a second string (_BadArguments): always answered by hand.
+_DETAILED_CALLS = {(INTERFACE_IFACE, "Scan"), (INTERFACE_IFACE, "Roam")}
 
 
 def _fault_filter(mock, connection, message):
@@ -731,20 +895,28 @@ def _fault_filter(mock, connection, message):
             message, error, f"failure injected by the wpa_supplicant mock (SetFailNext) "
             f"into {call[1]}"))
         return dbus.lowlevel.HANDLER_RESULT_HANDLED
-    if call not in _HANGING_CALLS:
+    if call not in _HANGING_CALLS | _DETAILED_CALLS:
         return _NOT_OURS
     if mock.wpa_abort_hang and call == (INTERFACE_IFACE, "AbortScan"):
         mock.wpa_abort_hung.append((connection, message))
         mock.log(f"hanging {path} AbortScan")
         return dbus.lowlevel.HANDLER_RESULT_HANDLED
-    if mock.wpa_hang:
+    if mock.wpa_hang and call in _HANGING_CALLS:
         mock.wpa_hung.append((connection, message))
         mock.log(f"hanging {path} {call[0]}.{call[1]} ({len(mock.wpa_hung)} waiting)")
         return dbus.lowlevel.HANDLER_RESULT_HANDLED
     if mock.wpa_set_delay_ms and call[1] == "Set" and _is_network(path):
         _carry_out(mock, connection, message)
         return dbus.lowlevel.HANDLER_RESULT_HANDLED
+    if call in _DETAILED_CALLS and _is_interface(path):
+        _carry_out(mock, connection, message)
+        return dbus.lowlevel.HANDLER_RESULT_HANDLED
     return _NOT_OURS
+
+
+def _is_interface(path):
+    obj = dbusmock.mockobject.objects.get(path)
+    return obj is not None and obj.interface == INTERFACE_IFACE
 
 
 def _is_network(path):
@@ -776,12 +948,17 @@ def _carry_out(mock, connection, message):
         elif member == "AbortScan":
             _iface_abort_scan(obj)
             reply = dbus.lowlevel.MethodReturnMessage(message)
+        elif member == "Roam":
+            _iface_roam(obj, *args)
+            reply = dbus.lowlevel.MethodReturnMessage(message)
         else:
             _props_set(obj, *args)
             reply = dbus.lowlevel.MethodReturnMessage(message)
     except dbus.exceptions.DBusException as e:
         reply = dbus.lowlevel.ErrorMessage(message, e.get_dbus_name() or ERR_FAILED,
                                            e.get_dbus_message())
+        if getattr(e, "detail", None) is not None:
+            reply.append(e.detail, signature="s")
     except (TypeError, ValueError) as e:  # wrong argument count or types
         reply = dbus.lowlevel.ErrorMessage(message, ERR_INVALID_ARGS, str(e))
     delay = mock.wpa_set_delay_ms if member == "Set" and obj is not None \
