@@ -14,10 +14,22 @@ Real behaviour reproduced
   ``InterfaceRemoved(o)`` (preceded by ``NetworkRemoved`` for every network of it).
 * Interface objects ``/fi/w1/wpa_supplicant1/Interfaces/N`` (N never reused): properties
   ``Ifname``, ``Driver``, ``State``, ``Scanning``, ``CurrentNetwork`` ("/" when none),
-  ``CurrentBSS``, ``Networks``, ``BSSs``, ``ApScan``; methods ``AddNetwork(a{sv}) -> o``,
-  ``RemoveNetwork(o)``, ``SelectNetwork(o)``, ``Scan(a{sv})``, ``AbortScan()``, ``SignalPoll() -> v``;
+  ``CurrentBSS``, ``Networks``, ``BSSs``, ``ApScan``, ``BSSExpireAge`` (180; Set below 10:
+  ``Failed`` "BSSExpireAge must be >= 10"), ``BSSExpireCount`` (2), ``RoamTime``,
+  ``RoamComplete``; methods ``AddNetwork(a{sv}) -> o``, ``RemoveNetwork(o)``,
+  ``SelectNetwork(o)``, ``Scan(a{sv})``, ``AbortScan()``, ``Roam(s)``, ``SignalPoll() -> v``;
   signals ``NetworkAdded(o, a{sv})``, ``NetworkRemoved(o)``, ``NetworkSelected(o)``,
-  ``ScanDone(b)``.
+  ``ScanDone(b)``, ``BSSAdded(o, a{sv})``, ``BSSRemoved(o)``.  ``Introspect`` on an interface
+  lists its methods, signals and properties (with read/readwrite) as the real one does.
+* ``Scan`` options (``Type``, ``SSIDs``, ``IEs``, ``Channels`` a(uu), ``AllowRoam`` b) are checked
+  in the order given; a bad one fails with ``fi.w1.wpa_supplicant1.InvalidArgs`` "Did not
+  receive correct message arguments." plus a *second string* naming the fault (the unknown key,
+  or e.g. "Wrong Channels value type. Array of structs required"), as
+  tests/contract/wpa_roaming_scenarios.py pins.  ``Roam(s)``: a malformed address, InvalidArgs
+  "Invalid hardware address format"; no selected network, ``fi.w1.wpa_supplicant1.NotConnected``
+  "This interface is not connected"; no BSS of that address with the network's SSID,
+  InvalidArgs "Target BSS not found"; else (not checkable on driver "none": following
+  wpas_dbus_handler_roam) ``CurrentBSS`` moves to that BSS at once, announced.
 * ``SignalPoll`` replies with a *variant* holding ``a{sv}`` (the introspection says ``a{sv}``,
   the C code wraps it in a variant), keys rssi (i), linkspeed (i, Mbit/s), noise (i),
   frequency (u), width (s), avg-rssi (i).  When the driver cannot read the signal (not
@@ -56,7 +68,9 @@ Real behaviour reproduced
   and followed by ``ScanDone(false)``; ``SignalPoll`` always fails.  Any other driver: the scan
   succeeds, ``Scanning`` goes true then false around ``ScanDone(true)``.
 
-Not reproduced: BSS objects, WPS/P2P/mesh interfaces, the real scan retry loop (every second
+BSS objects (tests/mocks/wpa_supplicant_bss.py) exist only through ``AddBSS``: a scan finds none.
+
+Not reproduced: BSS expiry, a scan finding BSSes, WPS/P2P/mesh interfaces, the real scan retry loop (every second
 while an enabled network is not connected, the real one emits ``ScanDone(false)`` and
 ``State``/``Scanning`` changes on driver "none"), key validation beyond psk length and
 integer syntax.
@@ -97,6 +111,12 @@ Mock control methods (interface ``org.freedesktop.DBus.Mock`` on /fi/w1/wpa_supp
     ``org.freedesktop.DBus.Error.AccessDenied``, which a bus policy that does not let the caller
     call ``SignalPoll`` answers), until set back to "".  Only ``SignalPoll``: the other calls
     go on working, unlike ``SetFailNext``.
+``AddBSS(o iface, ay ssid, s bssid, q frequency, n signal, s security) -> o``
+    A BSS seen by a scan: ``<iface>/BSSs/N``, announced with ``BSSAdded`` and a ``BSSs``
+    change.  *security*: "open", "wpa-psk", "wpa2-psk" or "sae" (fills ``RSN``, ``WPA``,
+    ``Privacy``).  See tests/mocks/wpa_supplicant_bss.py for its properties.
+``RemoveBSS(o bss)``
+    The BSS expired: ``BSSRemoved``, a ``BSSs`` change, and ``CurrentBSS`` "/" if it was current.
 ``GetPropertiesSets(o network) -> aa{sv}``
     Every dict sent to ``Properties`` Set on *network*, in order, as the client sent it
     (values unquoted), e.g. ``[{"bgscan": ""}, {"bgscan": "simple:30:-70:86400"}]``.  The same
@@ -118,7 +138,8 @@ Mock control methods (interface ``org.freedesktop.DBus.Mock`` on /fi/w1/wpa_supp
     scan runs on); ``SetAbortHang(false)`` carries them out and answers them.
 ``SetFailNext(s error_name, u count)``
     The next *count* calls of the kind a client such as nm-scanguard makes (``Properties``
-    Get/GetAll/Set on any wpa_supplicant object, ``GetInterface``, ``SignalPoll``, ``Scan``)
+    Get/GetAll/Set on any wpa_supplicant object, ``GetInterface``, ``SignalPoll``, ``Scan``,
+    ``AbortScan``, ``Roam``)
     fail with *error_name* and a text saying the failure was injected, without doing anything.  The
     calls NetworkManager makes (AddNetwork, RemoveNetwork, SelectNetwork, CreateInterface...)
     are not counted.  A count of 0 clears what is left.
