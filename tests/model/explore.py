@@ -156,6 +156,13 @@ PREFIX_ONLY: tuple[Event, ...] = (
     _e("set-lost-twice", "fault(kind='lost', member='Set', "
                          "error='org.freedesktop.DBus.Error.Failed', t=0.001, count=2, then=0.0)"),
     _e("recreate-10ms", "recreate_interface(ifname='wlan0', then=0.01)"),
+    # a hold on wlan0, then 6.2 ms: its suspend's Set was handled at 6.0 ms, its answer (and the
+    # put-back a re-creation calls for) not yet (the put-back reaches wpa_supplicant at 6.4 ms)
+    _e("hold-6ms", f"hold(client=0, reason={CAFE!r}, interface='wlan0', then=0.0062)"),
+    # the next two reads of a network's bgscan refused (AccessDenied: a policy reload denying
+    # the daemon answers every call so, for as long as it stands)
+    _e("read-refused-twice", f"fault(kind='error', member='Get.Properties', error={AD}, "
+                             "t=0.001, count=2, then=0.0)"),
 )
 ALL = EVENTS + PREFIX_ONLY
 
@@ -270,6 +277,14 @@ SITUATIONS: dict[str, tuple[int, ...]] = {
     # network of the object that went)
     "interface-recreated": _situation("busy-check", "deactivate", "race-activate",
                                       "set-lost-twice", "busy-check", "recreate-10ms"),
+    # a hold's suspend whose Set met a re-activation (our "" on the new object: PUTTING_BACK),
+    # and its put-back meeting a second re-activation and refused (AccessDenied), the next two
+    # reads refused too: the release that each CurrentNetwork change of the re-activations asks
+    # for cannot read, so only the table's generation check keeps the guard from counting
+    # itself engaged on the object that went
+    "put-back-refused-recreated": _situation("race-reactivate@Set", "hold-6ms",
+                                             "race-reactivate@Set", "set-refused",
+                                             "read-refused-twice"),
 }
 
 
