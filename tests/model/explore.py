@@ -163,6 +163,7 @@ PREFIX_ONLY: tuple[Event, ...] = (
     # the daemon answers every call so, for as long as it stands)
     _e("read-refused-twice", f"fault(kind='error', member='Get.Properties', error={AD}, "
                              "t=0.001, count=2, then=0.0)"),
+    _e("wait-9.5s", "advance(t=9.5)"),
 )
 ALL = EVENTS + PREFIX_ONLY
 
@@ -285,6 +286,10 @@ SITUATIONS: dict[str, tuple[int, ...]] = {
     "put-back-refused-recreated": _situation("race-reactivate@Set", "hold-6ms",
                                              "race-reactivate@Set", "set-refused",
                                              "read-refused-twice"),
+    # guarding; the link went quiet and the guard's release sent its Set, which landed but whose
+    # answer was lost; the read-back after the call timeout refused: IN_DOUBT (bgscan is
+    # NetworkManager's again), the guard's retried release half a second away
+    "restore-unknown": _situation("busy-check", "set-lost", "idle", "read-refused", "wait-9.5s"),
 }
 
 
