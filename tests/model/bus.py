@@ -266,7 +266,7 @@ class SimBus:
         self.request_name(service.name, service.unique)
 
     def drop(self, ep: Endpoint, killed: bool = False) -> None:
-        """`ep` leaves: its names are released and its callers get NoReply."""
+        """`ep` leaves: its names are released and its callers still waiting get NoReply."""
         if self.endpoints.get(ep.unique) is not ep:
             return
         del self.endpoints[ep.unique]
@@ -274,7 +274,13 @@ class SimBus:
             ep.killed() if killed else ep.lost()
         else:
             ep.alive = False
-        for (callee, caller, serial) in [k for k in self._waiting if k[0] == ep.unique]:
+        # A reply it sent before leaving is on the bus ahead of its leaving (dbus-daemon reads
+        # a connection's messages in order): that call is answered, not ended with NoReply.
+        answered = {(args[0].destination, args[0].reply_serial) for fn, args in self._queue
+                    if fn == self._route and args[1:] == (ep.unique,)
+                    and args[0].message_type in (MessageType.METHOD_RETURN, MessageType.ERROR)}
+        for (callee, caller, serial) in [k for k in self._waiting if k[0] == ep.unique
+                                         and (k[1], k[2]) not in answered]:
             del self._waiting[(callee, caller, serial)]
             self._error_to(caller, serial, NO_REPLY,
                            "Message recipient disconnected from message bus without replying")

@@ -164,6 +164,10 @@ PREFIX_ONLY: tuple[Event, ...] = (
     _e("read-refused-twice", f"fault(kind='error', member='Get.Properties', error={AD}, "
                              "t=0.001, count=2, then=0.0)"),
     _e("wait-9.5s", "advance(t=9.5)"),
+    # wpa_supplicant answers the daemon's next Set, then leaves at once (a restart): the answer
+    # and the NameOwnerChanged reach the daemon together, before it has handled the answer
+    _e("wpa-restart-after@Set", "race(what='wpa-restart-after', member='Set', ifname='wlan0', "
+                                "bgscan=NM_BGSCAN, then=0.0)"),
 )
 ALL = EVENTS + PREFIX_ONLY
 
@@ -290,6 +294,10 @@ SITUATIONS: dict[str, tuple[int, ...]] = {
     # answer was lost; the read-back after the call timeout refused: IN_DOUBT (bgscan is
     # NetworkManager's again), the guard's retried release half a second away
     "restore-unknown": _situation("busy-check", "set-lost", "idle", "read-refused", "wait-9.5s"),
+    # wlan0 busy; wpa_supplicant answered the suspend's Set and was restarted, back at once,
+    # before the daemon handled the answer: the "" went with the old process, the new one's
+    # network at the same path has NetworkManager's bgscan (IN_DOUBT, the guard still on)
+    "suspend-answered-across-restart": _situation("wpa-restart-after@Set", "busy"),
 }
 
 

@@ -119,11 +119,14 @@ class Fault:
 class Race:
     """Something another client of wpa_supplicant does (`work`), processed just before the
     daemon's next call of kind `member`: the bus may deliver two senders' messages in either
-    order, and the ones that matter are the ones between the daemon's read and its write."""
+    order, and the ones that matter are the ones between the daemon's read and its write.
+    `after`: just after that call is answered (a restart then: the answer and wpa_supplicant's
+    leaving reach the daemon together, before it has handled the answer)."""
 
     member: str | None
     work: Callable[[], None]
     name: str
+    after: bool = False
 
 
 class Supplicant(Service):
@@ -352,7 +355,7 @@ class Supplicant(Service):
     def _process_one(self, msg: Message) -> None:
         member = self._member(msg)
         for race in list(self.races):
-            if race.member is None or race.member == member:
+            if not race.after and (race.member is None or race.member == member):
                 self.races.remove(race)
                 self._record(f"race:{race.name}:{member}")
                 race.work()
@@ -366,6 +369,10 @@ class Supplicant(Service):
         self._record(f"{member}:{kind}")
         if fault is None:
             self.emit(self._apply(msg))
+            for race in [r for r in self.races if r.after and r.member in (None, member)][:1]:
+                self.races.remove(race)
+                self._record(f"race:{race.name}:{member}")
+                race.work()
         elif fault.kind == "error":
             self.emit(_error(msg, fault.error, "simulated failure"))
         elif fault.kind == "lost":

@@ -194,20 +194,22 @@ class Machine(RuleBasedStateMachine):
         self._then(then)
 
     @rule(what=st.sampled_from(["activate", "deactivate", "other-set", "wpa-restart",
-                                "daemon-restart"]),
+                                "daemon-restart", "wpa-restart-after"]),
           member=st.sampled_from(MEMBERS), ifname=ifnames, bgscan=st.sampled_from(NM_BGSCANS),
           then=then)
     def race(self, what: str, member: str | None, ifname: str, bgscan: str | None,
              then: float) -> None:
-        """`what` happens in wpa_supplicant just before the daemon's next `member` call."""
+        """`what` happens in wpa_supplicant just before the daemon's next `member` call
+        (`...-after`: just after it is answered)."""
         self._step(f"race:{what}")
         w = self.world
         work = {"activate": lambda: w.nm.activate(ifname, bgscan),
                 "deactivate": lambda: w.nm.deactivate(ifname),
                 "other-set": lambda: w.wpa.other_program_sets(ifname, "simple:60:-80:3600"),
                 "wpa-restart": lambda: w.restart_supplicant(0.5),
+                "wpa-restart-after": lambda: w.restart_supplicant(0.0),
                 "daemon-restart": w.restart_daemon_now}[what]
-        w.wpa.races.append(Race(member, work, what))
+        w.wpa.races.append(Race(member, work, what, after=what.endswith("-after")))
         self._then(then)
 
     @rule(then=then)
