@@ -10,7 +10,8 @@ on is kept:
 - signals reach a connection only through its AddMatch rules (sender matched by the owner of a
   well-known name, arg0, interface, member, path), or as unicast;
 - a connection or service that goes away releases its names (NameOwnerChanged) and every call
-  waiting for its answer gets `org.freedesktop.DBus.Error.NoReply`; calls to a name nobody owns
+  still waiting for its answer gets `org.freedesktop.DBus.Error.NoReply` (a reply it sent before
+  leaving is delivered, ahead of the NameOwnerChanged); calls to a name nobody owns
   get `ServiceUnknown`.
 Replies are not marshalled: the simulation checks behaviour, and the D-Bus rungs check bytes.
 
