@@ -22,7 +22,7 @@ from ..peers.nm import SIGNAL_RULES as NM_SIGNALS
 from ..peers.nm import NetworkManager, WifiDevice
 from ..peers.supplicant import NAME as WPAS_NAME
 from ..peers.supplicant import SIGNAL_RULES as WPAS_SIGNALS
-from ..peers.supplicant import Supplicant, events_of
+from ..peers.supplicant import NetworkRemoved, Supplicant, events_of
 from ..profile_settings import ProfileWarnings, apply_profile
 from ..status import DeviceStatus
 from .changes import Changes
@@ -262,7 +262,14 @@ class Daemon:
                 self.schedule_sync()
         elif self._owners.sent_by(msg, WPAS_NAME):
             for event in events_of(msg):
-                self.guards.supplicant_event(event, self.peers.suspender)
+                if isinstance(event, NetworkRemoved):
+                    # At once, before any reply queued behind this signal resumes a suspend in
+                    # flight: that suspend must learn that the object it read bgscan from is gone.
+                    gone = self.peers.suspender.ledger.network_removed(event.network)
+                    if gone is not None:
+                        self.guards.network_gone(event.iface, gone)
+                else:
+                    self.guards.supplicant_event(event)
 
     def _owner_changed(self, name: str, new: str) -> None:
         if name == NM_NAME:

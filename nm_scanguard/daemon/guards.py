@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import logging
 
-from ..peers.supplicant import Event, NetworkRemoved, ScanDone, Scanning
+from ..peers.supplicant import CurrentNetwork, ScanDone, Scanning
 from ..status import DeviceStatus
 from ..text import NAME_CHARS, quoted
 from .deferral import ScanDeferral
 from .guard import Guard, Spawn
 from .holds import Holds
 from .journal import Journal
+from .ledger import Suspended
 from .policy import threshold_words
-from .suspension import Suspender
 
 log = logging.getLogger("scanguard")
 
@@ -81,18 +81,19 @@ class Guards(dict[str, Guard]):
         for guard in self.values():
             guard.supplicant_restarted()
 
-    def supplicant_event(self, event: Event, suspender: Suspender) -> None:
-        """One of wpa_supplicant's signals, decoded (supplicant.events_of)."""
+    def network_gone(self, iface_path: str, gone: Suspended) -> None:
+        """NetworkRemoved ended suspension `gone` (Ledger.network_removed): its guard re-engages
+        on the object that follows, if the link is still busy."""
+        guard = self._for_interface(iface_path)
+        if guard is not None:
+            self._spawn(guard.network_gone(gone), guard)
+
+    def supplicant_event(self, event: ScanDone | Scanning | CurrentNetwork) -> None:
+        """One of wpa_supplicant's other signals, decoded (supplicant.events_of)."""
         guard = self._for_interface(event.iface)
-        if isinstance(event, NetworkRemoved):
-            # At once, before any reply queued behind this signal resumes a suspend in
-            # flight: that suspend must learn that the object it read bgscan from is gone.
-            gone = suspender.ledger.network_removed(event.network)
-            if gone is not None and guard is not None:
-                self._spawn(guard.network_gone(gone), guard)
-        elif guard is None:
+        if guard is None:
             return
-        elif isinstance(event, ScanDone):
+        if isinstance(event, ScanDone):
             guard.scans.count_scan()
         elif isinstance(event, Scanning):
             guard.scans.scanning_changed(event.scanning)
