@@ -22,11 +22,12 @@ P = ParamSpec("P")
 
 
 class Changes(Generic[P]):
-    def __init__(self, raises: bool = False) -> None:
+    def __init__(self, raises: bool = False, logger: logging.Logger = log) -> None:
         """`raises`: raise a callback's failure to the changer once every callback ran;
-        otherwise log it."""
+        otherwise log it to `logger` (the owner's, so that the log names the part that changed)."""
         self._callbacks: list[Callable[P, None]] = []
         self._raises = raises
+        self._log = logger
 
     def connect(self, callback: Callable[P, None]) -> None:
         """Call `callback` on every change from now on, after those connected before it."""
@@ -40,7 +41,7 @@ class Changes(Generic[P]):
                 callback(*args, **kwargs)
             except Exception as e:
                 if not self._raises:
-                    log.exception("%s failed on hearing of a change",
+                    self._log.exception("%s failed on hearing of a change",
                                   getattr(callback, "__qualname__", callback))
                 elif first is None:
                     first = e

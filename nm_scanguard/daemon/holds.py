@@ -30,6 +30,7 @@ API maps ``HoldError.kind`` to D-Bus error names.
 
 from __future__ import annotations
 
+import logging
 import unicodedata
 from collections.abc import Callable
 from types import TracebackType
@@ -37,6 +38,8 @@ from typing import Literal, NamedTuple
 
 from ..text import KEEP_FORMAT
 from .changes import Changes
+
+log = logging.getLogger("scanguard.holds")
 
 MAX_PER_CALLER = 16
 MAX_PER_UID = 32
@@ -220,7 +223,7 @@ class Holds:
         # they end; otherwise leaving and reconnecting would pile up unanswered calls.
         self._left_waiting: set[Reservation] = set()
         # Called once after every change of the holds (not of reservations).
-        self.changed: Changes[[]] = Changes()
+        self.changed: Changes[[]] = Changes(logger=log)
 
     # ---- taking ---------------------------------------------------------------------------
 
