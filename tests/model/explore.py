@@ -277,9 +277,10 @@ SITUATIONS: dict[str, tuple[int, ...]] = {
     # at once: the read-back of that Set reaches a process with no network yet (IN_DOUBT)
     "suspend-late-across-restarts": _situation("busy-check", "set-late", "wpa-restart-quick-11s",
                                                "wpa-restart-at-once"),
-    # guarding; a deactivation raced by a re-activation, the next suspend's Set and its
-    # put-back lost, then NetworkManager re-created the interface object (SUSPENDED on a
-    # network of the object that went)
+    # guarding; a deactivation raced by a re-activation, the next suspend's Set lost (its
+    # read-back answered late), then NetworkManager re-created the interface object: the
+    # suspension under the old object ended by NetworkRemoved, a suspend under way on the new
+    # one (SETTING)
     "interface-recreated": _situation("busy-check", "deactivate", "race-activate",
                                       "set-lost-twice", "busy-check", "recreate-10ms"),
     # a hold's suspend whose Set met a re-activation (our "" on the new object: PUTTING_BACK),

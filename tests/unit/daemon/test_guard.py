@@ -844,3 +844,33 @@ async def test_a_signal_read_on_a_recreated_interface_looks_it_up_again(guard, p
     assert IFACE0 in polled and polled[-1] == new_iface
     assert guard.engaged and sup.networks[new_net]["bgscan"] == ""
     assert guard.status().error == ""
+
+
+async def test_a_suspension_under_a_recreated_interface_object_is_let_go(guard, parts):
+    """NetworkManager re-created wpa_supplicant's interface object (a new path) and our "" went
+    with the old object's network, with no NetworkRemoved handled for it.  Once the guard has
+    found the old object gone and a new one there, it lets the old suspension go and suspends
+    the new network, instead of counting itself engaged while the new network's bgscan scans."""
+    sup = parts["sup"]
+    guard.hold_changed(True)
+    assert await guard.kick() and guard.engaged
+    assert sup.networks[NET0]["bgscan"] == ""
+    new_iface = "/fi/w1/wpa_supplicant1/Interfaces/7"
+    new_net = new_iface + "/Networks/0"
+
+    async def signal(iface_path):  # every sample polls the signal first
+        if iface_path not in sup.interfaces.values():
+            fail("org.freedesktop.DBus.Error.UnknownObject", f"SignalPoll on {iface_path}")
+        return sup.rssi
+
+    sup.signal = signal
+    sup.interfaces["wlan0"] = new_iface
+    sup.current[new_iface] = new_net
+    sup.networks = {new_net: {"bgscan": NM_BGSCAN}}  # the old network went with its object
+    for _ in range(3):
+        await _fade(guard, parts, -40)
+    assert guard.iface_path == new_iface
+    assert guard.engaged and sup.networks[new_net]["bgscan"] == ""
+    assert list(parts["journal"].entries()) == [new_net]
+    await guard.stop()
+    assert sup.networks[new_net]["bgscan"] == NM_BGSCAN
