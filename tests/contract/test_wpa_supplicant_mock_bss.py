@@ -8,23 +8,13 @@ Scan's errors are in the contract (tests/contract/wpa_roaming_scenarios.py).
 from __future__ import annotations
 
 import dbus
-import pytest
 
-from nm_scanguard.dbuslib import MessageBus, Variant
+from nm_scanguard.dbuslib import Variant
 from tests.conftest import assert_eventually
-from tests.contract.wpaclient import INTERFACE_IFACE, WpaClient, error_detail, error_of
+from tests.contract.wpaclient import INTERFACE_IFACE, error_detail, error_of
 
 BSS_IFACE = "fi.w1.wpa_supplicant1.BSS"
 SSID = "Café ☕"
-
-
-@pytest.fixture
-async def client(wpa_supplicant_mock, system_bus):
-    bus = await MessageBus(bus_address=system_bus.address).connect()
-    try:
-        yield await WpaClient.connect(bus)
-    finally:
-        bus.disconnect()
 
 
 def _add_bss(control, iface, bssid, frequency=5180, signal=-60, ssid=SSID, security="wpa2-psk"):

@@ -17,15 +17,6 @@ from tests.contract.wpaclient import INTERFACE_IFACE, NETWORK_IFACE, WpaClient, 
 NM_BGSCAN = "simple:30:-70:86400"
 
 
-@pytest.fixture
-async def client(wpa_supplicant_mock, system_bus):
-    bus = await MessageBus(bus_address=system_bus.address).connect()
-    try:
-        yield await WpaClient.connect(bus)
-    finally:
-        bus.disconnect()
-
-
 async def test_wifi_interface_and_networks(wpa_supplicant_mock, client):
     control = wpa_supplicant_mock.control
     iface = str(control.AddWifiInterface("wlan0"))
