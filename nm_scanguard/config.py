@@ -130,6 +130,7 @@ class Settings:
     signal_poll_interval: float = 5.0
     defer_client_scans: bool = True
     abort_scans: bool = True
+    roam_scans: str = "targeted"
     # key -> where the value came from: "default", a file path, or "profile <id>"
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 

@@ -105,6 +105,11 @@ class DeviceStatus:
     scan_requests_deferred: int = _typed("u", 0)
     scans_aborted: dict[str, int] = _typed("a{su}", {})
     own_scans: list[float] = _typed("ad", [])
+    # The guard's own scans (kind full, targeted or refresh; channels in MHz, [] for all) and
+    # the access points of the network it knows (targeted roaming).
+    own_scan_details: list[dict[str, Any]] = _typed("aa{sv}", [])
+    roam_candidates: list[dict[str, Any]] = _typed("aa{sv}", [])
+    roams: int = _typed("u", 0)
     scans_by_source: dict[str, int] = _typed("a{su}", {})
     last_scan: str = _typed("s", "")
     connection_id: str = _typed("s", "")
@@ -136,6 +141,8 @@ def _variant(signature: str, value: Any, limit: int = MAX_TEXT) -> Variant:
         return _dict_variant(signature, tuple(value.items()))
     if signature == "ad":
         return _list_variant(tuple(value))
+    if signature == "aa{sv}":
+        return Variant("aa{sv}", [{str(k): _setting(v) for k, v in d.items()} for d in value])
     if signature == "b":
         return Variant("b", bool(value))
     if signature in ("i", "u"):
@@ -170,6 +177,8 @@ def _setting(value: Any) -> Variant:
         return Variant("x", value)
     if isinstance(value, float):
         return Variant("d", value)
+    if isinstance(value, (list, tuple)):
+        return Variant("ax", [int(v) for v in value])
     return Variant("s", cut(str(value)))
 
 

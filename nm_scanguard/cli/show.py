@@ -51,6 +51,40 @@ def scan_hint(d: dict[str, Any]) -> str | None:
     return f"scans that still ran while guarding came from {who_scanned(True)}" + cut
 
 
+def _channels(channels: list[int]) -> str:
+    return ", ".join(f"{c}" for c in channels) + " MHz" if channels else "every channel"
+
+
+def roam_line(d: dict[str, Any]) -> str | None:
+    """What the guard knows for roaming: the network's other access points, its own scans."""
+    cands = [c for c in d.get("roam_candidates", []) if not c.get("current")]
+    own = d.get("own_scan_details", [])
+    if not cands and not own:
+        return None
+    known = (f"{len(cands)} other access point(s) of this network known: "
+             + ", ".join(f"{c.get('bssid', '?')} ({c.get('frequency', '?')} MHz, "
+                         f"{c.get('signal', '?')} dBm)" for c in cands)) if cands \
+        else "no other access point of this network known"
+    parts = [known]
+    if own:
+        last = own[-1]
+        parts.append(f"{len(own)} scan(s) of its own, the last {last.get('kind', '?')} of "
+                     f"{_channels(last.get('channels', []))}, {_ago(last.get('at', 0.0))} ago")
+    if d.get("roams"):
+        parts.append(f"asked wpa_supplicant to roam {d['roams']} time(s)")
+    return "roaming: " + "; ".join(parts)
+
+
+def own_scan_news(now: dict[str, Any], before: dict[str, Any]) -> list[str]:
+    """The guard's own scans and Roams since the last update, for `monitor`."""
+    seen = {o.get("at") for o in before.get("own_scan_details", [])}
+    out = [f"the guard's own {o.get('kind', '?')} scan of {_channels(o.get('channels', []))} "
+           "(roaming)" for o in now.get("own_scan_details", []) if o.get("at") not in seen]
+    if now.get("roams", 0) > before.get("roams", now.get("roams", 0)):
+        out.append("the guard asked wpa_supplicant to roam to a stronger access point")
+    return out
+
+
 def hold_line(h: dict[str, Any]) -> str:
     """One hold in one line; every field is the holder's or the daemon's, so each is escaped."""
     who = shown(h.get("application_id") or h.get("caller", "?"))
@@ -88,9 +122,9 @@ async def cmd_status(args: argparse.Namespace) -> int:
         print("no activated Wi-Fi connection: nothing to guard")
     for d in devices:
         print(device_line(d))
-        hint = scan_hint(d)
-        if hint:
-            print(f"  {shown(d.get('interface', '?'), NAME_CHARS)}: {hint}")
+        for extra in (roam_line(d), scan_hint(d)):
+            if extra:
+                print(f"  {shown(d.get('interface', '?'), NAME_CHARS)}: {extra}")
     for h in holds:
         print(hold_line(h))
     return 0
@@ -126,6 +160,8 @@ async def cmd_monitor(args: argparse.Namespace) -> int:
             if cut > 0:
                 print(f"{_stamp()} {shown_name}: aborted {cut} scan(s) that took the radio off the "
                       "channel while guarding (abort_scans)", flush=True)
+            for text in own_scan_news(d, before) if before else []:
+                print(f"{_stamp()} {shown_name}: {text}", flush=True)
             labelled = _new_scans(d, before)
             for text in labelled:
                 print(f"{_stamp()} {shown_name}: {text}", flush=True)

@@ -25,6 +25,7 @@ from ..peers.supplicant import SIGNAL_RULES as WPAS_SIGNALS
 from ..peers.supplicant import NetworkRemoved, Supplicant, events_of
 from ..profile_settings import ProfileWarnings, apply_profile
 from ..status import DeviceStatus
+from .candidates import Candidates
 from .changes import Changes
 from .deferral import ScanDeferral
 from .guard import Guard
@@ -88,6 +89,8 @@ class Daemon:
         self.holds = Holds()
         self.holds.changed.connect(self._holds_changed)
         self.guards = Guards(self.journal, self.spawn)
+        # What each profile's network is known to have, kept across reconnections (roaming.py).
+        self.candidates = Candidates()
         self.deferral = ScanDeferral(state_dir)
         self.who_asked = WhoAsked(self.guards, self.spawn)
         # What the bus API hears: a guard's new state, and "a figure changed".
@@ -201,7 +204,8 @@ class Daemon:
                 if guard is None:
                     guard = Guard(dev, settings, counters=self.counters,
                                   supplicant=self.peers.supplicant,
-                                  suspender=self.peers.suspender, spawn=self.spawn)
+                                  suspender=self.peers.suspender, spawn=self.spawn,
+                                  candidates=self.candidates)
                     guard.state_changed.connect(self._guard_state_changed)
                     guard.changed.connect(self._guard_changed)
                     await self.guards.start(guard, self.holds.held(ifname))

@@ -22,6 +22,7 @@ from ..peers.supplicant import ObjectGone, SupplicantError, WpaSupplicant
 from ..status import DeviceStatus
 from ..text import clipped
 from . import policy as P
+from .candidates import Candidates
 from .changes import Changes
 from .evidence import interface_of
 from .ledger import Suspended
@@ -33,6 +34,7 @@ from .roaming import Roaming
 from .sampling import CounterReader, Sampler
 from .scans import ScanWatch, deferring_in
 from .suspension import NothingToSuspend, Suspender
+from .targeted import Targeted
 
 log = logging.getLogger("scanguard")
 
@@ -43,7 +45,8 @@ Spawn = Callable[[Coroutine[Any, Any, Any], "Guard"], object]
 
 class Guard:
     def __init__(self, dev: WifiDevice, settings: Settings, *, counters: CounterReader,
-                 supplicant: WpaSupplicant, suspender: Suspender, spawn: Spawn) -> None:
+                 supplicant: WpaSupplicant, suspender: Suspender, spawn: Spawn,
+                 candidates: Candidates | None = None) -> None:
         self.dev = dev
         self.ifname = dev.ifname
         self.policy = Policy(settings)
@@ -62,6 +65,7 @@ class Guard:
         self.problems = Problems()  # shown in the status, each logged once per change
         self.sampler = Sampler(self, counters)
         self.roaming = Roaming(self, supplicant)
+        self.targeted = Targeted(self, self.roaming, supplicant, candidates)
         self.scans = ScanWatch(self, supplicant, self.roaming)
         self._engage_failed = False  # the last try to suspend bgscan raised
         self._lock = asyncio.Lock()  # one change to wpa_supplicant at a time
@@ -99,6 +103,7 @@ class Guard:
             self.problems.fail(f"{self.ifname}: {e}")
         else:
             self.scans.watch(iface)
+            self.beside(self.targeted.learn())  # the access points seen at connect time
         self.sampler.start()
 
     async def stop(self, restore: bool = True) -> None:
@@ -135,6 +140,7 @@ class Guard:
     async def kick(self) -> bool:
         """Read the signal if the policy needs it, then act.  Also used when a hold changes."""
         await self.roaming.poll()
+        await self.targeted.fade()
         return await self.reconcile()
 
     async def reconcile(self) -> bool:
@@ -247,6 +253,7 @@ class Guard:
         (the Suspender forgets every suspension)."""
         self.iface_path = self.no_bgscan = None
         self.scans.supplicant_restarted()
+        self.targeted.supplicant_restarted()
 
     # ---- reporting ------------------------------------------------------------------------
 

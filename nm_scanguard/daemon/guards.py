@@ -95,6 +95,7 @@ class Guards(dict[str, Guard]):
             return
         if isinstance(event, ScanDone):
             guard.scans.count_scan()
+            guard.targeted.scan_done()
         elif isinstance(event, Scanning):
             guard.scans.scanning_changed(event.scanning)
         else:

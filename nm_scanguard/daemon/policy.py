@@ -15,6 +15,10 @@ IDLE = "idle"
 GUARDING = "guarding"
 HELD = "held"
 WEAK = "released-weak-signal"
+# Busy or held, the signal below the floor, and the guard roaming by targeted scans of the
+# network's other known access points (roaming.py) with bgscan still suspended; a few seconds
+# at most, then the station has moved (back to GUARDING/HELD) or the guard releases (WEAK).
+ROAMING = "roaming"
 DISABLED = "disabled"
 NO_BGSCAN = "no-bgscan"  # decided by the daemon: the network has no bgscan to suspend
 # Decided by the daemon: it would guard, but suspending bgscan failed (the guard's error says
@@ -26,7 +30,10 @@ ERROR = "error"
 # (NO_BGSCAN) or suspending it failed (ERROR): neither needs the crash journal (AbortScan
 # changes nothing that lasts, and the deferral file names this process, so a crash cannot
 # leave it refusing), and both keep other programs' scans off the transfer.
-GUARDED = (GUARDING, HELD, NO_BGSCAN, ERROR)
+GUARDED = (GUARDING, HELD, NO_BGSCAN, ERROR, ROAMING)
+# The states in which bgscan should be suspended.  ROAMING too: its scans are the guard's own,
+# of a few channels, and bgscan back on would scan every channel.
+ENGAGED = (GUARDING, HELD, ROAMING)
 
 
 def threshold_words(s: Settings) -> str:
@@ -41,6 +48,9 @@ class Policy:
         self.busy = False  # traffic has been high long enough and not yet quiet long enough
         self.held = False
         self.weak = False  # signal under the floor, until it is back above floor + hysteresis
+        # The guard handles this weak signal by targeted scans (ROAMING), not by a release:
+        # set by Roaming, and only meaningful while weak.
+        self.targeted = False
         self.signal: float | None = None
         self._busy_samples = 0
         self._quiet_since: float | None = None
@@ -118,10 +128,17 @@ class Policy:
             self._reason = (f"signal {rssi:.0f} dBm below the floor of {s.signal_floor_dbm:.0f} dBm: "
                             "bgscan left on so it can roam")
         elif self.weak and rssi >= s.signal_floor_dbm + s.signal_hysteresis_db:
-            self.weak = False
+            self.weak = self.targeted = False
             self._reason = (
                 f"signal {rssi:.0f} dBm back above {s.signal_floor_dbm + s.signal_hysteresis_db:.0f} dBm"
             )
+
+    def set_targeted(self, targeted: bool, why: str) -> None:
+        """Roaming takes this weak signal on by targeted scans (True), or gives it to a
+        release and a scan of every channel (False)."""
+        if targeted != self.targeted:
+            self.targeted = targeted
+            self._reason = why
 
     def set_held(self, held: bool) -> None:
         if held != self.held:
@@ -144,12 +161,12 @@ class Policy:
         if not (self.busy or self.held):
             return IDLE
         if self.weak:
-            return WEAK
+            return ROAMING if self.targeted else WEAK
         return GUARDING if self.busy else HELD
 
     @property
     def want_engaged(self) -> bool:
-        return self.state in (GUARDING, HELD)
+        return self.state in ENGAGED
 
     @property
     def reason(self) -> str:
@@ -161,4 +178,6 @@ class Policy:
         """Signal matters only while we want to guard; then read it every poll interval."""
         if not self.settings.enabled or not (self.busy or self.held):
             return False
+        if self.targeted and self.weak:
+            return True  # every sample: the station's move ends ROAMING as soon as it lands
         return self._last_poll is None or now - self._last_poll >= self.settings.signal_poll_interval

@@ -23,7 +23,8 @@ SETTINGS, STEP, SIGNAL, UNEXPECTED = "settings", "step", "signal", "unexpected"
 COUNTERS = "counters"
 ABORT = "abort"
 DEFERRAL = "deferral"
-KINDS = (SETTINGS, STEP, COUNTERS, SIGNAL, ABORT, DEFERRAL, UNEXPECTED)  # the order shown
+ROAM = "roam"
+KINDS = (SETTINGS, STEP, COUNTERS, SIGNAL, ROAM, ABORT, DEFERRAL, UNEXPECTED)  # the order shown
 MAX_TRACEBACKS = 16  # distinct unexpected errors whose traceback is logged, per logger
 
 

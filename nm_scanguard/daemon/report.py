@@ -15,19 +15,20 @@ from .problems import Problems
 from .roaming import Roaming
 from .sampling import Sampler
 from .scans import ScanWatch
+from .targeted import Targeted
 
 
 def shown_state(policy: Policy, suspended: Suspended | None, in_doubt: bool,
                 no_bgscan: str | None, engage_failed: bool) -> tuple[str, str]:
-    """The state and reason to show.  GUARDING and HELD only while bgscan is surely
+    """The state and reason to show.  GUARDING, HELD and ROAMING only while bgscan is surely
     suspended (`suspended`, and not `in_doubt`); else NO_BGSCAN when the network has none
     (`no_bgscan` says why), ERROR when suspending it failed (the problem says why) or whether
     it stands is in doubt."""
     state, reason = policy.state, policy.reason
-    if state in (P.GUARDING, P.HELD) and suspended is not None and in_doubt:
+    if state in P.ENGAGED and suspended is not None and in_doubt:
         return P.ERROR, (f"{reason}; whether bgscan is still off is not known (wpa_supplicant "
                          "did not answer); reading it again at the next sample")
-    if state not in (P.GUARDING, P.HELD) or suspended is not None:
+    if state not in P.ENGAGED or suspended is not None:
         return state, reason
     if no_bgscan:
         return P.NO_BGSCAN, no_bgscan
@@ -44,6 +45,7 @@ class Reported(Protocol):
     policy: Policy
     sampler: Sampler
     roaming: Roaming
+    targeted: Targeted
     state: str
     reason: str
     since: float
@@ -77,6 +79,10 @@ def device_status(g: Reported) -> DeviceStatus:
         scan_requests_deferred=scans.scan_requests_deferred,
         scans_aborted=dict(scans.scans_aborted),
         own_scans=list(g.roaming.own_scans),
+        own_scan_details=[{"at": o.at, "kind": o.kind, "channels": list(o.channels)}
+                          for o in g.roaming.own],
+        roam_candidates=g.targeted.candidates_status(),
+        roams=g.targeted.roams,
         scans_by_source=dict(scans.scans_by_source),
         last_scan=scans.last_scan,
         connection_id=g.dev.connection_id,

@@ -1,10 +1,15 @@
-"""The signal floor and roaming on one guarded interface: the signal now (SignalPoll, while the
-policy wants a reading), whether the guard should give bgscan back for roaming, the one scan it
-asks for with that release, and whether a scan is that scan of ours.
+"""The signal floor and the guard's own scans on one guarded interface: the signal now
+(SignalPoll, while the policy wants a reading), whether the guard should give bgscan back for
+roaming (WEAK), the scan of every channel it asks for with that release, the scans the targeted
+path asks for (targeted.py), and whether a scan is one of ours: never aborted.
 
-Below signal_floor_dbm the policy wants bgscan back (WEAK): with bgscan "" wpa_supplicant's
-signal monitor is off too, and nothing would roam.  A Roaming belongs to one Guard (its `Owner`)
-and touches neither bgscan nor the journal: a scan of our own changes nothing that lasts.
+With bgscan "" wpa_supplicant's signal monitor is off too, and nothing would roam: below
+signal_floor_dbm the guard must make the station roam.  By setting `roam_scans`, either
+targeted.py keeps bgscan suspended and scans a few channels (ROAMING), or the guard gives
+bgscan back (WEAK) and asks for one scan of every channel (ask_for_scan), as bgscan would make.
+
+A Roaming belongs to one Guard (its `Owner`) and touches neither bgscan nor the journal: a scan
+of our own changes nothing that lasts.
 """
 
 from __future__ import annotations
@@ -12,10 +17,14 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import Protocol
+from collections.abc import Coroutine
+from typing import Any, NamedTuple, Protocol
 
+from ..config import Settings
+from ..peers.nm import WifiDevice
 from ..peers.supplicant import SupplicantError, UncertainOutcome, WpaSupplicant
 from . import policy as P
+from .ledger import Suspended
 from .policy import Policy
 from .problems import SIGNAL, Problems
 
@@ -26,7 +35,9 @@ log = logging.getLogger("scanguard")
 ROAM_SCAN_GAP = 30.0
 # Our own roaming scan is never aborted; if its end is never seen, stop sparing scans after this.
 OWN_SCAN_LIMIT = 30.0
-OWN_SCANS_KEPT = 4  # roaming scans remembered for diagnose (they are ROAM_SCAN_GAP apart)
+OWN_SCANS_KEPT = 8  # scans of ours remembered for diagnose and the status
+
+FULL, TARGETED, REFRESH = "full", "targeted", "refresh"
 
 
 class Owner(Protocol):
@@ -34,12 +45,31 @@ class Owner(Protocol):
 
     ifname: str
     iface_path: str | None
+    dev: WifiDevice
     policy: Policy
     problems: Problems
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def suspended(self) -> Suspended | None: ...
 
     async def iface(self) -> str: ...
 
     def look_up_again_if_gone(self, e: SupplicantError) -> None: ...
+
+    def beside(self, coro: Coroutine[Any, Any, Any]) -> None: ...
+
+    def changed(self) -> None: ...
+
+
+class OwnScan(NamedTuple):
+    """A scan the guard asked for, for the status, `monitor` and `diagnose`."""
+
+    at: float  # wall clock
+    kind: str  # FULL, TARGETED or REFRESH
+    channels: tuple[int, ...]  # MHz; () for every channel
 
 
 class Roaming:
@@ -47,11 +77,17 @@ class Roaming:
         self._owner = owner
         self._supplicant = supplicant
         self.ifname = owner.ifname
-        self._own_scan_at: float | None = None  # our roaming scan asked for, not yet ended
+        self._own_scan_at: float | None = None  # our scan asked for, not yet ended
         self._own_scan_started = False  # ...and seen starting
-        self._roam_scan_at: float | None = None  # monotonic time of our last scan request
-        # When we last asked for a roaming scan (wall clock), for `scanguardctl diagnose`.
-        self.own_scans: deque[float] = deque(maxlen=OWN_SCANS_KEPT)
+        self.own_kind = FULL  # ...and what kind
+        self._roam_scan_at: float | None = None  # monotonic time of our last full scan request
+        # The scans we asked for, for `scanguardctl diagnose` and the status.
+        self.own: deque[OwnScan] = deque(maxlen=OWN_SCANS_KEPT)
+
+    @property
+    def own_scans(self) -> list[float]:
+        """When we asked for scans (wall clock): what `diagnose` labels as ours."""
+        return [s.at for s in self.own]
 
     # ---- the signal -------------------------------------------------------------------------
 
@@ -102,8 +138,8 @@ class Roaming:
                      "own scans go on", self.ifname, now - self._roam_scan_at)
             return
         self._roam_scan_at = self._own_scan_at = now
-        self.own_scans.append(time.time())  # for diagnose: this interface's scan was ours
-        self._own_scan_started = False
+        self.own.append(OwnScan(time.time(), FULL, ()))  # for diagnose: ours
+        self._own_scan_started, self.own_kind = False, FULL
         try:
             await self._supplicant.scan(await self._owner.iface())
         except SupplicantError as e:
@@ -117,6 +153,31 @@ class Roaming:
             return
         log.info("%s: asked wpa_supplicant for a scan so that it can roam now, not when "
                  "bgscan's short interval ends", self.ifname)
+
+    async def own_scan(self, kind: str, channels: list[int], ssid: bytes | None) -> bool:
+        """Ask for a scan of `channels` probing for `ssid`, roaming allowed (targeted.py);
+        whether it was (or may have been) started."""
+        owner = self._owner
+        self._own_scan_at, self._own_scan_started, self.own_kind = time.monotonic(), False, kind
+        self.own.append(OwnScan(time.time(), kind, tuple(channels)))
+        try:
+            await self._supplicant.scan(await owner.iface(), channels, ssid)
+        except SupplicantError as e:
+            owner.look_up_again_if_gone(e)
+            if isinstance(e, UncertainOutcome):
+                return True  # no answer: it may have started all the same
+            self._own_scan_at = None
+            log.info("%s: asked wpa_supplicant for a %s scan of %s, it did not start one (%s)",
+                     self.ifname, kind, mhz(channels), e)
+            return False
+        log.log(logging.INFO if kind == TARGETED else logging.DEBUG,
+                "%s: asked wpa_supplicant for a %s scan of %s", self.ifname, kind, mhz(channels))
+        owner.changed()
+        return True
+
+    @property
+    def scan_in_flight(self) -> bool:
+        return self.is_ours()
 
     def is_ours(self) -> bool:
         """Whether the scan running or announced now is our roaming scan (asked for, not yet
@@ -138,3 +199,7 @@ class Roaming:
 
     def supplicant_restarted(self) -> None:
         self._own_scan_at = None  # a scan asked of the old process ended with it
+
+
+def mhz(channels: list[int]) -> str:
+    return ", ".join(f"{c} MHz" for c in channels) or "every channel"

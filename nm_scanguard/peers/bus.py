@@ -93,6 +93,10 @@ async def call(
                        f"{destination} did not answer {member} within {timeout:g} s") from None
     if reply.message_type == MessageType.ERROR:
         text = reply.body[0] if reply.body and isinstance(reply.body[0], str) else ""
+        if len(reply.body) > 1 and isinstance(reply.body[1], str) and reply.body[1]:
+            # wpa_supplicant's InvalidArgs names the fault in a second string ("Target BSS not
+            # found"); the first alone says only that the arguments were wrong.
+            text = f"{text} ({reply.body[1]})" if text else reply.body[1]
         raise BusError(reply.error_name or "unknown", text)
     return list(reply.body)
 

@@ -10,16 +10,20 @@ Facts this module relies on (checked by tests/contract against the real binary):
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
 
 from ..dbuslib import Message, MessageBus, Variant
 from ..names import WPAS
-from .bus import BusError, call, get_property, name_has_owner, set_property, unwrap
+from .bus import BusError, call, get_all, get_property, name_has_owner, set_property, unwrap
 
 NAME, PATH = WPAS[:2]
 IFACE = NAME + ".Interface"
 NETWORK = NAME + ".Network"
 BSS = NAME + ".BSS"
+# At most this many BSS objects are read per look (a dense block of flats can show more).
+MAX_BSSES = 64
 # What wpa_supplicant answers for an interface it does not manage (GetInterface, RemoveInterface).
 INTERFACE_UNKNOWN = NAME + ".InterfaceUnknown"
 
@@ -30,6 +34,42 @@ SIGNAL_RULES = (
     f"type='signal',sender='{NAME}',interface='org.freedesktop.DBus.Properties',"
     f"member='PropertiesChanged',arg0='{IFACE}'",
 )
+
+
+class Bss(NamedTuple):
+    """One access point an interface of wpa_supplicant knows (a BSS object), as the last scan
+    that saw it found it.  Two BSSes belong to the same network when both their SSID and their
+    security (`security`: the key managements they offer, or "open"/"wep") are equal."""
+
+    path: str
+    bssid: str  # "02:00:00:00:01:00", lower case
+    ssid: bytes
+    frequency: int  # MHz
+    signal: int  # dBm
+    security: str
+
+
+def security_of(props: Mapping[str, Any]) -> str:
+    """The key managements a BSS offers (RSN and WPA), sorted and joined; "open" or "wep"
+    when it offers none."""
+    kinds: set[str] = set()
+    for element in ("RSN", "WPA"):
+        value = props.get(element)
+        if isinstance(value, dict):
+            kinds.update(str(k) for k in value.get("KeyMgmt", ()) or ())
+    if kinds:
+        return "+".join(sorted(kinds))
+    return "wep" if props.get("Privacy") else "open"
+
+
+def bss_of(path: str, props: Mapping[str, Any]) -> Bss | None:
+    """A Bss from a BSS object's properties (GetAll); None when one it needs is missing."""
+    try:
+        bssid = ":".join(f"{b:02x}" for b in bytes(props["BSSID"]))
+        return Bss(path, bssid, bytes(props["SSID"]), int(props["Frequency"]),
+                   int(props["Signal"]), security_of(props))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 class ScanDone(NamedTuple):
@@ -170,7 +210,14 @@ class WpaSupplicant(Protocol):
 
     async def signal(self, iface_path: str, /) -> int | None: ...
 
-    async def scan(self, iface_path: str, /) -> None: ...
+    async def scan(self, iface_path: str, /, channels: Sequence[int] = (),
+                   ssid: bytes | None = None) -> None: ...
+
+    async def roam(self, iface_path: str, bssid: str, /) -> None: ...
+
+    async def bsses(self, iface_path: str, /) -> list[Bss]: ...
+
+    async def current_bss(self, iface_path: str, /) -> str | None: ...
 
     async def scanning(self, iface_path: str, /) -> bool: ...
 
@@ -225,14 +272,58 @@ class Supplicant:
         except BusError as e:
             raise explain(e, f"setting bgscan on {net_path}") from None
 
-    async def scan(self, iface_path: str) -> None:
-        """Ask for one active scan.  Its results go through wpa_supplicant's own network
-        selection, as a bgscan scan's do: a better AP of the network is roamed to."""
+    async def scan(self, iface_path: str, channels: Sequence[int] = (),
+                   ssid: bytes | None = None) -> None:
+        """Ask for one active scan: of every channel, or only of `channels` (MHz), probing
+        for `ssid` if given.  Its results go through wpa_supplicant's own network selection,
+        as a bgscan scan's do (AllowRoam, its default): a better AP of the network is roamed
+        to.  An empty Channels list is refused by 2.10 (contract test): none is sent."""
+        args: dict[str, Variant] = {"Type": Variant("s", "active")}
+        if channels:
+            args["Channels"] = Variant("a(uu)", [[int(f), 20] for f in channels])
+        if ssid is not None:
+            args["SSIDs"] = Variant("aay", [bytes(ssid)])
+        where = f"of {len(channels)} channel(s) " if channels else ""
         try:
-            await call(self.bus, NAME, iface_path, IFACE, "Scan", "a{sv}",
-                       [{"Type": Variant("s", "active")}])
+            await call(self.bus, NAME, iface_path, IFACE, "Scan", "a{sv}", [args])
         except BusError as e:
-            raise explain(e, f"asking {iface_path} for a scan") from None
+            raise explain(e, f"asking {iface_path} for a scan {where}".rstrip()) from None
+
+    async def roam(self, iface_path: str, bssid: str) -> None:
+        """Ask wpa_supplicant to move to the access point `bssid` of the current network
+        (Roam).  It answers at once and moves afterwards: CurrentBSS tells when it has.  It
+        refuses a BSS it does not know now ("Target BSS not found"; contract test)."""
+        try:
+            await call(self.bus, NAME, iface_path, IFACE, "Roam", "s", [bssid])
+        except BusError as e:
+            raise explain(e, f"Roam to {bssid}") from None  # the guard names the interface
+
+    async def current_bss(self, iface_path: str) -> str | None:
+        """The path of the BSS the interface is with, or None."""
+        try:
+            path = await get_property(self.bus, NAME, iface_path, IFACE, "CurrentBSS")
+        except BusError as e:
+            raise explain(e, f"reading CurrentBSS of {iface_path}") from None
+        return None if path in ("", "/") else str(path)
+
+    async def bsses(self, iface_path: str) -> list[Bss]:
+        """The access points the interface knows now (its BSSs, each read with GetAll, at most
+        MAX_BSSES).  One gone between the list and its read (expired) is left out."""
+        try:
+            paths = await get_property(self.bus, NAME, iface_path, IFACE, "BSSs")
+        except BusError as e:
+            raise explain(e, f"reading the BSS list of {iface_path}") from None
+        read = await asyncio.gather(*(self._bss(str(p)) for p in list(paths)[:MAX_BSSES]))
+        return [b for b in read if b is not None]
+
+    async def _bss(self, path: str) -> Bss | None:
+        try:
+            props = await get_all(self.bus, NAME, path, BSS)
+        except BusError as e:
+            if e.name.endswith(_GONE):
+                return None
+            raise explain(e, f"reading the BSS {path}") from None
+        return bss_of(path, props)
 
     async def scanning(self, iface_path: str) -> bool:
         """Whether the interface is scanning now (its `Scanning` property)."""

@@ -172,7 +172,7 @@ async def test_attach_reads_whether_a_scan_is_running(guard, parts):
     await guard.attach()
     try:
         assert not guard.scans.scanning  # read beside the sampling, not before it
-        assert await parts["listener"].run() == 1
+        assert await parts["listener"].run() == 2  # Scanning, and the access points known
         assert guard.scans.scanning
     finally:
         await guard.stop()
@@ -183,7 +183,7 @@ async def test_an_announcement_beats_a_slow_read_at_attach(guard, parts):
     await guard.attach()
     try:
         guard.scans.scanning_changed(False)  # the scan ended while the read was on its way
-        assert await parts["listener"].run() == 1
+        assert await parts["listener"].run() == 2  # Scanning, and the access points known
         assert not guard.scans.scanning
     finally:
         await guard.stop()

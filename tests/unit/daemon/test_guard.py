@@ -4,7 +4,7 @@ journal.  No bus, no daemon: the guard's decisions and what it does with them, s
 from __future__ import annotations
 
 import errno
-from typing import Any, Coroutine, Iterator
+from typing import Any, Coroutine, Iterator, Sequence
 
 import pytest
 
@@ -17,7 +17,7 @@ from nm_scanguard.peers.netlink import NetlinkError
 from nm_scanguard.peers.nm import WifiDevice
 from nm_scanguard.rates import Counters
 from nm_scanguard.status import MAX_PROBLEMS
-from nm_scanguard.peers.supplicant import SCAN_ERROR, NoScanRunning, SupplicantError
+from nm_scanguard.peers.supplicant import SCAN_ERROR, Bss, NoScanRunning, SupplicantError
 from nm_scanguard.daemon.replay import restore_journal
 from nm_scanguard.daemon.suspension import ALREADY_OFF, Suspender
 from tests.unit.daemon.test_suspension import IFACE0, NET0, NM_BGSCAN, TIMEOUT, FakeSupplicant, fail
@@ -68,6 +68,13 @@ class FakeView(FakeSupplicant):
         self.ssid: bytes | None = "Café ☕".encode()  # the current access point's
         self.ssid_error: str | None = None
         self.ssid_reads = 0
+        self.scan_channels: list[tuple[int, ...]] = []  # each scan's channels; () for all
+        self.bss_list: list[Bss] = []  # the access points wpa_supplicant knows
+        self.current_bss_path: str | None = None
+        self.bss_error: str | None = None  # an error name BSS reads answer
+        self.bss_reads = 0
+        self.roams: list[str] = []
+        self.roam_error: str | None = None
 
     async def signal(self, iface_path: str) -> int | None:
         self.polls += 1
@@ -75,12 +82,31 @@ class FakeView(FakeSupplicant):
             fail(self.signal_error, f"SignalPoll on {iface_path}")
         return self.rssi
 
-    async def scan(self, iface_path: str) -> None:
+    async def scan(self, iface_path: str, channels: Sequence[int] = (),
+                   ssid: bytes | None = None) -> None:
         self.scans.append(iface_path)
+        self.scan_channels.append(tuple(channels))
         self.calls.append(("scan", iface_path))
         if self.scan_error:
             fail(self.scan_error, f"asking {iface_path} for a scan")
 
+    async def roam(self, iface_path: str, bssid: str) -> None:
+        self.roams.append(bssid)
+        self.calls.append(("roam", bssid))
+        if self.roam_error:
+            fail(self.roam_error, f"roaming {iface_path} to {bssid}")
+        self.current_bss_path = next(b.path for b in self.bss_list if b.bssid == bssid)
+
+    async def current_bss(self, iface_path: str) -> str | None:
+        if self.bss_error:
+            fail(self.bss_error, f"reading CurrentBSS of {iface_path}")
+        return self.current_bss_path
+
+    async def bsses(self, iface_path: str) -> list[Bss]:
+        self.bss_reads += 1
+        if self.bss_error:
+            fail(self.bss_error, f"reading the BSS list of {iface_path}")
+        return list(self.bss_list)
 
     async def scanning(self, iface_path: str) -> bool:
         self.calls.append(("scanning", iface_path))

@@ -1,0 +1,258 @@
+"""Roaming by targeted scans (setting `roam_scans = targeted`, the default): below the signal
+floor while the link is busy, keep bgscan suspended (the policy's ROAMING) and scan only the
+channels of the network's other known access points (candidates.py) and the current one,
+roaming allowed, instead of giving bgscan back for a scan of every channel that leaves the
+channel for seconds.
+
+- wpa_supplicant roams by itself on those results when its own rule finds an AP better; if it
+  has not moved one sample after the scan ended and an AP is better by ROAM_MARGIN_DB, the guard
+  asks it to (Roam).
+- If the station has not left the fade within TARGETED_LIMIT, or no other AP of the network is
+  known, or the scan is refused, the guard falls back to the release and the full scan
+  (roaming.py), as with `roam_scans = full`.
+- While the signal is between the floor and bgscan's own threshold (where bgscan would scan
+  every channel each short interval), one candidate channel is scanned every REFRESH_GAP, so
+  that the candidates and wpa_supplicant's list stay fresh; above it, none.
+- What every scan found, whoever asked, is learned (scan_done → learn).
+
+A Targeted belongs to one Guard and touches neither bgscan nor the journal: the policy's
+`targeted` flag is what keeps bgscan off, and it ends with the fade or the fallback.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from ..peers.supplicant import Bss, SupplicantError, WpaSupplicant
+from . import policy as P
+from .candidates import Candidate, Candidates
+from .problems import ROAM
+from .roaming import REFRESH, TARGETED, Owner, Roaming, mhz
+
+log = logging.getLogger("scanguard")
+
+# The targeted path's time to move the station, from the fade: a scan of a few channels
+# (≈ 50 ms each), one sample for wpa_supplicant's own move, a Roam (≈ 0.3 s) and a sample to
+# see it.  Longer would leave a station that cannot move on the fading AP for longer than
+# today's full scan takes to roam it (lab: 7.6 s).
+TARGETED_LIMIT = 6.0
+# Ask for a Roam only to an AP this much stronger than the current one.  wpa_supplicant 2.10
+# roams by itself on a difference of 1 to 5 dB, smaller the weaker the link
+# (wpa_supplicant_need_to_roam_within_ess); when it has not moved, only a difference that
+# no single reading's jitter (±3–4 dB between beacons) explains justifies overruling it.
+ROAM_MARGIN_DB = 8
+# One single-channel refresh scan per this many seconds while the signal is marginal: each
+# leaves the channel for one dwell (≈ 50 ms), 0.5 % of the time at most; a candidate channel
+# is seen again within REFRESH_GAP × channels, well inside wpa_supplicant's 180 s expiry.
+REFRESH_GAP = 10.0
+# Where bgscan's threshold cannot be read off its string ("simple:30:-65:300" → -65):
+# NetworkManager's own (nm-supplicant-config.c).
+BGSCAN_THRESHOLD = -65
+
+
+class Targeted:
+    def __init__(self, owner: Owner, roaming: Roaming, supplicant: WpaSupplicant,
+                 candidates: Candidates | None = None) -> None:
+        self._owner = owner
+        self._roaming = roaming  # asks for the scans, knows which are ours
+        self._supplicant = supplicant
+        self.candidates = candidates if candidates is not None else Candidates()
+        self.ifname = owner.ifname
+        # This fade: when the targeted path took it on (monotonic), whether its scan ended,
+        # the Roam asked for ("" none was worth it, "wpa_supplicant": it moved by itself), and
+        # whether the path gave up (until the signal is back above the floor).
+        self._targeted_at: float | None = None
+        self._targeted_scanned = False
+        self._roam_asked: str | None = None
+        self._spent = False
+        self._refresh_at: float | None = None
+        self._refresh_next = 0  # which candidate channel the next refresh scans
+        self.current: Bss | None = None  # the AP the station is with, as last read
+        self.roams = 0  # Roams asked for, for the status
+
+    def _ssid(self) -> bytes | None:
+        return self.current.ssid if self.current is not None else None
+
+    async def fade(self) -> None:
+        """Decide, each sample, how a weak signal is handled, and move the targeted path on."""
+        owner, policy = self._owner, self._owner.policy
+        if policy.state not in (P.WEAK, P.ROAMING):
+            if policy.targeted:
+                policy.set_targeted(False, policy.reason)
+            if self._targeted_at is not None and policy.state in P.ENGAGED:
+                log.info("%s: the signal is back above the floor (%s dBm): guarding goes on "
+                         "on %s", self.ifname, _dbm(policy.signal), self._where())
+            self._targeted_at, self._spent = None, False
+            await self._refresh()
+            return
+        now = time.monotonic()
+        if self._targeted_at is None:
+            if self._spent or owner.settings.roam_scans != TARGETED or owner.suspended is None:
+                return
+            if not self._others():
+                log.info("%s: the signal fell below the floor and no other access point of "
+                         "this network is known: releasing bgscan for a scan of every channel",
+                         self.ifname)
+                self._spent = True
+                return
+            channels = await self._channels()
+            self._targeted_at, self._targeted_scanned, self._roam_asked = now, False, None
+            policy.set_targeted(True, f"signal {_dbm(policy.signal)} dBm below the floor of "
+                                      f"{owner.settings.signal_floor_dbm:.0f} dBm: scanning "
+                                      f"{mhz(channels)} to roam, bgscan kept off")
+            if not await self._roaming.own_scan(TARGETED, channels, self._ssid()):
+                self._give_up("wpa_supplicant did not start the targeted scan")
+            return
+        if now - self._targeted_at >= TARGETED_LIMIT:
+            self._give_up(f"the station did not leave the fade within {TARGETED_LIMIT:g} s")
+        elif self._targeted_scanned and self._roam_asked is None:
+            await self._roam_if_better()
+
+    def _give_up(self, why: str) -> None:
+        policy = self._owner.policy
+        log.info("%s: targeted roaming gave up: %s; releasing bgscan for a scan of every "
+                 "channel", self.ifname, why)
+        self._spent = True
+        self._targeted_at = None
+        policy.set_targeted(False, f"signal {_dbm(policy.signal)} dBm below the floor: {why}; "
+                                   "bgscan left on so it can roam")
+
+    def _others(self) -> list[Candidate]:
+        current = self.current.bssid if self.current is not None else None
+        return self.candidates.others(self._owner.dev.connection_uuid, current)
+
+    async def _channels(self) -> list[int]:
+        """The targeted scan's channels: the current AP's and the other candidates'."""
+        await self._read_current()
+        current = self.current
+        return self.candidates.channels(self._owner.dev.connection_uuid,
+                                        current.bssid if current else None,
+                                        current.frequency if current else None)
+
+    async def _roam_if_better(self) -> None:
+        """One sample after our targeted scan ended: if wpa_supplicant has not moved by itself
+        and an AP of the network is better by ROAM_MARGIN_DB, ask it to move there."""
+        owner = self._owner
+        before = self.current
+        await self._read_current()
+        if self.current is None or before is None or self.current.bssid != before.bssid:
+            self._roam_asked = "wpa_supplicant"  # it moved (or is moving) by itself
+            return
+        signal = owner.policy.signal if owner.policy.signal is not None else self.current.signal
+        best = next(iter(self._others()), None)
+        if best is None or best.signal < signal + ROAM_MARGIN_DB:
+            self._roam_asked = ""  # nothing clearly better: wpa_supplicant's choice stands
+            return
+        self._roam_asked = best.bssid
+        try:
+            await self._supplicant.roam(await owner.iface(), best.bssid)
+        except SupplicantError as e:
+            owner.look_up_again_if_gone(e)
+            owner.problems.fail(f"{self.ifname}: cannot move to the stronger access point "
+                                f"{best.bssid} ({best.signal} dBm): {e}", ROAM)
+            return
+        self.roams += 1
+        owner.problems.clear(ROAM)
+        log.info("%s: asked wpa_supplicant to roam from %s (%s dBm) to %s (%d dBm, %d MHz)",
+                 self.ifname, before.bssid, _dbm(signal), best.bssid, best.signal,
+                 best.frequency)
+
+    async def _refresh(self) -> None:
+        """Between the floor and bgscan's threshold, while bgscan is suspended by us: one
+        candidate channel every REFRESH_GAP (see the module's docstring)."""
+        owner = self._owner
+        suspended, signal = owner.suspended, owner.policy.signal
+        if owner.settings.roam_scans != TARGETED or suspended is None or signal is None \
+                or owner.policy.state not in (P.GUARDING, P.HELD) \
+                or signal >= bgscan_threshold(suspended.saved) or self._roaming.scan_in_flight:
+            return
+        now = time.monotonic()
+        if self._refresh_at is not None and now - self._refresh_at < REFRESH_GAP:
+            return
+        current = self.current
+        channels = sorted({c.frequency for c in self._others()}
+                          - {current.frequency if current else 0})
+        if not channels:
+            return
+        self._refresh_at = now
+        channel = channels[self._refresh_next % len(channels)]
+        self._refresh_next += 1
+        await self._roaming.own_scan(REFRESH, [channel], self._ssid())
+
+    # ---- what the scans found -------------------------------------------------------------
+
+    async def _read_current(self) -> None:
+        """The AP the station is with now (CurrentBSS), into `current`."""
+        try:
+            iface = await self._owner.iface()
+            path = await self._supplicant.current_bss(iface)
+            if path is None:
+                self.current = None
+            elif self.current is None or self.current.path != path:
+                self.current = next((b for b in await self._supplicant.bsses(iface)
+                                     if b.path == path), None)
+        except SupplicantError as e:
+            self._owner.look_up_again_if_gone(e)
+            log.info("%s: cannot read which access point the station is with: %s",
+                     self.ifname, e)
+
+    async def learn(self) -> None:
+        """Read wpa_supplicant's BSS list and remember the network's access points (run
+        beside the sampling after every scan, and when the guard starts)."""
+        owner = self._owner
+        try:
+            iface = await owner.iface()
+            path = await self._supplicant.current_bss(iface)
+            seen = await self._supplicant.bsses(iface)
+        except SupplicantError as e:
+            owner.look_up_again_if_gone(e)
+            log.info("%s: cannot read the access points wpa_supplicant found: %s; the known "
+                     "ones are kept", self.ifname, e)
+            return
+        current = next((b for b in seen if b.path == path), None)
+        if current is None or not owner.dev.connection_uuid:
+            return
+        self.current = current
+        known = len(self._others())
+        now_known = self.candidates.learn(owner.dev.connection_uuid, current, seen,
+                                          time.monotonic())
+        if now_known - 1 != known:
+            log.info("%s: %d other access point(s) of this network known: %s", self.ifname,
+                     now_known - 1, ", ".join(f"{c.bssid} ({c.frequency} MHz, {c.signal} dBm)"
+                                              for c in self._others()) or "none")
+        owner.changed()
+
+    def scan_done(self) -> None:
+        """A scan of this interface ended: learn what it found; our targeted scan's end lets
+        the next sample decide on a Roam."""
+        if self._targeted_at is not None and self._roaming.own_kind == TARGETED:
+            self._targeted_scanned = True
+        self._owner.beside(self.learn())
+
+    def _where(self) -> str:
+        return self.current.bssid if self.current is not None else "the current access point"
+
+    def candidates_status(self) -> list[dict[str, Any]]:
+        """The network's known access points, for the status."""
+        return [{"bssid": c.bssid, "frequency": c.frequency, "signal": c.signal,
+                 "current": self.current is not None and c.bssid == self.current.bssid}
+                for c in self.candidates.known(self._owner.dev.connection_uuid)]
+
+    def supplicant_restarted(self) -> None:
+        self.current = None
+
+
+def bgscan_threshold(bgscan: str) -> int:
+    """The signal below which bgscan scans at its short interval: the second field of
+    "simple:30:-65:300" and "learn:30:-65:300:file"; BGSCAN_THRESHOLD otherwise."""
+    parts = bgscan.split(":")
+    try:
+        return int(parts[2]) if len(parts) > 2 else BGSCAN_THRESHOLD
+    except ValueError:
+        return BGSCAN_THRESHOLD
+
+
+def _dbm(value: float | None) -> str:
+    return "?" if value is None else f"{value:.0f}"

@@ -1,0 +1,228 @@
+"""Roaming by targeted scans (daemon/targeted.py), on a Guard with fakes: which path a fade
+takes, the channels scanned, when to ask for a Roam, the fallback, and the refresh scans."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import pytest
+
+from nm_scanguard.daemon import policy as P
+from nm_scanguard.daemon import roaming, targeted
+from nm_scanguard.daemon.guard import Guard
+from nm_scanguard.daemon.targeted import REFRESH_GAP, ROAM_MARGIN_DB, TARGETED_LIMIT, bgscan_threshold
+from nm_scanguard.peers.supplicant import Bss
+from tests.unit.daemon.test_abort import engage, fade
+from tests.unit.daemon.test_guard import ACCESS_DENIED, SETTINGS, guard, parts, run  # noqa: F401
+from tests.unit.daemon.test_suspension import IFACE0, NET0, NM_BGSCAN
+
+NO_REPLY = "org.freedesktop.DBus.Error.NoReply"
+SSIDS = [b"home", "Café ☕".encode()]
+
+
+def ap(n: int, ssid: bytes, freq: int, signal: int) -> Bss:
+    return Bss(f"{IFACE0}/BSSs/{n}", f"02:00:00:00:0{n}:00", ssid, freq, signal, "wpa-psk")
+
+
+@pytest.fixture(params=SSIDS, ids=["ascii", "non-ascii"])
+def two_aps(request, parts) -> tuple[Bss, Bss]:
+    """The station with AP1 (2412 MHz); AP2 of the same network on 5180 MHz."""
+    ap1, ap2 = ap(1, request.param, 2412, -60), ap(2, request.param, 5180, -50)
+    parts["sup"].bss_list = [ap1, ap2, ap(3, b"neighbour", 2437, -40)]
+    parts["sup"].current_bss_path = ap1.path
+    return ap1, ap2
+
+
+@pytest.fixture
+def clock(monkeypatch) -> list[float]:
+    now = [5000.0]
+    monkeypatch.setattr(targeted.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(roaming.time, "monotonic", lambda: now[0])
+    return now
+
+
+async def learned(guard: Guard, parts) -> None:
+    """The guard starts: it reads the access points wpa_supplicant knows."""
+    await guard.targeted.learn()
+    await engage(guard, parts)
+
+
+async def scan_ends(guard: Guard, parts) -> None:
+    guard.scans.scanning_changed(True)
+    guard.targeted.scan_done()
+    guard.scans.scanning_changed(False)
+    await parts["listener"].run()
+
+
+async def test_a_fade_with_another_ap_known_scans_its_channel_and_keeps_bgscan_off(
+        guard, parts, two_aps, clock, caplog):
+    sup = parts["sup"]
+    caplog.set_level(logging.INFO, "scanguard")
+    await learned(guard, parts)
+    await fade(guard, parts, -85)
+    assert guard.state == P.ROAMING and guard.engaged
+    assert sup.networks[NET0]["bgscan"] == ""  # bgscan kept off: no scan of every channel
+    assert sup.scan_channels == [(2412, 5180)]  # the current channel and the other AP's
+    assert "scanning 2412 MHz, 5180 MHz to roam, bgscan kept off" in guard.reason
+    assert guard.status().own_scans and guard.roaming.own[-1].kind == "targeted"
+    guard.scans.scanning_changed(True)  # our scan starts while guarded: never aborted
+    assert parts["listener"].beside == [] and sup.aborts == []
+
+
+async def test_when_wpa_supplicant_does_not_move_a_clearly_better_ap_is_roamed_to(
+        guard, parts, two_aps, clock):
+    sup = parts["sup"]
+    ap1, ap2 = two_aps
+    await learned(guard, parts)
+    await fade(guard, parts, -85)
+    sup.bss_list = [ap1._replace(signal=-85), ap2._replace(signal=-85 + ROAM_MARGIN_DB)]
+    await scan_ends(guard, parts)
+    await fade(guard, parts, -85)
+    assert sup.roams == [ap2.bssid] and guard.targeted.roams == 1
+    sup.rssi = -50  # moved: the next sample sees the new AP's signal
+    await fade(guard, parts, -50)
+    assert guard.state == P.GUARDING and sup.networks[NET0]["bgscan"] == ""
+    assert sup.scan_channels == [(2412, 5180)]  # no scan of every channel at all
+
+
+async def test_an_ap_not_better_by_the_margin_is_left_to_wpa_supplicant(guard, parts, two_aps,
+                                                                        clock):
+    sup = parts["sup"]
+    ap1, ap2 = two_aps
+    await learned(guard, parts)
+    await fade(guard, parts, -85)
+    sup.bss_list = [ap1._replace(signal=-85), ap2._replace(signal=-85 + ROAM_MARGIN_DB - 1)]
+    await scan_ends(guard, parts)
+    await fade(guard, parts, -85)
+    assert sup.roams == [] and guard.state == P.ROAMING
+
+
+async def test_wpa_supplicant_that_moved_by_itself_is_not_asked_to_roam(guard, parts, two_aps,
+                                                                        clock):
+    sup = parts["sup"]
+    await learned(guard, parts)
+    await fade(guard, parts, -85)
+    sup.current_bss_path = two_aps[1].path  # its own rule moved it on the scan's results
+    await scan_ends(guard, parts)
+    await fade(guard, parts, -52)
+    assert sup.roams == [] and guard.state == P.GUARDING
+
+
+async def test_the_targeted_path_gives_up_after_its_limit_release_and_full_scan(
+        guard, parts, two_aps, clock, caplog):
+    sup = parts["sup"]
+    caplog.set_level(logging.INFO, "scanguard")
+    await learned(guard, parts)
+    await fade(guard, parts, -85)
+    assert guard.state == P.ROAMING
+    clock[0] += TARGETED_LIMIT
+    await fade(guard, parts, -85)
+    assert guard.state == P.WEAK and not guard.engaged
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN
+    assert sup.scan_channels == [(2412, 5180), ()]  # then the scan of every channel
+    assert "targeted roaming gave up: the station did not leave the fade" in caplog.text
+    await fade(guard, parts, -85)
+    assert guard.state == P.WEAK  # not again in this fade
+    await fade(guard, parts, -50)
+    await fade(guard, parts, -85)  # a new fade: the targeted path again
+    assert guard.state == P.ROAMING and sup.scan_channels[-1] == (2412, 5180)
+
+
+async def test_no_other_ap_known_falls_back_to_release_and_a_scan_of_every_channel(
+        guard, parts, clock, caplog):
+    sup = parts["sup"]
+    caplog.set_level(logging.INFO, "scanguard")
+    await engage(guard, parts)
+    await fade(guard, parts, -85)
+    assert guard.state == P.WEAK and sup.networks[NET0]["bgscan"] == NM_BGSCAN
+    assert sup.scan_channels == [()]
+    assert "no other access point of this network is known" in caplog.text
+
+
+async def test_roam_scans_full_keeps_today_s_path(guard, parts, two_aps, clock):
+    sup = parts["sup"]
+    guard.update(guard.dev, dataclasses.replace(SETTINGS, roam_scans="full"))
+    await learned(guard, parts)
+    await fade(guard, parts, -85)
+    assert guard.state == P.WEAK and sup.scan_channels == [()]
+
+
+@pytest.mark.parametrize("error", [ACCESS_DENIED, "fi.w1.wpa_supplicant1.Interface.ScanError"])
+async def test_a_refused_targeted_scan_falls_back_at_once(guard, parts, two_aps, clock, error):
+    sup = parts["sup"]
+    await learned(guard, parts)
+    sup.scan_error = error
+    await fade(guard, parts, -85)
+    assert guard.state == P.WEAK and sup.networks[NET0]["bgscan"] == NM_BGSCAN
+
+
+async def test_an_unanswered_targeted_scan_waits_for_the_limit(guard, parts, two_aps, clock):
+    sup = parts["sup"]
+    await learned(guard, parts)
+    sup.scan_error = NO_REPLY
+    await fade(guard, parts, -85)
+    assert guard.state == P.ROAMING and guard.roaming.is_ours()  # it may have started
+    sup.scan_error = None
+    clock[0] += TARGETED_LIMIT
+    await fade(guard, parts, -85)
+    assert guard.state == P.WEAK and sup.networks[NET0]["bgscan"] == NM_BGSCAN
+
+
+async def test_a_refused_roam_is_shown_and_the_limit_still_falls_back(guard, parts, two_aps,
+                                                                     clock):
+    sup = parts["sup"]
+    ap1, ap2 = two_aps
+    await learned(guard, parts)
+    await fade(guard, parts, -85)
+    sup.roam_error = "fi.w1.wpa_supplicant1.InvalidArgs"
+    sup.bss_list = [ap1._replace(signal=-85), ap2._replace(signal=-40)]
+    await scan_ends(guard, parts)
+    await fade(guard, parts, -85)
+    assert f"cannot move to the stronger access point {ap2.bssid}" in guard.status().error
+    clock[0] += TARGETED_LIMIT
+    await fade(guard, parts, -85)
+    assert guard.state == P.WEAK and sup.networks[NET0]["bgscan"] == NM_BGSCAN
+
+
+async def test_unreadable_bss_list_keeps_what_is_known(guard, parts, two_aps, clock):
+    sup = parts["sup"]
+    await learned(guard, parts)
+    sup.bss_error = ACCESS_DENIED
+    await guard.targeted.learn()
+    sup.bss_error = None
+    assert len(guard.targeted.candidates.known("u-1")) == 2
+
+
+async def test_refresh_scans_one_candidate_channel_while_marginal_none_above_threshold(
+        guard, parts, two_aps, clock):
+    sup = parts["sup"]
+    await learned(guard, parts)
+    threshold = bgscan_threshold(NM_BGSCAN)
+    await fade(guard, parts, threshold + 5)  # above bgscan's threshold: no scan at all
+    clock[0] += REFRESH_GAP
+    await fade(guard, parts, threshold + 5)
+    assert sup.scan_channels == []
+    await fade(guard, parts, threshold - 2)  # marginal: above the floor, below the threshold
+    assert sup.scan_channels == [(5180,)] and guard.state == P.GUARDING
+    await scan_ends(guard, parts)
+    await fade(guard, parts, threshold - 2)
+    assert sup.scan_channels == [(5180,)]  # one per REFRESH_GAP
+    clock[0] += REFRESH_GAP
+    await fade(guard, parts, threshold - 2)
+    assert sup.scan_channels == [(5180,), (5180,)]
+
+
+def test_bgscan_threshold_is_read_off_the_string_or_networkmanager_s():
+    assert bgscan_threshold("simple:30:-65:300") == -65
+    assert bgscan_threshold("learn:30:-70:300:/var/lib/x") == -70
+    assert bgscan_threshold("simple") == targeted.BGSCAN_THRESHOLD
+    assert bgscan_threshold("simple:30:Café ☕:300") == targeted.BGSCAN_THRESHOLD
+
+
+async def test_the_status_shows_the_known_aps(guard, parts, two_aps, clock):
+    await learned(guard, parts)
+    cands: list[dict[str, Any]] = guard.status().roam_candidates
+    assert [(c["bssid"], c["current"]) for c in cands] == [(two_aps[0].bssid, True),
+                                                          (two_aps[1].bssid, False)]
