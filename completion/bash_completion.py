@@ -32,7 +32,8 @@ KINDS = {
     "REASON": "text", "APP_ID": "text", "N": "text", "ADDR": "text",
 }
 
-BOOLEAN_KEYS = [k for k, spec in KEYS.items() if spec.form == "yes or no"]
+# The settings keys that take one of a few words, with those words (yes and no).
+KEY_WORDS = {k: spec.words for k, spec in KEYS.items() if spec.words}
 
 
 def metavar(action: argparse.Action) -> str:
@@ -82,6 +83,15 @@ def _quoted_list(items: list[str]) -> str:
     return shlex.quote(" ".join(items))
 
 
+def key_word_cases() -> str:
+    """The case arms of _scanguardctl_key_words: keys with the same words share one."""
+    arms: dict[tuple[str, ...], list[str]] = {}
+    for key, words in KEY_WORDS.items():
+        arms.setdefault(words, []).append(key)
+    return "\n".join(f"        {'|'.join(keys)}) printf '%s\\n' {' '.join(words)} ;;"
+                     for words, keys in arms.items())  # identifiers and words: nothing to quote
+
+
 def generate(parser: argparse.ArgumentParser) -> str:
     cases = []
     for path, sub in walk(parser):
@@ -93,7 +103,7 @@ def generate(parser: argparse.ArgumentParser) -> str:
                      f"            _sgc_args={_quoted_list(w['args'])} ;;")
     return (TEMPLATE.replace("@CASES@", "\n".join(cases))
             .replace("@KEYS@", " ".join(KEYS))  # identifiers: nothing to quote
-            .replace("@BOOLEANS@", " ".join(BOOLEAN_KEYS)))
+            .replace("@KEY_WORDS@", key_word_cases()))
 
 
 TEMPLATE = r"""# bash completion for scanguardctl(1)                                   -*- shell-script -*-
@@ -136,8 +146,15 @@ _scanguardctl_value()
             _scanguardctl_add "$2" "$(printf '%s=\n' @KEYS@)" ;;
         key)
             _scanguardctl_add "$2" "$(printf '%s\n' @KEYS@)" ;;
-        boolean)
-            _scanguardctl_add "$2" $'yes\nno' ;;
+    esac
+}
+
+# The words settings key $1 takes, one a line; fails for a key that takes a number.
+_scanguardctl_key_words()
+{
+    case $1 in
+@KEY_WORDS@
+        *) return 1 ;;
     esac
 }
 
@@ -193,7 +210,7 @@ _scanguardctl()
         return 0
     fi
     # The value after KEY= or --option=: bash's current word is '=' or the text after it.
-    local key=
+    local key= words
     if [[ $cur == = ]]; then
         key=${COMP_WORDS[COMP_CWORD - 1]} cur=
     elif ((COMP_CWORD > 1)) && [[ ${COMP_WORDS[COMP_CWORD - 1]} == = ]]; then
@@ -202,8 +219,8 @@ _scanguardctl()
     if [[ -n $key ]]; then
         if kind=$(_scanguardctl_option_kind "$key"); then
             _scanguardctl_value "$kind" "$cur"
-        elif [[ " @BOOLEANS@ " == *" $key "* ]]; then
-            _scanguardctl_value boolean "$cur"
+        elif words=$(_scanguardctl_key_words "$key"); then
+            _scanguardctl_add "$cur" "$words"
         fi
         return 0
     fi

@@ -53,6 +53,9 @@ class Key(NamedTuple):
     parse: Callable[[str], Any]
     form: str  # the expected form, shown in error messages
     doc: str
+    # A key that takes one of a few words: those words, which bash completion offers and
+    # scanguard.conf(5) lists; () for a number.
+    words: tuple[str, ...] = ()
 
 
 def _bool(text: str) -> bool:
@@ -62,6 +65,9 @@ def _bool(text: str) -> bool:
     if value in ("0", "no", "false", "off"):
         return False
     raise ValueError(text)
+
+
+_YES_NO = ("yes", "no")
 
 
 def _number(lo: float, hi: float, integer: bool = False) -> Callable[[str], float | int]:
@@ -82,7 +88,7 @@ def _number(lo: float, hi: float, integer: bool = False) -> Callable[[str], floa
 KEYS: dict[str, Key] = {
     k.name: k
     for k in (
-        Key("enabled", _bool, "yes or no", "Guard this connection at all."),
+        Key("enabled", _bool, "yes or no", "Guard this connection at all.", _YES_NO),
         Key("threshold_mbit", _number(0.0, 100000.0), "a number of Mbit/s from 0 to 100000",
             "Busy when receive or transmit rate is at or above this."),
         Key("threshold_pps", _number(0, 10_000_000, True), "a whole number of packets/s (0 = off)",
@@ -105,10 +111,11 @@ KEYS: dict[str, Key] = {
             "How often the signal is read while guarding."),
         Key("defer_client_scans", _bool, "yes or no",
             "While guarding or held, refuse the Wi-Fi scans that other programs ask "
-            "NetworkManager for (RequestScan), through the shipped polkit rule."),
+            "NetworkManager for (RequestScan), through the shipped polkit rule.", _YES_NO),
         Key("abort_scans", _bool, "yes or no",
             "While guarding or held, abort (wpa_supplicant AbortScan) a scan that is running "
-            "when the guard engages or that starts while it guards, whoever asked for it."),
+            "when the guard engages or that starts while it guards, whoever asked for it.",
+            _YES_NO),
     )
 }
 

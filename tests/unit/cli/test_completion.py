@@ -105,7 +105,7 @@ def test_profile_names_come_from_nmcli_and_are_quoted(script):
     assert complete(script, "scanguardctl config show Home ") == []  # one profile at most
 
 
-def test_settings_keys_and_boolean_values(script):
+def test_settings_keys_and_the_values_of_keys_that_take_words(script):
     assert complete(script, "scanguardctl config set Home ") == [f"{k}=" for k in KEYS]
     assert complete(script, "scanguardctl config set Café☕ release_after=30 thr") == [
         "threshold_mbit=", "threshold_pps="]

@@ -209,8 +209,10 @@ def test_conf_page_gives_every_key_its_range_and_default(pages):
         default = re.search(r"^Default: (\S+?)\.?$", body, re.M)
         assert default, f"scanguard.conf(5): {key} states no default"
         assert KEYS[key].parse(default.group(1)) == defaults[key], f"{key}: {default.group(1)}"
-        if isinstance(defaults[key], bool):
-            assert re.search(r"^Values: yes or no\.$", body, re.M), f"{key}: no 'Values: yes or no.'"
+        if KEYS[key].words:  # yes or no
+            values = re.search(r"^Values: (.*)\.$", body, re.M)
+            assert values and values.group(1) == KEYS[key].form, \
+                f"{key}: no 'Values: {KEYS[key].form}.'"
             continue
         m = re.search(r"^Range: (\S+) to (\S+?)(, whole numbers)?\.$", body, re.M)
         assert m, f"scanguard.conf(5): {key} states no range"

@@ -274,6 +274,15 @@ def test_values_are_written_in_the_file_s_own_syntax(key, value, text):
     assert parse_value(key, text, "here") == value
 
 
+def test_every_key_that_takes_words_names_them_for_completion_and_the_man_page():
+    for key, spec in KEYS.items():
+        if isinstance(getattr(Settings(), key), (bool, str)):
+            assert spec.words and spec.form == " or ".join(spec.words), key
+            assert len({spec.parse(w) for w in spec.words}) == len(spec.words), key
+        else:
+            assert spec.words == (), key
+
+
 def test_every_default_reads_back_as_itself():
     for key, value in Settings().values().items():
         assert parse_value(key, config.format_value(value), "here") == value, key
