@@ -32,7 +32,7 @@ KINDS = {
     "REASON": "text", "APP_ID": "text", "N": "text", "ADDR": "text",
 }
 
-# The settings keys that take one of a few words, with those words (yes and no).
+# The settings keys that take one of a few words, with those words (yes/no, targeted/full).
 KEY_WORDS = {k: spec.words for k, spec in KEYS.items() if spec.words}
 
 

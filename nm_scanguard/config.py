@@ -68,6 +68,19 @@ def _bool(text: str) -> bool:
 
 
 _YES_NO = ("yes", "no")
+ROAM_SCANS = ("targeted", "full")
+
+
+def _one_of(words: tuple[str, ...]) -> Callable[[str], str]:
+    """One of `words`, in any case, with spaces around it, as _bool reads yes and no."""
+
+    def parse(text: str) -> str:
+        value = text.strip(_ASCII_SPACE).lower()
+        if value not in words:
+            raise ValueError(text)
+        return value
+
+    return parse
 
 
 def _number(lo: float, hi: float, integer: bool = False) -> Callable[[str], float | int]:
@@ -104,11 +117,15 @@ KEYS: dict[str, Key] = {
         Key("sample_interval", _number(0.1, 60.0), "a number of seconds from 0.1 to 60",
             "How often the interface counters are read while connected."),
         Key("signal_floor_dbm", _number(-120.0, 0.0), "a number of dBm from -120 to 0",
-            "Below this signal, release so wpa_supplicant can roam."),
+            "Below this signal, let wpa_supplicant roam: roam_scans says how."),
         Key("signal_hysteresis_db", _number(0.0, 60.0), "a number of dB from 0 to 60",
             "Re-engage only when the signal is this far above the floor again."),
         Key("signal_poll_interval", _number(0.5, 3600.0), "a number of seconds from 0.5 to 3600",
             "How often the signal is read while guarding."),
+        Key("roam_scans", _one_of(ROAM_SCANS), " or ".join(ROAM_SCANS),
+            "Below signal_floor_dbm while busy: keep bgscan suspended, scan only the channels "
+            "of the network's other known access points and roam (targeted), or restore bgscan "
+            "and scan every channel (full).", ROAM_SCANS),
         Key("defer_client_scans", _bool, "yes or no",
             "While guarding or held, refuse the Wi-Fi scans that other programs ask "
             "NetworkManager for (RequestScan), through the shipped polkit rule.", _YES_NO),
@@ -135,6 +152,7 @@ class Settings:
     signal_floor_dbm: float = -75.0
     signal_hysteresis_db: float = 5.0
     signal_poll_interval: float = 5.0
+    roam_scans: str = "targeted"  # one of ROAM_SCANS
     defer_client_scans: bool = True
     abort_scans: bool = True
     roam_scans: str = "targeted"

@@ -56,6 +56,30 @@ async def test_config_set_writes_user_data_and_the_daemon_follows(scenario):
     await assert_eventually(lambda: _state(scenario, "idle"), message="enabled again")
 
 
+@pytest.mark.parametrize("profile", ["Home", "Café ☕"])
+async def test_roam_scans_a_word_from_the_profile_reaches_the_daemon(scenario, profile):
+    if profile != "Home":
+        scenario.nm.rename_profile(scenario.conn, profile)
+    r = await ctl(scenario, "set", profile, "roam_scans=Café ☕")
+    assert r.returncode == 1
+    assert "roam_scans = 'Café ☕' is not valid; expected targeted or full" in r.stderr, r.stderr
+    assert scenario.nm.user_data(scenario.conn) == {}
+
+    r = await ctl(scenario, "set", profile, "roam_scans=full")
+    assert r.returncode == 0, r.stderr
+    assert scenario.nm.user_data(scenario.conn) == {"scanguard.roam_scans": "full"}
+
+    async def applied():
+        d = await scenario.device()
+        return d["settings"]["roam_scans"] == "full" and \
+            d["settings_sources"]["roam_scans"] == f"profile {profile}"
+    await assert_eventually(applied, message="daemon took roam_scans from the profile")
+    show = await ctl(scenario, "show", profile)
+    assert show.returncode == 0, show.stderr
+    lines = {line.split()[0]: line.split(None, 2)[1:] for line in show.stdout.splitlines()[1:]}
+    assert lines["roam_scans"] == ["full", f"profile {profile}"]
+
+
 async def _state(scenario, state):
     return await scenario.state() == state
 
@@ -114,7 +138,7 @@ def test_check_config_and_config_show_print_the_same_values_the_same_way(system_
                                                                         name):
     conf = tmp_path / f"{name}.conf"
     conf.write_text("[scanguard]\nthreshold_mbit = 7\nenabled = no\nrelease_below_mbit = .5\n"
-                    "signal_floor_dbm = -80.25\n", encoding="utf-8")
+                    "signal_floor_dbm = -80.25\nroam_scans = Full\n", encoding="utf-8")
     check = daemon_check("-c", str(conf))
     assert check.returncode == 0, check.stderr
     header, *table = check.stdout.splitlines()
@@ -127,6 +151,7 @@ def test_check_config_and_config_show_print_the_same_values_the_same_way(system_
     assert values["threshold_mbit"] == "7" and values["enabled"] == "no"
     assert values["release_below_mbit"] == "0.5" and values["signal_floor_dbm"] == "-80.25"
     assert values["release_after"] == "15" and values["abort_scans"] == "yes"
+    assert values["roam_scans"] == "full"
     assert f"threshold_mbit        7           {conf}" in table  # signal_hysteresis_db's width
 
 

@@ -112,6 +112,9 @@ def test_settings_keys_and_the_values_of_keys_that_take_words(script):
     assert complete(script, "scanguardctl config set Home enabled=") == ["yes", "no"]
     assert complete(script, "scanguardctl config set Home abort_scans=n") == ["no"]
     assert complete(script, "scanguardctl config set Home threshold_mbit=") == []
+    assert complete(script, "scanguardctl config set Home roam_scans=") == ["targeted", "full"]
+    assert complete(script, "scanguardctl config set Café☕ roam_scans=f") == ["full"]
+    assert complete(script, "scanguardctl config set Home roam_scans=Café☕") == []
     assert complete(script, "scanguardctl config unset Home th") == [
         "threshold_mbit", "threshold_pps"]
 

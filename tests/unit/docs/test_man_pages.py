@@ -209,7 +209,7 @@ def test_conf_page_gives_every_key_its_range_and_default(pages):
         default = re.search(r"^Default: (\S+?)\.?$", body, re.M)
         assert default, f"scanguard.conf(5): {key} states no default"
         assert KEYS[key].parse(default.group(1)) == defaults[key], f"{key}: {default.group(1)}"
-        if KEYS[key].words:  # yes or no
+        if KEYS[key].words:  # yes or no, targeted or full
             values = re.search(r"^Values: (.*)\.$", body, re.M)
             assert values and values.group(1) == KEYS[key].form, \
                 f"{key}: no 'Values: {KEYS[key].form}.'"

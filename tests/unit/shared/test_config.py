@@ -65,6 +65,8 @@ def test_a_utf8_byte_order_mark_is_not_part_of_the_text(conf_dir):
     ("[scanguard]\nsignal_floor_dbm = 10\n", ["signal_floor_dbm", "dBm"]),
     ("[scanguard]\nenabled = maybe\n", ["enabled", "yes or no"]),
     ("[scanguard]\nenabled = peut-être ☕\n", ["enabled = 'peut-être ☕'", "yes or no"]),
+    ("[scanguard]\nroam_scans = some\n", ["roam_scans = 'some'", "targeted or full"]),
+    ("[scanguard]\nroam_scans = Café ☕\n", ["roam_scans = 'Café ☕'", "targeted or full"]),
     ("[scanguard]\nthreshhold_mbit = 3\n", ["unknown key 'threshhold_mbit'", "threshold_mbit"]),
     ("[scanguard]\nseuil_débit = 3\n", ["unknown key 'seuil_débit'", "threshold_mbit"]),
     ("[guard]\nthreshold_mbit = 3\n", ["unknown section [guard]", "[scanguard]"]),
@@ -215,6 +217,22 @@ def test_booleans_as_before(text, expected):
     assert parse_value("enabled", text, "here") is expected
 
 
+@pytest.mark.parametrize("text, expected", [
+    ("targeted", "targeted"), ("full", "full"), (" Full ", "full"), ("TARGETED\t", "targeted"),
+])
+def test_roam_scans_takes_its_two_words_as_booleans_take_theirs(text, expected):
+    assert parse_value("roam_scans", text, "here") == expected
+
+
+@pytest.mark.parametrize("text", ["Café ☕", "partial", "", "full targeted", "yes", "fu ll",
+                                  "full\u00a0", "ＦＵＬＬ", "full ☕"])
+def test_roam_scans_refuses_anything_else_naming_key_value_and_form(text):
+    with pytest.raises(ConfigError) as e:
+        parse_value("roam_scans", text, "profile 'Café ☕'")
+    assert str(e.value) == (f"profile 'Café ☕': roam_scans = {quoted(text)} is not valid; "
+                            "expected targeted or full")
+
+
 def test_non_ascii_value_is_named_correctly_in_the_error():
     with pytest.raises(ConfigError) as e:
         parse_value("threshold_mbit", "5µ", "profile 'Café ☕'")
@@ -268,6 +286,7 @@ def test_every_key_documented_in_example_config(tmp_path):
     ("threshold_mbit", 0.00001, "0.00001"), ("threshold_mbit", 100000.0, "100000"),
     ("threshold_mbit", 2.5, "2.5"), ("signal_floor_dbm", -80.25, "-80.25"),
     ("sample_interval", 0.1, "0.1"), ("threshold_pps", 60, "60"), ("engage_after", 3, "3"),
+    ("roam_scans", "full", "full"), ("roam_scans", "targeted", "targeted"),
 ])
 def test_values_are_written_in_the_file_s_own_syntax(key, value, text):
     assert config.format_value(value) == text

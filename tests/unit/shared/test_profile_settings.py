@@ -48,6 +48,27 @@ def test_bad_profile_value_falls_back_with_warning(caplog, name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_profile_roam_scans_overrides_the_file(caplog, name):
+    base = Settings().with_values({"roam_scans": "targeted"}, "/etc/x.conf")
+    with caplog.at_level(logging.WARNING):
+        s = apply_profile(base, {"scanguard.roam_scans": " Full "}, name)
+    assert s.roam_scans == "full" and s.source("roam_scans") == f"profile {name}"
+    assert warnings_in(caplog) == []
+
+
+@pytest.mark.parametrize("value", ["sometimes", "Café ☕"])
+@pytest.mark.parametrize("name", NAMES)
+def test_bad_profile_roam_scans_falls_back_to_the_file_with_a_warning(caplog, name, value):
+    base = Settings().with_values({"roam_scans": "full"}, "/etc/x.conf")
+    with caplog.at_level(logging.WARNING):
+        s = apply_profile(base, {"scanguard.roam_scans": value}, name)
+    assert s.roam_scans == "full" and s.source("roam_scans") == "/etc/x.conf"
+    assert warnings_in(caplog) == [
+        f"NetworkManager profile '{name}': user data scanguard.roam_scans: roam_scans = '{value}' "
+        "is not valid; expected targeted or full; using the value from /etc/x.conf (full)"]
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_unknown_profile_key_warns_and_is_ignored(caplog, name):
     with caplog.at_level(logging.WARNING):
         s = apply_profile(Settings(), {"scanguard.treshold": "3", "scanguard.débit": "3"}, name)
