@@ -170,7 +170,8 @@ def _list_variant(values: tuple[float, ...]) -> Variant:
 
 
 def _setting(value: Any) -> Variant:
-    """A settings value: b for yes/no keys, x for whole numbers, d for the others."""
+    """A settings value: b for yes/no keys, x for whole numbers, s for words (roam_scans), d for
+    the other numbers."""
     if isinstance(value, bool):
         return Variant("b", value)
     if isinstance(value, int):

@@ -176,12 +176,15 @@ async def test_recent_scan_requests_changes_are_coalesced_under_a_burst_of_repor
 
 def test_unknown_signal_is_left_out_and_types_follow_the_declaration():
     wire = DeviceStatus(interface="wlan0", state="idle", signal_dbm=None, scans_idle=3,
-                        since=1700000000.5, settings={"enabled": True, "threshold_pps": 60},
+                        since=1700000000.5, settings={"enabled": True, "threshold_pps": 60,
+                                                      "roam_scans": "full"},
                         settings_sources={"enabled": "default"}).as_dbus()
     assert "signal_dbm" not in wire
     assert (wire["scans_idle"].signature, wire["since"].signature) == ("u", "d")
     assert wire["settings"].value["enabled"].signature == "b"
     assert wire["settings"].value["threshold_pps"].signature == "x"
+    word = wire["settings"].value["roam_scans"]
+    assert (word.signature, word.value) == ("s", "full")
     assert wire["settings_sources"].signature == "a{ss}"
     assert DeviceStatus(interface="w", state="idle", signal_dbm=-61.6).as_dbus()["signal_dbm"].value == -62
     assert {k: v.signature for k, v in DeviceStatus(interface="w", state="idle", signal_dbm=-50)
