@@ -155,7 +155,6 @@ class Settings:
     roam_scans: str = "targeted"  # one of ROAM_SCANS
     defer_client_scans: bool = True
     abort_scans: bool = True
-    roam_scans: str = "targeted"
     # key -> where the value came from: "default", a file path, or "profile <id>"
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 

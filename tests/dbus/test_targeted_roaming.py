@@ -9,7 +9,10 @@ import dataclasses
 from nm_scanguard.peers.bus import call, get_property
 
 from .conftest import eventually
-from .test_daemon import FAST, ORIGINAL, bgscan, daemon, restored, suspended  # noqa: F401
+from . import test_daemon as T
+from .test_daemon import FAST, bgscan, restored, suspended
+
+daemon = T.daemon  # the fixture of test_daemon
 
 WPAS = "fi.w1.wpa_supplicant1"
 AP1, AP2 = "02:00:00:00:01:00", "02:00:00:00:02:00"

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from .lab import AP2_OFF_DBM, STRONG_SIGNAL_DBM, WEAK_SIGNAL_DBM, Traffic, wait_until
+from .lab import AP2_OFF_DBM, STA_IF, STRONG_SIGNAL_DBM, WEAK_SIGNAL_DBM, Traffic, wait_until
 from .scenario import (FADED_SIGNAL_DBM, GUARD_SETTINGS, NM_DEFAULT_BGSCAN, Diagnose, Guardd,
                        arm_weak_link, diagnose_link, link_losses, matching_scan, params,
                        wait_bgscan_off, wait_bgscan_on, wait_bgscan_set_off)
@@ -141,6 +141,8 @@ def test_with_the_floor_the_guard_releases_the_station_roams_and_guards_again(la
         scanned = wait_until(first_scan, ASKED_SCAN_WITHIN, "a scan soon after the release (the "
                              "guard asks for one; bgscan alone scans 30 s after)", interval=1)
         assert "asked wpa_supplicant for a scan so that it can roam now" in d.log(), d.log()
+        # Issue 35 (c): AP2 was never seen, so the targeted path had nothing to scan.
+        assert "no other access point of this network is known" in d.log(), d.log()
 
         def roam_time():
             hits = lab.wpa_events(f"CTRL-EVENT-CONNECTED - Connection to {ap2}", faded)
@@ -173,6 +175,58 @@ def test_with_the_floor_the_guard_releases_the_station_roams_and_guards_again(la
                 f"roamed to AP2 {ap2} {roamed - faded:.1f} s after the fade "
                 f"({roamed - released:.1f} s after the release); guard engaged again "
                 f"{reengaged - roamed:+.1f} s from the roam's completion [{time.monotonic() - t:.0f} s]")
+    finally:
+        restore_signals(lab)
+        if traffic is not None:
+            traffic.stop()
+        d.stop()
+
+
+def test_targeted_a_known_second_ap_is_reached_by_a_scan_of_its_channel_only(lab, second_ap):
+    """Issue 35 (a), with AP2 seen shortly before the guard engaged (wpa_supplicant's own list
+    still holds it): the fade is handled with bgscan kept off, by a scan of AP1's and AP2's
+    channels only, and the station roams to AP2 with no scan of every channel while busy.  The
+    figures (seconds to roam, the longest scan, the channels) are printed."""
+    ap1, ap2 = second_ap
+    t = time.monotonic()
+    lab.set_signals({("ap", "sta"): STRONG_SIGNAL_DBM, ("ap2", "sta"): AP2_OFF_DBM})
+    if lab.bssid() != ap1:
+        lab.reconnect()
+    lab.ensure_connected()
+    assert lab.bssid() == ap1, (lab.bssid(), ap1)
+    # AP2 in range but weaker than AP1 will be: seen by one scan, not roamed to.
+    lab.set_signals({("ap2", "sta"): -78})
+    seen = lab.guest_time()
+    lab.check(f"nmcli device wifi rescan ifname {STA_IF}", 30)
+    wait_until(lambda: any(s.end is not None for s in lab.scans(seen)), 30,
+               "the rescan that sees AP2 to end", interval=0.5)
+    d = start_guard(lab, guard_config())
+    traffic = None
+    try:
+        wait_until(lambda: "other access point(s) of this network known" in d.log(), 30,
+                   "the guard to learn AP2", interval=1)
+        traffic, engaged = guarded_upload_on_ap1(lab, ap1, 90)
+        faded = fade_ap1_and_raise_ap2(lab)
+
+        def roam_time():
+            hits = lab.wpa_events(f"CTRL-EVENT-CONNECTED - Connection to {ap2}", faded)
+            return hits[0] if hits else None
+        roamed = wait_until(roam_time, 60, f"wpa_supplicant to roam to AP2 {ap2}", interval=1)
+        assert lab.bssid() == ap2, lab.bssid()
+        assert "asked wpa_supplicant for a targeted scan of" in d.log(), d.log()
+        during = [s for s in lab.scans(faded - 1, roamed) if s.start >= faded - 1]
+        full = [s for s in during if len(s.freqs) > 2]
+        assert not full, [(s.start - faded, s.freqs) for s in during]
+        longest = max((s.duration or 0.0 for s in during), default=0.0)
+        wait_until(lambda: d.status().get("state") == "guarding", 30, "guarding again on AP2",
+                   interval=1)
+        assert lab.bgscan() == "", lab.bgscan()
+        lab.say(f"roam, targeted: engaged t0+{engaged - traffic.t0:.1f} s; AP1 faded to "
+                f"{FADED_SIGNAL_DBM} dBm, AP2 raised to {STRONG_SIGNAL_DBM} dBm; roamed to AP2 "
+                f"{roamed - faded:.1f} s after the fade; scans from the fade to the roam: "
+                f"{[(round(s.start - faded, 2), s.freqs, round(s.duration or 0, 2)) for s in during]}"
+                f"; longest {longest:.2f} s; full-band scans while busy: {len(full)} "
+                f"[{time.monotonic() - t:.0f} s]")
     finally:
         restore_signals(lab)
         if traffic is not None:

@@ -14,10 +14,12 @@ from nm_scanguard.daemon import roaming, targeted
 from nm_scanguard.daemon.guard import Guard
 from nm_scanguard.daemon.targeted import REFRESH_GAP, ROAM_MARGIN_DB, TARGETED_LIMIT, bgscan_threshold
 from nm_scanguard.peers.supplicant import Bss
+from tests.unit.daemon import test_guard as G
 from tests.unit.daemon.test_abort import engage, fade
-from tests.unit.daemon.test_guard import ACCESS_DENIED, SETTINGS, guard, parts, run  # noqa: F401
+from tests.unit.daemon.test_guard import ACCESS_DENIED, SETTINGS
 from tests.unit.daemon.test_suspension import IFACE0, NET0, NM_BGSCAN
 
+parts, guard = G.parts, G.guard  # the fixtures of test_guard
 NO_REPLY = "org.freedesktop.DBus.Error.NoReply"
 SSIDS = [b"home", "Café ☕".encode()]
 
