@@ -51,7 +51,7 @@ define step
 	exit $$rc
 endef
 
-.PHONY: all test lint demo paper bench bench-medium deb deps-test deps-lab deps-deb unit dbus fault contract lab package clean \
+.PHONY: all test lint demo paper roam bench bench-medium deb deps-test deps-lab deps-deb unit dbus fault contract lab package clean \
         fault-model fault-long fault-mutants fault-explore fault-exhaustive
 
 all:
@@ -164,6 +164,12 @@ demo: deps-lab
 # `make paper-trixie` runs it on Debian 13.
 paper: deps-lab
 	$(PYTHON) -m tests.lab.paper $(PAPER_ARGS)
+
+# A fade under load in the lab, roam_scans = targeted against full (issue 35; docs/roaming.md).
+# Not part of `make test`: about 15 minutes.  ROAM_ARGS='--scenarios walk' for a part;
+# `make roam-trixie` runs it on Debian 13.
+roam: deps-lab
+	$(PYTHON) -m tests.lab.roam_study $(ROAM_ARGS)
 
 bench-medium: deps-lab
 	$(PYTHON) -m tests.lab.bench_medium

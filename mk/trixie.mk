@@ -38,7 +38,7 @@ TRIXIE_FAULT_EXAMPLES ?= $(or $(SCANGUARD_FAULT_EXAMPLES),10)
 TRIXIE_MODEL_SEQUENCES ?= $(or $(SCANGUARD_MODEL_SEQUENCES),1000)
 TRIXIE       = TRIXIE_CACHE=$(TRIXIE_CACHE) $(PYTHON) tests/release/trixie.py
 
-.PHONY: trixie-root test-trixie trixie-shell trixie-deps lab-trixie paper-trixie
+.PHONY: trixie-root test-trixie trixie-shell trixie-deps lab-trixie paper-trixie roam-trixie
 
 # The guard checks issue 10 names (baseline scans, guard on, restore, reconnect, kill -9, hold,
 # dispatcher), the non-ASCII check that starts the daemon, config set against NetworkManager
@@ -73,3 +73,8 @@ lab-trixie: trixie-deps deps-lab deps-deb
 paper-trixie: trixie-deps deps-lab
 	SCANGUARD_LAB_RELEASE=trixie TRIXIE_CACHE=$(TRIXIE_CACHE) \
 	  $(PYTHON) -m tests.lab.paper --out paper-results-trixie $(PAPER_ARGS)
+
+# `make roam` on Debian 13 (kernel 6.12), into roam-results-trixie/.
+roam-trixie: trixie-deps deps-lab
+	SCANGUARD_LAB_RELEASE=trixie TRIXIE_CACHE=$(TRIXIE_CACHE) \
+	  $(PYTHON) -m tests.lab.roam_study --out roam-results-trixie $(ROAM_ARGS)

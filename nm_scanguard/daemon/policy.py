@@ -36,6 +36,12 @@ GUARDED = (GUARDING, HELD, NO_BGSCAN, ERROR, ROAMING)
 ENGAGED = (GUARDING, HELD, ROAMING)
 
 
+# Within this many dB above the floor the signal is read every sample (signal_poll_due):
+# one SignalPoll a second while the link is marginal, where a walk out of range crosses the
+# floor within seconds.
+NEAR_FLOOR_DB = 10.0
+
+
 def threshold_words(s: Settings) -> str:
     """What makes a link busy, in the words of the status and the log."""
     pps = f" or {s.threshold_pps} packets/s" if s.threshold_pps > 0 else ""
@@ -180,4 +186,9 @@ class Policy:
             return False
         if self.targeted and self.weak:
             return True  # every sample: the station's move ends ROAMING as soon as it lands
-        return self._last_poll is None or now - self._last_poll >= self.settings.signal_poll_interval
+        interval = self.settings.signal_poll_interval
+        if self.signal is not None and self.signal < self.settings.signal_floor_dbm + NEAR_FLOOR_DB:
+            # Near the floor, every sample: a fade is seen within one, not a poll interval
+            # (lab: the targeted scan started 4 s after a fade with a 2 s poll interval).
+            interval = min(interval, self.settings.sample_interval)
+        return self._last_poll is None or now - self._last_poll >= interval

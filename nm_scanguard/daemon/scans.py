@@ -20,7 +20,7 @@ from ..peers.supplicant import NoScanRunning, SupplicantError, WpaSupplicant
 from ..status import who_scanned
 from .policy import GUARDED
 from .problems import ABORT, DEFERRAL, Problems
-from .roaming import Roaming
+from .roaming import FULL, Roaming
 
 log = logging.getLogger("scanguard")
 
@@ -174,10 +174,11 @@ class ScanWatch:
         if self._owner.engaged:
             self.scans_guarding += 1
             if self._roaming.is_ours():
-                # Not somebody else's: ours, asked for when the signal faded, and guarding
-                # resumed before it ran: not root's or GeoClue's.
-                log.info("%s: the scan the guard asked for to roam ran after guarding resumed",
-                         self.ifname)
+                # Not somebody else's.  A targeted or refresh scan runs while guarding by
+                # design; a full one means guarding resumed before it ran.
+                if self._roaming.own_kind == FULL:
+                    log.info("%s: the scan the guard asked for to roam ran after guarding "
+                             "resumed", self.ifname)
             elif self.deferring:
                 log.info("%s: a scan ran while guarding, though client scan requests are "
                          "refused; it was asked for by %s", self.ifname, who_scanned(True))

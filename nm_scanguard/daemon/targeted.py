@@ -229,7 +229,8 @@ class Targeted:
         the next sample decide on a Roam."""
         if self._targeted_at is not None and self._roaming.own_kind == TARGETED:
             self._targeted_scanned = True
-        self._owner.beside(self.learn())
+        if not self._owner.stopping:  # a guard that stops learns nothing more
+            self._owner.beside(self.learn())
 
     def _where(self) -> str:
         return self.current.bssid if self.current is not None else "the current access point"

@@ -185,7 +185,17 @@ def test_failed_signal_poll_changes_nothing(clock):
     p.observe_signal(clock.t, -80)
     p.observe_signal(clock.t + 5, None)
     assert p.state == P.WEAK
-    assert not p.signal_poll_due(clock.t + 6)  # a failed poll still counts as a poll
+    assert not p.signal_poll_due(clock.t + 5.5)  # a failed poll still counts as a poll
+
+
+def test_near_the_floor_the_signal_is_read_every_sample(clock):
+    p = Policy(BASE)  # floor -75, poll interval 5 s, one sample a second
+    clock.feed(p, mbit(5), n=3)
+    p.observe_signal(clock.t, -50)
+    assert not p.signal_poll_due(clock.t + BASE.sample_interval)
+    p.observe_signal(clock.t, -75 + P.NEAR_FLOOR_DB - 1)
+    assert p.signal_poll_due(clock.t + BASE.sample_interval)
+    assert not p.signal_poll_due(clock.t + BASE.sample_interval / 2)
 
 
 def test_weak_signal_keeps_being_polled_while_traffic_wants_guard(clock):

@@ -228,3 +228,21 @@ async def test_the_status_shows_the_known_aps(guard, parts, two_aps, clock):
     cands: list[dict[str, Any]] = guard.status().roam_candidates
     assert [(c["bssid"], c["current"]) for c in cands] == [(two_aps[0].bssid, True),
                                                           (two_aps[1].bssid, False)]
+
+
+async def test_a_guard_that_stops_learns_nothing_more(guard, parts, two_aps, clock):
+    await learned(guard, parts)
+    await parts["listener"].run()
+    await guard.stop()
+    guard.targeted.scan_done()  # a refresh scan ends while the daemon shuts down
+    assert parts["listener"].beside == []
+
+
+async def test_our_targeted_scan_s_end_is_not_logged_as_a_late_roaming_scan(guard, parts, two_aps,
+                                                                           clock, caplog):
+    caplog.set_level(logging.INFO, "scanguard")
+    await learned(guard, parts)
+    await fade(guard, parts, -85)
+    guard.scans.scanning_changed(True)
+    guard.scans.count_scan()
+    assert "ran after guarding resumed" not in caplog.text
