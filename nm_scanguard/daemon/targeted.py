@@ -89,7 +89,10 @@ class Targeted:
             return
         now = time.monotonic()
         if self._targeted_at is None:
-            if self._spent or owner.settings.roam_scans != TARGETED or owner.suspended is None:
+            # Whether bgscan is suspended yet does not matter (a suspend may be under way in
+            # another reconcile): ROAMING wants it suspended, and the reconcile that follows
+            # this sample's keeps or makes it so.
+            if self._spent or owner.settings.roam_scans != TARGETED:
                 return
             if not self._others():
                 log.info("%s: the signal fell below the floor and no other access point of "

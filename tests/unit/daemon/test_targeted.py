@@ -246,3 +246,16 @@ async def test_our_targeted_scan_s_end_is_not_logged_as_a_late_roaming_scan(guar
     guard.scans.scanning_changed(True)
     guard.scans.count_scan()
     assert "ran after guarding resumed" not in caplog.text
+
+
+async def test_a_hold_taken_at_a_weak_signal_takes_the_targeted_path_too(guard, parts, two_aps,
+                                                                         clock):
+    """The fade is read before bgscan is suspended (a hold's kick, or a suspend still under way
+    in another reconcile): the targeted path all the same, and bgscan suspended for it."""
+    sup = parts["sup"]
+    await guard.targeted.learn()
+    sup.rssi = -85
+    guard.hold_changed(True)
+    await guard.kick()
+    assert guard.state == P.ROAMING and sup.networks[NET0]["bgscan"] == ""
+    assert sup.scan_channels == [(2412, 5180)]
