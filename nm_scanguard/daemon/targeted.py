@@ -108,7 +108,9 @@ class Targeted:
             if not await self._roaming.own_scan(TARGETED, channels, self._ssid()):
                 self._give_up("wpa_supplicant did not start the targeted scan")
             return
-        if now - self._targeted_at >= TARGETED_LIMIT:
+        if owner.settings.roam_scans != TARGETED:
+            self._give_up("roam_scans was set to full")
+        elif now - self._targeted_at >= TARGETED_LIMIT:
             self._give_up(f"the station did not leave the fade within {TARGETED_LIMIT:g} s")
         elif self._targeted_scanned and self._roam_asked is None:
             await self._roam_if_better()

@@ -259,3 +259,15 @@ async def test_a_hold_taken_at_a_weak_signal_takes_the_targeted_path_too(guard, 
     await guard.kick()
     assert guard.state == P.ROAMING and sup.networks[NET0]["bgscan"] == ""
     assert sup.scan_channels == [(2412, 5180)]
+
+
+async def test_roam_scans_set_to_full_during_a_fade_releases_at_the_next_sample(guard, parts,
+                                                                                two_aps, clock):
+    sup = parts["sup"]
+    await learned(guard, parts)
+    await fade(guard, parts, -85)
+    assert guard.state == P.ROAMING
+    guard.update(guard.dev, dataclasses.replace(SETTINGS, roam_scans="full"))
+    await fade(guard, parts, -85)
+    assert guard.state == P.WEAK and sup.networks[NET0]["bgscan"] == NM_BGSCAN
+    assert sup.scan_channels == [(2412, 5180), ()]
