@@ -21,9 +21,6 @@ from tests.contract.wpaclient import INTERFACE_IFACE, WpaClient, error_detail, e
 WPA_INVALID_ARGS = "fi.w1.wpa_supplicant1.InvalidArgs"
 BAD_ARGUMENTS = "Did not receive correct message arguments."  # every InvalidArgs' first text
 
-_ROAMING = ("the model simulates what scanguardd uses today; its introspection, Roam, BSSs and "
-            "Scan's option checks come with issue 35")
-
 CHANNELS = [[2412, 20], [5180, 80]]  # (centre frequency in MHz, width in MHz)
 
 
@@ -75,7 +72,7 @@ async def targeted_scans_fail_without_a_radio(wpa: WpaClient) -> None:
     assert [s.body for s in await _targeted_scans(wpa)] == [[False], [False]]
 
 
-@scenario(model_differs=_ROAMING)
+@scenario()
 async def scan_option_errors(wpa: WpaClient) -> None:
     """Each bad option: InvalidArgs with the fixed text and a second string naming the fault.
     Checked in the order given; an unknown key is named; AllowRoam's message says "Type"."""
@@ -118,7 +115,7 @@ async def _roam(wpa: WpaClient, address: str) -> None:
     await wpa.call(wpa.iface, INTERFACE_IFACE, "Roam", "s", [address])
 
 
-@scenario(model_differs=_ROAMING)
+@scenario()
 async def roam_errors(wpa: WpaClient) -> None:
     """The address is checked first, then that a network is selected (CurrentNetwork, not
     State: "not connected" means none selected), then that wpa_supplicant knows a BSS of that
@@ -146,7 +143,7 @@ async def roam_errors(wpa: WpaClient) -> None:
     assert (err.type, err.text, error_detail(err)) == bad_address
 
 
-@scenario(model_differs=_ROAMING)
+@scenario()
 async def no_bss_without_a_radio(wpa: WpaClient) -> None:
     """Nothing scanned: no BSS.  Driver "none" never finds one, so BSS objects are mock-only."""
     async def value(name: str) -> tuple[str, object]:

@@ -114,6 +114,10 @@ class Conn(Endpoint):
     def disconnect(self) -> None:
         self._bus.drop(self)
 
+    def waiting(self) -> bool:
+        """Whether a call of this connection still waits for its answer."""
+        return bool(self._replies)
+
     async def wait_for_disconnect(self) -> None:
         while self.alive:
             await asyncio.sleep(1)
@@ -309,6 +313,10 @@ class SimBus:
 
     def route(self, msg: Message, sender: Endpoint) -> None:
         self._post(self._route, msg, sender.unique)
+
+    def in_flight(self) -> bool:
+        """Whether a message is on its way, or something it woke has yet to run."""
+        return bool(self._queue) or bool(self.loop._ready)  # type: ignore[attr-defined]
 
     def _post(self, fn: Callable[..., None], *args: Any) -> None:
         """Every hop takes LATENCY, and hops are delivered strictly in the order posted."""

@@ -27,14 +27,20 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from nm_scanguard.dbuslib import Message, Variant
+from nm_scanguard.dbuslib import Message, MessageType, Variant
 from nm_scanguard.rates import Counters
 from tests.model.bus import UNKNOWN_METHOD, Service, SimBus
+from tests.model.radio import (ALL_CHANNELS, HWADDR, NETWORK_SSID, ROAM_SECONDS, Ap,
+                               BadArguments, BssList, bss_properties, roam_margin, scan_request)
 
 WPAS = "fi.w1.wpa_supplicant1"
 WPAS_PATH = "/fi/w1/wpa_supplicant1"
 WPAS_IFACE = WPAS + ".Interface"
 WPAS_NETWORK = WPAS + ".Network"
+WPAS_BSS = WPAS + ".BSS"
+INVALID_ARGS = WPAS + ".InvalidArgs"
+BAD_ARGUMENTS = "Did not receive correct message arguments."  # every InvalidArgs' first text
+UNKNOWN_OBJECT = "org.freedesktop.DBus.Error.UnknownObject"
 PROPS = "org.freedesktop.DBus.Properties"
 NM = "org.freedesktop.NetworkManager"
 NM_PATH = "/org/freedesktop/NetworkManager"
@@ -53,11 +59,12 @@ def _error(msg: Message, name: str, text: str) -> Message:
     return Message.new_error(msg, name, text)
 
 
-def _scan_type(msg: Message) -> object:
-    """Scan's "Type" argument (None if missing or not a dict)."""
-    args = msg.body[0] if msg.body else None
-    value = args.get("Type") if isinstance(args, dict) else None
-    return value.value if isinstance(value, Variant) else value
+def _bad_arguments(msg: Message, detail: str | None) -> Message:
+    """wpa_supplicant's InvalidArgs: a fixed text, and a second string naming the fault."""
+    return Message(message_type=MessageType.ERROR, reply_serial=msg.serial,
+                   destination=msg.sender, error_name=INVALID_ARGS,
+                   signature="s" if detail is None else "ss",
+                   body=[BAD_ARGUMENTS] + ([] if detail is None else [detail]))
 
 
 # ---- wpa_supplicant ---------------------------------------------------------------------------
@@ -94,21 +101,45 @@ class WpaIface:
     path: str
     nets: dict[int, Net] = field(default_factory=dict)
     current: Net | None = None
-    rssi: int = -50
+    # The access points in range (Supplicant.radio: they outlive the interface object), the one
+    # the station is with (None: not associated, or no AP of the network in range), and the BSS
+    # objects wpa_supplicant keeps (radio.py).
+    aps: list[Ap] = field(default_factory=list)
+    bss: Ap | None = None
+    bsses: BssList = field(default_factory=lambda: BssList(""))
+    roam_time: int = 0  # ms, RoamTime; RoamComplete once a roam has ended
+    roam_complete: bool = False
+    alone_rssi: int = -50  # the signal when no AP of the radio is the current one
     scanning: bool = False
     scan_id: int = 0  # the running scan's number (an aborted scan's end timer is stale)
+    scan_began: float = 0.0
+    scan_plan: tuple[int, ...] = ()  # the channels the running scan visits, in order
+    scan_roams: bool = True  # the running scan's results may make wpa_supplicant move
     # The bus name of the daemon whose Scan started the running scan, answered without a fault:
     # that daemon knows it for its own roaming scan, which it must never abort.  ("": someone
     # else's.  A daemon started after a crash cannot know its predecessor's scan: found by the
     # rung, a restart that guards before it has read the signal aborts that one.)
     scan_own: str = ""
 
+    @property
+    def rssi(self) -> int:
+        """The signal SignalPoll reads: the current AP's, as the station hears it."""
+        return self.bss.signal if self.bss is not None else self.alone_rssi
+
+    @rssi.setter
+    def rssi(self, value: int) -> None:
+        if self.bss is not None:
+            self.bss.signal = value
+        else:
+            self.alone_rssi = value
+
 
 @dataclass
 class Fault:
     kind: str  # error, lost, late, slow, hang-before, hang-after
-    # Get, Set, GetInterface, Scan, AbortScan, SignalPoll; None: any call; "Get.<property>":
-    # only reads of that property (Get.Properties: a network's bgscan, read by the Suspender)
+    # Get, Set, GetAll, GetInterface, Scan, AbortScan, SignalPoll, Roam; None: any call;
+    # "Get.<property>": only reads of that property (Get.Properties: a network's bgscan, read
+    # by the Suspender; Get.BSSs, Get.CurrentBSS)
     member: str | None
     error: str = "org.freedesktop.DBus.Error.AccessDenied"  # test_model.POSSIBLE_ERRORS
     seconds: float = 0.0
@@ -146,6 +177,14 @@ class Supplicant(Service):
         self._order = itertools.count()
         self.counts: dict[str, int] = {}
         self.aborted = 0  # scans AbortScan ended
+        # The access points in range of each interface name: the world's radio, which outlives
+        # wpa_supplicant's interface objects and the process itself.
+        self.radio: dict[str, list[Ap]] = {}
+        # Every scan started: (virtual time, interface name, who asked for it over the bus ("":
+        # another program), the channels it visits, () for every one).
+        self.scans: list[tuple[float, str, str, tuple[int, ...]]] = []
+        # Called with each Scan call as wpa_supplicant takes it in (World checks whose it is).
+        self.on_scan: Callable[[Message], None] | None = None
         self._record = record  # the interleaving: one word per event
         self._busy = False
         self._backlog: deque[Callable[[], None]] = deque()
@@ -208,7 +247,9 @@ class Supplicant(Service):
     # ---- what NetworkManager does to it -----------------------------------------------
 
     def add_interface(self, ifname: str) -> WpaIface:
-        iface = WpaIface(ifname, f"{WPAS_PATH}/Interfaces/{next(self._iface_numbers)}")
+        path = f"{WPAS_PATH}/Interfaces/{next(self._iface_numbers)}"
+        iface = WpaIface(ifname, path, aps=self.radio.setdefault(ifname, []),
+                         bsses=BssList(path))
         self.ifaces[ifname] = iface
         return iface
 
@@ -232,9 +273,24 @@ class Supplicant(Service):
 
     def select(self, iface: WpaIface, net: Net) -> None:
         """SelectNetwork, taken as associated at once: CurrentNetwork is announced by the flush
-        timer (the real one announces it on association)."""
+        timer (the real one announces it on association).  The scan before the association
+        sees every AP in range, and the station joins the network's strongest."""
         iface.current = net
-        self._announce(iface, {"CurrentNetwork": Variant("o", net.path)})
+        self._results(iface, ALL_CHANNELS)
+        ours = [ap for ap in iface.aps if ap.ssid == NETWORK_SSID]
+        iface.bss = max(ours, key=lambda ap: ap.signal, default=None)
+        self._announce(iface, {"CurrentNetwork": Variant("o", net.path),
+                               "CurrentBSS": Variant("o", self._bss_path(iface))})
+
+    def _bss_path(self, iface: WpaIface) -> str:
+        bss = iface.bsses.by_bssid.get(iface.bss.bssid) if iface.bss is not None else None
+        return bss.path if bss is not None else "/"
+
+    def add_ap(self, ifname: str, ap: Ap) -> None:
+        """An access point comes into range of `ifname` (wpa_supplicant sees it at its next
+        scan of that channel)."""
+        self.radio.setdefault(ifname, []).append(ap)
+        self._record("ap")
 
     def remove_current(self, ifname: str) -> None:
         iface = self.ifaces.get(ifname)
@@ -248,7 +304,7 @@ class Supplicant(Service):
         del iface.nets[int(net.path.rsplit("/", 1)[1])]
         current = iface.current is net
         if current:
-            iface.current = None
+            iface.current = iface.bss = None
             # A roaming scan serves the association it was asked for: once NetworkManager
             # re-activates, the daemon guards the new one afresh and the scan is nobody's own
             # (found by the rung: the new activation's guard, held before its first signal
@@ -258,7 +314,8 @@ class Supplicant(Service):
         self._record("remove")
         self.signal(iface.path, WPAS_IFACE, "NetworkRemoved", "o", [net.path])
         if current:
-            self._announce(iface, {"CurrentNetwork": Variant("o", "/")})
+            self._announce(iface, {"CurrentNetwork": Variant("o", "/"),
+                                   "CurrentBSS": Variant("o", "/")})
 
     def remove_interface(self, ifname: str) -> None:
         """RemoveInterface: its networks go first (NetworkRemoved each), then the interface; a
@@ -285,15 +342,23 @@ class Supplicant(Service):
         net.changed = next(self._order)
         self._record("other-set")
 
-    def scan(self, ifname: str, own: str = "") -> bool:
+    def scan(self, ifname: str, own: str = "", channels: tuple[int, ...] = (),
+             roam: bool = True, by: str = "") -> bool:
+        """A scan of `channels` (MHz; () every channel), asked by `by` (a bus name, "" another
+        program), and `own`: by a daemon that will know it for its own (answered without a
+        fault).  A few channels take that share of a full scan's time."""
         iface = self.ifaces.get(ifname)
         if iface is None or iface.scanning:
             return False
-        iface.scanning, iface.scan_own = True, own
+        iface.scanning, iface.scan_own, iface.scan_roams = True, own, roam
+        iface.scan_plan = tuple(sorted(set(channels))) or ALL_CHANNELS
+        iface.scan_began = self.loop.time()
         iface.scan_id = scan_id = next(self._order)
-        self._record("scan")
+        self.scans.append((iface.scan_began, ifname, by or own, tuple(channels)))
+        self._record("scan" if not channels else f"scan:{len(channels)}")
         self._announce(iface, {"Scanning": Variant("b", True)})
-        self.loop.call_later(SCAN_SECONDS,
+        seconds = SCAN_SECONDS * len(iface.scan_plan) / len(ALL_CHANNELS)
+        self.loop.call_later(seconds,
                              lambda: self.submit(lambda: self._scan_done(iface, scan_id)))
         return True
 
@@ -306,16 +371,102 @@ class Supplicant(Service):
         self._record("aborted")
         self.aborted += 1
         self.counts["scan aborted"] = self.counts.get("scan aborted", 0) + 1
-        self._scan_done(iface, iface.scan_id)
+        self._scan_done(iface, iface.scan_id, aborted=True)
         return Message.new_method_return(msg)
 
-    def _scan_done(self, iface: WpaIface, scan_id: int) -> None:
+    def _scan_done(self, iface: WpaIface, scan_id: int, aborted: bool = False) -> None:
         if self.ifaces.get(iface.ifname) is not iface or not iface.scanning \
                 or iface.scan_id != scan_id:
             return
         iface.scanning, iface.scan_own = False, ""
+        visited = iface.scan_plan
+        if aborted:  # the channels visited so far
+            share = (self.loop.time() - iface.scan_began) / (
+                SCAN_SECONDS * len(visited) / len(ALL_CHANNELS))
+            visited = visited[:int(len(visited) * min(1.0, share))]
+        self._results(iface, visited)
         self.signal(iface.path, WPAS_IFACE, "ScanDone", "b", [True])
         self._announce(iface, {"Scanning": Variant("b", False)})
+        if iface.scan_roams:
+            self._roam_by_itself(iface, visited)
+
+    # ---- the BSS list and roaming (radio.py) ------------------------------------------
+
+    def _results(self, iface: WpaIface, visited: tuple[int, ...]) -> None:
+        """What a scan of `visited` found goes into the BSS list, announced."""
+        added, removed = iface.bsses.results(iface.aps, visited, iface.bss, self.loop.time())
+        self._bss_changes(iface, added, removed)
+
+    def _expire(self, iface: WpaIface) -> None:
+        """BSSes unseen for BSSExpireAge go (the real one checks every 10 s; read when asked
+        is the same to a client)."""
+        self._bss_changes(iface, [], iface.bsses.expire(self.loop.time(), iface.bss))
+
+    def _bss_changes(self, iface: WpaIface, added: list, removed: list) -> None:
+        now = self.loop.time()
+        for bss in added:
+            self.signal(iface.path, WPAS_IFACE, "BSSAdded", "oa{sv}",
+                        [bss.path, bss_properties(bss, now)])
+        for bss in removed:
+            self.signal(iface.path, WPAS_IFACE, "BSSRemoved", "o", [bss.path])
+        if added or removed:
+            self._announce(iface, {"BSSs": Variant("ao", iface.bsses.paths())})
+
+    def _roam_by_itself(self, iface: WpaIface, visited: tuple[int, ...]) -> None:
+        """wpa_supplicant's own selection on a scan's results (AllowRoam): the strongest AP of
+        the current network this scan saw, if stronger by its margin and not kept off by its
+        throughput estimate (Ap.chosen)."""
+        current = iface.bss
+        if current is None or iface.current is None:
+            return
+        seen = [ap for ap in iface.aps if ap.frequency in visited and ap is not current
+                and ap.network() == current.network() and ap.chosen]
+        best = max(seen, key=lambda ap: ap.signal, default=None)
+        if best is not None and best.signal >= current.signal + roam_margin(current.signal):
+            self._record("roam:itself")
+            self.counts["roamed by itself"] = self.counts.get("roamed by itself", 0) + 1
+            self._move_later(iface, best)
+
+    def _move_later(self, iface: WpaIface, ap: Ap) -> None:
+        """Associate with `ap` after ROAM_SECONDS, if the station is still on that network."""
+        net, began = iface.current, self.loop.time()
+
+        def move() -> None:
+            if self.ifaces.get(iface.ifname) is not iface or iface.current is not net \
+                    or ap not in iface.aps:
+                return
+            iface.bss = ap
+            iface.roam_time, iface.roam_complete = int((self.loop.time() - began) * 1000), True
+            self._record("moved")
+            self._announce(iface, {"CurrentBSS": Variant("o", self._bss_path(iface)),
+                                   "RoamComplete": Variant("b", True)})
+        self.loop.call_later(ROAM_SECONDS, lambda: self.submit(move))
+
+    def _roam(self, msg: Message, iface: WpaIface) -> Message:
+        """Roam(s), checked as wpas_dbus_handler_roam does: the address, a selected network,
+        a known BSS of that address with the network's SSID; the reply comes at once, the
+        move after ROAM_SECONDS."""
+        if msg.signature != "s":  # the object layer's signature check: no text, no body
+            return Message(message_type=MessageType.ERROR, reply_serial=msg.serial,
+                           destination=msg.sender,
+                           error_name="org.freedesktop.DBus.Error.InvalidArgs")
+        address = str(msg.body[0])
+        if not HWADDR.match(address):
+            return _bad_arguments(msg, "Invalid hardware address format")
+        if iface.current is None:
+            return _error(msg, WPAS + ".NotConnected", "This interface is not connected")
+        self._expire(iface)
+        bss = iface.bsses.find(address[:17], NETWORK_SSID)
+        if bss is None:
+            return _bad_arguments(msg, "Target BSS not found")
+        if iface.bss is not None and bss.ap.network() != iface.bss.network():
+            self.violations.append(f"Roam to {bss.ap.bssid} on {iface.path}: an AP of another "
+                                   f"network ({bss.ap.security}, the station's is "
+                                   f"{iface.bss.security})")
+        self._record("roam:asked")
+        self.counts["roamed on request"] = self.counts.get("roamed on request", 0) + 1
+        self._move_later(iface, bss.ap)
+        return Message.new_method_return(msg)
 
     def _announce(self, iface: WpaIface, changes: dict[str, Variant]) -> None:
         def flush() -> None:
@@ -361,6 +512,8 @@ class Supplicant(Service):
                 race.work()
                 if not self.alive:
                     return  # it restarted: the call dies with it (callers get NoReply)
+        if member == "Scan" and self.on_scan is not None:
+            self.on_scan(msg)
         fault = self._take_fault(member, msg)
         kind = fault.kind if fault else "ok"
         if fault is not None:
@@ -396,14 +549,11 @@ class Supplicant(Service):
         iface = next((i for i in self.ifaces.values() if i.path == msg.path), None)
         net = self._net(msg.path)
         if iface is None and net is None:
-            return _error(msg, UNKNOWN_METHOD, f"No such interface or object: {msg.path}")
+            return self._bss_call(msg)
         if msg.interface == PROPS and msg.member == "Get":
             name = msg.body[1]
-            if iface is not None and name == "Scanning":
-                return Message.new_method_return(msg, "v", [Variant("b", iface.scanning)])
-            if iface is not None and name == "CurrentNetwork":
-                return Message.new_method_return(
-                    msg, "v", [Variant("o", iface.current.path if iface.current else "/")])
+            if iface is not None and name in _IFACE_PROPERTIES:
+                return Message.new_method_return(msg, "v", [self._iface_property(iface, name)])
             if net is not None and name == "Properties":
                 self.last_read[(msg.sender, net.path)] = next(self._order)
                 props = {"ssid": Variant("s", '"Café ☕"')}
@@ -412,18 +562,68 @@ class Supplicant(Service):
                 return Message.new_method_return(msg, "v", [Variant("a{sv}", props)])
         if msg.interface == PROPS and msg.member == "Set" and net is not None:
             return self._set(msg, net)
+        if msg.interface == PROPS and msg.member == "Set" and iface is not None \
+                and msg.body[1] in ("BSSExpireAge", "BSSExpireCount"):
+            return self._set_expiry(msg, iface)
         if iface is not None and msg.member == "AbortScan":
             return self._abort(msg, iface)
         if iface is not None and msg.member == "Scan":
-            if _scan_type(msg) not in ("active", "passive"):
-                return _error(msg, WPAS + ".InvalidArgs", "Did not receive correct message arguments.")
-            if not self.scan(iface.ifname, own=(msg.sender or "") if clean else ""):
+            try:
+                request = scan_request(msg.body[0] if msg.body else None)
+            except BadArguments as e:
+                return _bad_arguments(msg, e.detail)
+            if not self.scan(iface.ifname, own=(msg.sender or "") if clean else "",
+                             channels=request.channels, roam=request.allow_roam,
+                             by=msg.sender or ""):
                 return _error(msg, WPAS + ".Interface.ScanError", "Scan request rejected")
             return Message.new_method_return(msg)
+        if iface is not None and msg.member == "Roam":
+            return self._roam(msg, iface)
         if iface is not None and msg.member == "SignalPoll":
             if iface.current is None:
                 return _error(msg, "org.freedesktop.DBus.Error.Failed", "Failed to read signal")
             return Message.new_method_return(msg, "a{sv}", [{"rssi": Variant("i", iface.rssi)}])
+        return _error(msg, "org.freedesktop.DBus.Error.InvalidArgs", "No such property")
+
+    def _iface_property(self, iface: WpaIface, name: str) -> Variant:
+        if name in ("BSSs", "CurrentBSS"):
+            self._expire(iface)
+        value = {"Scanning": iface.scanning,
+                 "CurrentNetwork": iface.current.path if iface.current else "/",
+                 "BSSs": iface.bsses.paths(), "CurrentBSS": self._bss_path(iface),
+                 "BSSExpireAge": int(iface.bsses.expire_age),
+                 "BSSExpireCount": iface.bsses.expire_count,
+                 "RoamTime": iface.roam_time, "RoamComplete": iface.roam_complete}[name]
+        return Variant(_IFACE_PROPERTIES[name], value)
+
+    def _set_expiry(self, msg: Message, iface: WpaIface) -> Message:
+        name, value = msg.body[1], msg.body[2]
+        number = int(value.value if isinstance(value, Variant) else value)
+        if name == "BSSExpireAge":
+            if number < 10:
+                return _error(msg, "org.freedesktop.DBus.Error.Failed",
+                              "BSSExpireAge must be >= 10")
+            iface.bsses.expire_age = float(number)
+        else:
+            iface.bsses.expire_count = number
+        return Message.new_method_return(msg)
+
+    def _bss_call(self, msg: Message) -> Message:
+        """A call on a BSS object: GetAll (what the daemon reads) and Get; once the BSS is
+        gone, the object is unknown."""
+        iface = next((i for i in self.ifaces.values()
+                      if msg.path.startswith(i.path + "/BSSs/")), None)
+        if iface is not None:
+            self._expire(iface)
+        bss = iface.bsses.at(msg.path) if iface is not None else None
+        if bss is None:
+            name = UNKNOWN_OBJECT if "/BSSs/" in msg.path else UNKNOWN_METHOD
+            return _error(msg, name, f"No such interface or object: {msg.path}")
+        props = bss_properties(bss, self.loop.time())
+        if msg.interface == PROPS and msg.member == "GetAll" and msg.body[0] == WPAS_BSS:
+            return Message.new_method_return(msg, "a{sv}", [props])
+        if msg.interface == PROPS and msg.member == "Get" and msg.body[1] in props:
+            return Message.new_method_return(msg, "v", [props[msg.body[1]]])
         return _error(msg, "org.freedesktop.DBus.Error.InvalidArgs", "No such property")
 
     def _net(self, path: str) -> Net | None:
@@ -469,6 +669,11 @@ class Supplicant(Service):
 
     def live_nets(self) -> list[Net]:
         return [n for i in self.ifaces.values() for n in i.nets.values()]
+
+
+_IFACE_PROPERTIES = {"Scanning": "b", "CurrentNetwork": "o", "BSSs": "ao", "CurrentBSS": "o",
+                     "BSSExpireAge": "u", "BSSExpireCount": "u", "RoamTime": "u",
+                     "RoamComplete": "b"}
 
 
 # ---- NetworkManager ---------------------------------------------------------------------------
