@@ -14,7 +14,14 @@ After every step (Hypothesis `@invariant`):
 - a restore writes only where our "" still stands (except the race the API cannot close, as it
   has no compare-and-set: the object at that path was re-created, or another program wrote its
   bgscan, after our last read of it);
-- nothing the daemon did raised out of the event loop unhandled.
+- nothing the daemon did raised out of the event loop unhandled;
+- never an AbortScan of a scan the same daemon started (a roaming scan of every channel, a
+  targeted one or a refresh: peers.py);
+- roaming by targeted scans (tests/model/roam_checks.py): no scan of every channel asked by the
+  daemon unless the targeted path gave up (or knew no other access point), and "roaming" shown
+  only while bgscan is our "".
+The world's radio has one access point per interface; steps bring a second one of the same
+network (or one of another network) into range and fade the current one below the floor.
 A `busy_for_a_while` step also checks that the guard works, where that can be judged: both
 links busy for 10 s at a strong signal with the peers answering all along, every network that
 its settings say to guard carries our "", and no other one does.
@@ -46,15 +53,22 @@ CAFE = "Café ☕"
 # - Interface.ScanError, to Scan ("Scan request rejected", wpas_dbus_handler_scan, a scan
 #   already running) and AbortScan ("Abort failed or no scan in progress",
 #   wpas_dbus_handler_abort_scan).
+# Roam, and the reads of the BSS list (Get.BSSs, Get.CurrentBSS, GetAll on a BSS object), have
+# no error of their own for a well-formed call while the network is selected and the BSS
+# exists (wpas_dbus_handler_roam, the BSS getters): only AccessDenied is drawn for them.
 # Everything else comes from a change the model makes happen: ServiceUnknown and NoReply from a
 # wpa_supplicant that left (restart_supplicant), InterfaceUnknown and UnknownMethod from objects
-# that are gone (recreate_interface, a removed network), a late or missing reply (the late,
-# lost, slow and hang kinds: the daemon's own call timeout, org.freedesktop.DBus.Error.Timeout).
+# that are gone (recreate_interface, a removed network), UnknownObject from a BSS that expired,
+# Roam's NotConnected (no network selected) and "Target BSS not found" (the BSS expired, or a
+# new process has not scanned yet), a late or missing reply (the late, lost, slow and hang
+# kinds: the daemon's own call timeout, org.freedesktop.DBus.Error.Timeout).
 ACCESS_DENIED = "org.freedesktop.DBus.Error.AccessDenied"
 SCAN_ERROR = "fi.w1.wpa_supplicant1.Interface.ScanError"
 ERRORS = (ACCESS_DENIED, "org.freedesktop.DBus.Error.Failed", SCAN_ERROR)
 POSSIBLE_ERRORS = {"SignalPoll": (ACCESS_DENIED, "org.freedesktop.DBus.Error.Failed"),
-                   "Scan": (ACCESS_DENIED, SCAN_ERROR), "AbortScan": (ACCESS_DENIED, SCAN_ERROR)}
+                   "Scan": (ACCESS_DENIED, SCAN_ERROR), "AbortScan": (ACCESS_DENIED, SCAN_ERROR),
+                   "Roam": (ACCESS_DENIED,), "GetAll": (ACCESS_DENIED,),
+                   "Get.BSSs": (ACCESS_DENIED,), "Get.CurrentBSS": (ACCESS_DENIED,)}
 
 
 def possible_error(member: str | None, error: str) -> str:
@@ -63,7 +77,10 @@ def possible_error(member: str | None, error: str) -> str:
     return error if error in POSSIBLE_ERRORS.get(member or "", ()) else ACCESS_DENIED
 
 
-MEMBERS = (None, "Get", "Set", "GetInterface", "SignalPoll", "Scan", "AbortScan")
+# The calls a race can be armed for, and the calls (or property reads) a fault can be.
+RACE_MEMBERS = (None, "Get", "Set", "GetInterface", "SignalPoll", "Scan", "AbortScan", "Roam",
+                "GetAll")
+MEMBERS = RACE_MEMBERS + ("Get.BSSs", "Get.CurrentBSS")
 PROFILE_DATA = ({}, {"scanguard.enabled": "no"}, {"scanguard.enabled": "yes"},
                 {"scanguard.release_after": "3", "scanguard.engage_after": "1"},
                 {"scanguard.enabled": CAFE}, {"scanguard.threshold_mbit": "20"},
@@ -142,6 +159,18 @@ class Machine(RuleBasedStateMachine):
             iface.rssi = rssi
         self._then(then)
 
+    @rule(ifname=ifnames, same=st.booleans(), then=then)
+    def second_ap(self, ifname: str, same: bool, then: float) -> None:
+        self._step("second-ap" if same else "other-network-ap")
+        self.world.second_ap(ifname, same)
+        self._then(then)
+
+    @rule(ifname=ifnames, itself=st.booleans(), then=then)
+    def fade(self, ifname: str, itself: bool, then: float) -> None:
+        self._step("fade")
+        self.world.fade(ifname, itself)
+        self._then(then)
+
     @rule(ifname=ifnames, then=then)
     def scan(self, ifname: str, then: float) -> None:
         self._step("scan")
@@ -195,8 +224,8 @@ class Machine(RuleBasedStateMachine):
 
     @rule(what=st.sampled_from(["activate", "deactivate", "other-set", "wpa-restart",
                                 "daemon-restart", "wpa-restart-after"]),
-          member=st.sampled_from(MEMBERS), ifname=ifnames, bgscan=st.sampled_from(NM_BGSCANS),
-          then=then)
+          member=st.sampled_from(RACE_MEMBERS), ifname=ifnames,
+          bgscan=st.sampled_from(NM_BGSCANS), then=then)
     def race(self, what: str, member: str | None, ifname: str, bgscan: str | None,
              then: float) -> None:
         """`what` happens in wpa_supplicant just before the daemon's next `member` call

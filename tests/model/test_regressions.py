@@ -440,3 +440,90 @@ def test_a_lost_set_then_a_reactivation_without_bgscan_gets_no_put_back(read_bac
         state.bgscan_is_safe()
     finally:
         state.teardown()
+
+
+# ---- roaming by targeted scans (issue 35) -----------------------------------------------------
+
+def _guarding_with_a_second_ap(state: Machine) -> None:
+    """wlan0 busy and guarded, a second access point of its network on another channel known
+    to the daemon (another program's scan of every channel found it)."""
+    state.second_ap(ifname="wlan0", same=True, then=0.0)
+    state.scan(ifname="wlan0", then=11.0)
+    state.traffic(ifname="wlan0", mbit=50.0, then=8.0)
+    guard = state.world.instance.daemon.guards["wlan0"]
+    assert guard.state == "guarding"
+    assert [c["bssid"] for c in guard.targeted.candidates_status() if not c["current"]] == \
+        ["02:00:00:00:00:02"], "the second access point is a candidate"
+
+
+def _daemon_scans(state: Machine) -> list[tuple[int, ...]]:
+    """The channels of every scan the running daemon started on wlan0 (() every channel)."""
+    daemon = state.world.instance.conn.unique
+    return [channels for _, ifname, own, channels in state.world.wpa.scans
+            if ifname == "wlan0" and own == daemon]
+
+
+@pytest.mark.parametrize("itself", [True, False], ids=["wpa_supplicant-moves", "roam-asked"])
+def test_a_fade_with_a_second_access_point_known_roams_by_a_targeted_scan(itself):
+    """Busy on AP1 (2412 MHz) with AP2 (5500 MHz) known; AP1 fades below the floor while AP2 is
+    strong.  The guard keeps bgscan "" (roaming), scans only the two channels, and the station
+    moves to AP2: by wpa_supplicant's own selection on the scan's results, or (when its
+    throughput estimate keeps it) by the Roam the guard asks for.  Then guarding again, with no
+    scan of every channel at any point."""
+    state = Machine()
+    try:
+        _guarding_with_a_second_ap(state)
+        world, guard = state.world, state.world.instance.daemon.guards["wlan0"]
+        state.fade(ifname="wlan0", itself=itself, then=0.0)
+        seen = set()
+        for _ in range(16):
+            state.advance(t=0.5)
+            state.bgscan_is_safe()
+            seen.add(guard.state)
+            assert world.wpa.ifaces["wlan0"].current.bgscan == "", "bgscan kept suspended"
+        iface = world.wpa.ifaces["wlan0"]
+        assert "roaming" in seen and guard.state == "guarding"
+        assert (iface.bss.bssid, iface.rssi) == ("02:00:00:00:00:02", -45)
+        assert _daemon_scans(state) == [(2412, 5500)]
+        assert world.wpa.counts.get("roamed on request", 0) == (0 if itself else 1)
+        assert guard.targeted.roams == (0 if itself else 1)
+    finally:
+        state.teardown()
+
+
+# The scans the daemon started on wlan0 in each case: the targeted one (if it started), then,
+# after the fallback, one of every channel.
+TARGETED, FULL = (2412, 5500), ()
+
+
+@pytest.mark.parametrize("member,kind,scans", [
+    ("Scan", "error", [FULL]), ("Scan", "slow", [TARGETED]),
+    ("Roam", "error", [TARGETED, FULL]), ("Roam", "lost", [TARGETED])])
+def test_a_fault_in_the_targeted_path_falls_back_to_a_scan_of_every_channel(member, kind, scans):
+    """The same fade with wpa_supplicant's own selection keeping the station on AP1, and the
+    targeted scan or the Roam meeting a fault: refused, or not answered (the Scan handled only
+    after a 25 s stall; the Roam's reply lost, its move made all the same, so the guard sees
+    the station move and goes on guarding).  When the station has not left the fade, the
+    guard gives up, restores bgscan and asks for one scan of every channel (roam_scans =
+    full's path); after the stalled Scan, that one is refused ("Scan request rejected": the
+    targeted scan, handled at last, is running) and bgscan's own scans go on."""
+    state = Machine()
+    try:
+        _guarding_with_a_second_ap(state)
+        world, guard = state.world, state.world.instance.daemon.guards["wlan0"]
+        state.fault(kind=kind, member=member, error=ACCESS_DENIED, t=25.0, count=1, then=0.0)
+        state.fade(ifname="wlan0", itself=False, then=0.0)
+        for _ in range(40):
+            state.advance(t=1.0)
+            state.bgscan_is_safe()
+        iface = world.wpa.ifaces["wlan0"]
+        assert _daemon_scans(state) == scans
+        if (member, kind) == ("Roam", "lost"):
+            assert (iface.bss.bssid, guard.state) == ("02:00:00:00:00:02", "guarding")
+            assert iface.current.bgscan == ""
+        else:
+            assert iface.bss.bssid == "02:00:00:00:00:01", "nothing moved the station"
+            assert guard.state == "released-weak-signal"
+            assert iface.current.bgscan == iface.current.expected, "bgscan restored"
+    finally:
+        state.teardown()

@@ -4,8 +4,9 @@ started the way service.serve() starts it, on a virtual clock.
 
 What the world can do to the daemon is what a machine can: traffic, holds from clients that
 leave, NetworkManager re-activations and restarts, wpa_supplicant faults, stalls and restarts,
-signal fades, profile and configuration changes, a SIGTERM, a SIGKILL, a lost bus, and a
-crash between the journal's write and its rename.  `violations()` is the invariant after any
+signal fades, a second access point of the network (or one of another network) coming into
+range, profile and configuration changes, a SIGTERM, a SIGKILL, a lost bus, and a crash
+between the journal's write and its rename.  `violations()` is the invariant after any
 step; `settle_and_check()` is the one at the end of a sequence.
 """
 
@@ -34,9 +35,16 @@ from nm_scanguard.daemon.service import own_name, restore_left_over
 from tests.model.bus import Conn, SimBus
 from tests.model.clock import VirtualTimeLoop, use_virtual_time
 from tests.model.peers import NM_BGSCAN, Link, NetworkManager, Polkit, Supplicant
+from tests.model.radio import Ap
+from tests.model.roam_checks import RoamChecks
 
 IFNAMES = ("wlan0", "wlan1")
 PROFILES = ("Café ☕", "Café ☕ 5 GHz")
+# Each interface's first access point (BSSID, MHz) and where a second one comes into range.
+FIRST_AP = {"wlan0": ("02:00:00:00:00:01", 2412), "wlan1": ("02:00:00:00:01:01", 5180)}
+SECOND_AP = {"wlan0": ("02:00:00:00:00:02", 5500), "wlan1": ("02:00:00:00:01:02", 2437)}
+OTHER_AP = {"wlan0": ("02:00:00:00:00:03", 2462), "wlan1": ("02:00:00:00:01:03", 5240)}
+FADED, STRONG = -85, -45  # dBm: below every floor the settings draw, and well above it
 SCANGUARD_UID = 997
 USER_UID = 1000
 QUIET_LOGGERS = ("scanguard", "nm_scanguard")
@@ -122,6 +130,8 @@ class World:
         self._wpa_back: asyncio.TimerHandle | None = None
         self._nm_back: asyncio.TimerHandle | None = None
         self.wpa.after_call = self._after_wpa_call
+        self.roam = RoamChecks(self)
+        self.wpa.on_scan = self.roam.scan_asked
         self._time = use_virtual_time(self.loop)
 
     # ---- set-up and tear-down ---------------------------------------------------------
@@ -131,12 +141,18 @@ class World:
         self._levels = {name: logging.getLogger(name).level for name in QUIET_LOGGERS}
         for name in QUIET_LOGGERS:
             logging.getLogger(name).setLevel(logging.CRITICAL)
+        # ...but the roaming checks hear the daemon's fallbacks (and nothing else does).
+        daemon_log = logging.getLogger("scanguard")
+        daemon_log.setLevel(logging.INFO)
+        daemon_log.addHandler(self.roam)
+        self._propagate, daemon_log.propagate = daemon_log.propagate, False
         self._time.__enter__()
         files_module.os = self._journal_os  # type: ignore[attr-defined]
         self.loop.set_exception_handler(self._loop_exception)
         for service in (self.wpa, self.nm, self.polkit):
             service.start()
         for ifname, profile in zip(IFNAMES, PROFILES):
+            self.wpa.radio[ifname] = [Ap(FIRST_AP[ifname][0], FIRST_AP[ifname][1], -50)]
             self.nm.add_device(ifname, profile)
             self.wpa.add_interface(ifname)
             self.nm.activate(ifname, NM_BGSCAN)
@@ -154,6 +170,8 @@ class World:
         finally:
             for name, level in self._levels.items():
                 logging.getLogger(name).setLevel(level)
+            logging.getLogger("scanguard").removeHandler(self.roam)
+            logging.getLogger("scanguard").propagate = self._propagate
             files_module.os = os  # type: ignore[attr-defined]
             self._time.__exit__(None, None, None)
             self.loop.close()
@@ -375,6 +393,40 @@ class World:
                 self.nm.supplicant_back()
         self._nm_back = self.loop.call_later(gap, back)
 
+    # ---- the radio ------------------------------------------------------------------------
+
+    def second_ap(self, ifname: str, same: bool = True) -> None:
+        """A second access point comes into range of `ifname`, on another channel: of the same
+        network (same SSID and security), or with the same SSID but open (another network,
+        never a roaming candidate).  wpa_supplicant sees it at its next scan of that channel."""
+        bssid, frequency = SECOND_AP[ifname] if same else OTHER_AP[ifname]
+        if any(ap.bssid == bssid for ap in self.wpa.radio.get(ifname, [])):
+            return
+        self.wpa.add_ap(ifname, Ap(bssid, frequency, -60,
+                                   security="wpa2-psk" if same else "open"))
+
+    def fade(self, ifname: str, itself: bool = True) -> None:
+        """The station's access point fades below the floor while the network's others are
+        strong; `itself`: wpa_supplicant's own selection would move to them (else only a
+        Roam does: its throughput estimate keeps the station where it is)."""
+        aps = self.wpa.radio.get(ifname, [])
+        iface = self.wpa.ifaces.get(ifname)
+        current = iface.bss if iface is not None and iface.bss is not None else \
+            next(iter(aps), None)
+        for ap in aps:
+            if ap is current:
+                ap.signal = FADED
+            elif current is not None and ap.network() == current.network():
+                ap.signal, ap.chosen = STRONG, itself
+
+    def strong_signal(self) -> None:
+        """Every access point in range strong, and the signal with it."""
+        for aps in self.wpa.radio.values():
+            for ap in aps:
+                ap.signal = -20
+        for iface in self.wpa.ifaces.values():
+            iface.rssi = -20
+
     # ---- holds ----------------------------------------------------------------------------
 
     def client(self, n: int) -> Client:
@@ -427,7 +479,8 @@ class World:
 
     def violations(self) -> list[str]:
         """What must hold after every step."""
-        return list(self.problems) + list(self.wpa.violations) + self.unjournaled()
+        return list(self.problems) + list(self.wpa.violations) + self.unjournaled() \
+            + self.roam.problems + self.roam.claims()
 
     def unjournaled(self) -> list[str]:
         """Every object that carries our "" is named by the journal on disk."""
@@ -466,8 +519,7 @@ class World:
     async def busy_check(self) -> list[str]:
         """Both links busy for 10 s at a strong signal: with the peers answering all along, every
         network that should be guarded carries our "", and no other one does."""
-        for iface in self.wpa.ifaces.values():
-            iface.rssi = -20
+        self.strong_signal()
         for ifname in IFNAMES:
             self.link.set_rate(ifname, 50.0)
         def healthy() -> bool:
