@@ -96,6 +96,14 @@ EVENTS: tuple[Event, ...] = (
     # the administrator turns the guard off (a reload stops every guard)
     _e("disable", "reload(config='[scanguard]\\nenabled = no\\n', then=0.0)"),
     _e("strong", "signal(ifname='wlan0', rssi=-40, then=0.0)"),
+    # the radio (targeted roaming): a second access point of wlan0's network on another
+    # channel, which another program's scan of every channel (7 s) finds; wlan0's access point
+    # fading below the floor while the network's others are strong, wpa_supplicant moving to
+    # one by itself on a scan's results, or (stays) only when asked to (Roam)
+    _e("second-ap", "second_ap(ifname='wlan0', same=True, then=0.0)",
+       "scan(ifname='wlan0', then=0.0)"),
+    _e("fade", "fade(ifname='wlan0', itself=True, then=0.0)"),
+    _e("fade-stays", "fade(ifname='wlan0', itself=False, then=0.0)"),
     # liveness, where it can be judged (World.busy_check): both links busy for a while
     _e("busy-check", "busy_for_a_while()"),
     # wpa_supplicant: faults of the daemon's next call of one kind
@@ -117,6 +125,13 @@ EVENTS: tuple[Event, ...] = (
                           "count=1, then=0.0)"),
     _e("lookup-refused", f"fault(kind='error', member='GetInterface', error={AD}, t=0.001, "
                          "count=6, then=0.0)"),
+    # the next Scan refused; the next Roam refused, or carried out with its answer lost
+    _e("scan-refused", f"fault(kind='error', member='Scan', error={AD}, t=0.001, count=1, "
+                       "then=0.0)"),
+    _e("roam-refused", f"fault(kind='error', member='Roam', error={AD}, t=0.001, count=1, "
+                       "then=0.0)"),
+    _e("roam-lost", f"fault(kind='lost', member='Roam', error={AD}, t=0.001, count=1, "
+                    "then=0.0)"),
     _e("recover", "recover(then=0.0)"),
     # what another party does just before the daemon's next call of one kind
     _e("race-reactivate@Set", "race(what='activate', member='Set', ifname='wlan0', "
@@ -164,6 +179,7 @@ PREFIX_ONLY: tuple[Event, ...] = (
     _e("read-refused-twice", f"fault(kind='error', member='Get.Properties', error={AD}, "
                              "t=0.001, count=2, then=0.0)"),
     _e("wait-9.5s", "advance(t=9.5)"),
+    _e("wait-3.1s", "advance(t=3.1)"),
     # wpa_supplicant answers the daemon's next Set, then leaves at once (a restart): the answer
     # and the NameOwnerChanged reach the daemon together, before it has handled the answer
     _e("wpa-restart-after@Set", "race(what='wpa-restart-after', member='Set', ifname='wlan0', "
@@ -299,6 +315,17 @@ SITUATIONS: dict[str, tuple[int, ...]] = {
     # before the daemon handled the answer: the "" went with the old process, the new one's
     # network at the same path has NetworkManager's bgscan (IN_DOUBT, the guard still on)
     "suspend-answered-across-restart": _situation("wpa-restart-after@Set", "busy"),
+    # both links busy and guarded, a second access point of wlan0's network known to the
+    # daemon (learned from another program's scan before the link got busy)
+    "two-aps-guarding": _situation("second-ap", "timeout", "busy-check"),
+    # ...then wlan0's access point faded while the other is strong, and wpa_supplicant's own
+    # selection keeps the station there: ROAMING, the targeted scan of the two channels under
+    # way (it ends within 0.5 s; at the next sample the guard asks for a Roam)
+    "roaming": _situation("second-ap", "timeout", "busy-check", "fade-stays", "wait-3.1s"),
+    # ...and that Roam refused: ROAMING, the guard waiting for a move that will not come, its
+    # fallback (release, a scan of every channel) due 6 s after the fade was seen
+    "roam-refused": _situation("second-ap", "timeout", "busy-check", "roam-refused",
+                               "fade-stays", "wait-3.1s", "tick"),
 }
 
 

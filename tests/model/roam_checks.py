@@ -2,12 +2,13 @@
 World.violations() (tests/model/world.py) and so checked after every step:
 
 - **No scan of every channel that the targeted path did not give up to.**  With `roam_scans =
-  targeted`, the daemon asks for a scan of every channel (roaming.py's ask_for_scan, after a
-  release for a weak signal) only once the targeted path has fallen back: it logged that it gave
-  up ("targeted roaming gave up": the scan refused, the station not moved in time), or that no
-  other access point of the network is known.  Each such fallback of one process on one
-  interface allows one such scan; any other is a violation.  (A scan with `Channels` is the
-  targeted path's own, or a refresh.)
+  targeted`, while the link is busy (or held) and another access point of the network is
+  known (to the daemon: its candidates, other than the one the station is with), the daemon
+  asks for a scan of every channel (roaming.py's ask_for_scan, after a release for a weak
+  signal) only once the targeted path has fallen back: it logged that it gave up ("targeted
+  roaming gave up": the scan refused, the station not moved in time), or that no other access
+  point was known when the fade began.  Each such fallback of one process on one interface
+  allows one such scan.  (A scan with `Channels` is the targeted path's own, or a refresh.)
 - **A state never claims what the daemon is not doing**: a guard shows "roaming" only while its
   network's bgscan is our "".  Judged only where the daemon can know: nothing on the bus, no
   call of the daemon unanswered, no fault or race armed, wpa_supplicant answering, and the
@@ -68,10 +69,16 @@ class RoamChecks(logging.Handler):
             self._fallbacks[key] -= 1
             return
         guard = inst.daemon.guards.get(iface.ifname)
-        if guard is not None and guard.settings.roam_scans == "targeted":
+        if guard is None or guard.settings.roam_scans != "targeted" \
+                or not (guard.policy.busy or guard.policy.held):
+            return
+        others = inst.daemon.candidates.others(guard.dev.connection_uuid,
+                                               iface.bss.bssid if iface.bss else None)
+        if others:
             self.problems.append(
-                f"{inst.label} asked for a scan of every channel on {iface.ifname} "
-                f"(state {guard.state}) although the targeted path had not given up")
+                f"{inst.label} asked for a scan of every channel on {iface.ifname} (state "
+                f"{guard.state}) with {others[0].bssid} ({others[0].frequency} MHz) known, "
+                "although the targeted path had not given up")
 
     def claims(self) -> list[str]:
         """A guard shows "roaming" only while its network's bgscan is our "" (see above)."""
