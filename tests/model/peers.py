@@ -30,8 +30,9 @@ from typing import Callable
 from nm_scanguard.dbuslib import Message, MessageType, Variant
 from nm_scanguard.rates import Counters
 from tests.model.bus import UNKNOWN_METHOD, Service, SimBus
-from tests.model.radio import (ALL_CHANNELS, HWADDR, NETWORK_SSID, ROAM_SECONDS, Ap,
-                               BadArguments, BssList, bss_properties, roam_margin, scan_request)
+from tests.model.radio import (ALL_CHANNELS, HWADDR, NETWORK_SECURITY, NETWORK_SSID,
+                               ROAM_SECONDS, Ap, BadArguments, BssList, bss_properties,
+                               roam_margin, scan_request)
 
 WPAS = "fi.w1.wpa_supplicant1"
 WPAS_PATH = "/fi/w1/wpa_supplicant1"
@@ -277,7 +278,7 @@ class Supplicant(Service):
         sees every AP in range, and the station joins the network's strongest."""
         iface.current = net
         self._results(iface, ALL_CHANNELS)
-        ours = [ap for ap in iface.aps if ap.ssid == NETWORK_SSID]
+        ours = [ap for ap in iface.aps if ap.network() == (NETWORK_SSID, NETWORK_SECURITY)]
         iface.bss = max(ours, key=lambda ap: ap.signal, default=None)
         self._announce(iface, {"CurrentNetwork": Variant("o", net.path),
                                "CurrentBSS": Variant("o", self._bss_path(iface))})
