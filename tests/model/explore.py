@@ -104,6 +104,8 @@ EVENTS: tuple[Event, ...] = (
        "scan(ifname='wlan0', then=0.0)"),
     _e("fade", "fade(ifname='wlan0', itself=True, then=0.0)"),
     _e("fade-stays", "fade(ifname='wlan0', itself=False, then=0.0)"),
+    # between the floor and bgscan's threshold: the guard refreshes its candidates (one channel)
+    _e("marginal", "signal(ifname='wlan0', rssi=-72, then=0.0)"),
     # liveness, where it can be judged (World.busy_check): both links busy for a while
     _e("busy-check", "busy_for_a_while()"),
     # wpa_supplicant: faults of the daemon's next call of one kind

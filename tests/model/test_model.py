@@ -151,7 +151,9 @@ class Machine(RuleBasedStateMachine):
         self.world.leave(client)
         self._then(then)
 
-    @rule(ifname=ifnames, rssi=st.sampled_from([-40, -60, -78, -90]), then=then)
+    # -72: between the floor (-75) and bgscan's threshold (-70, -65), where the guard refreshes its
+    # candidates by scans of one channel
+    @rule(ifname=ifnames, rssi=st.sampled_from([-40, -60, -72, -78, -90]), then=then)
     def signal(self, ifname: str, rssi: int, then: float) -> None:
         self._step("signal")
         iface = self.world.wpa.ifaces.get(ifname)

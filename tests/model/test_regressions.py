@@ -556,3 +556,31 @@ def test_a_fade_read_while_a_suspend_is_under_way_still_takes_the_targeted_path(
         state.bgscan_is_safe()
     finally:
         state.teardown()
+
+
+# Found 2026-11-27 by the same run's second worker (seed 20261127, sequence 540, shrunk).
+@pytest.mark.xfail(strict=True, reason="daemon defect: the same bypass of the targeted path, the "
+                   "suspend held up by a stalled wpa_supplicant")
+def test_a_fade_read_while_a_stalled_suspend_lands_still_takes_the_targeted_path():
+    """The same defect by another way in: a second access point of each network seen by the
+    connect scan after a wpa_supplicant restart, the next read stalled (wpa_supplicant hangs
+    before handling it) while the guard suspends, and the fade read before that suspend lands:
+    when it lands the guard restores bgscan at once and asks for a scan of every channel."""
+    state = Machine()
+    try:
+        for _ in range(18):
+            state.busy_for_a_while()
+        state.crash_in_journal_write(then=0.0)
+        state.busy_for_a_while()
+        state.crash_in_journal_write(then=7.629394531250014e-06)
+        state.restart_supplicant(gap=9.0, then=0.0)
+        state.second_ap(ifname="wlan0", same=True, then=0.0)
+        state.advance(t=0.0003)
+        state.second_ap(ifname="wlan1", same=True, then=5.000000000000002)
+        state.fault(count=1, error=ACCESS_DENIED, kind="hang-before", member="Get", t=0.001,
+                    then=0.0)
+        state.busy_for_a_while()
+        state.fade(ifname="wlan0", itself=False, then=0.0)
+        state.bgscan_is_safe()
+    finally:
+        state.teardown()
