@@ -532,18 +532,13 @@ def test_a_fault_in_the_targeted_path_falls_back_to_a_scan_of_every_channel(memb
 # Found 2026-11-27 by the sampled rung (`python3 -m tests.model.parallel --seed 20261126`, the
 # first worker's sequence 214, there without a second access point; with one known, as here,
 # the check of roam_checks.py holds it).
-@pytest.mark.xfail(strict=True, reason="daemon defect: a weak signal first read while another "
-                   "reconcile is suspending bypasses the targeted path (Targeted.fade steps "
-                   "aside when not engaged yet; the same kick's reconcile then releases and "
-                   "asks for a scan of every channel)")
 def test_a_fade_read_while_a_suspend_is_under_way_still_takes_the_targeted_path():
-    """A daemon defect (issue 35's rule, not bgscan's safety): with a second access point known,
-    a restarted daemon reloads its settings, the signal is already below the floor, and a hold
-    comes.  The hold's kick reads the weak signal while the reconcile of the reload's device
-    sync is suspending bgscan for the hold: Targeted.fade() sees no suspension yet and leaves
-    the fade alone (WEAK, not ROAMING); when the suspend lands the same kick's reconcile finds
-    the guard engaged and WEAK, restores bgscan and asks for a scan of every channel, which
-    leaves the channel for seconds although the targeted path could have roamed in one."""
+    """Issue 35's rule (not bgscan's safety): with a second access point known, a restarted
+    daemon reloads its settings, the signal is already below the floor, and a hold comes.  The
+    hold's kick reads the weak signal while the reconcile of the reload's device sync is
+    suspending bgscan for the hold.  The targeted path takes the fade all the same (it does not
+    wait for the suspension): no restore and no scan of every channel once the suspend lands,
+    which would leave the channel for seconds although the targeted path can roam in one."""
     state = Machine()
     try:
         state.second_ap(ifname="wlan0", same=True, then=0.0)
@@ -559,13 +554,11 @@ def test_a_fade_read_while_a_suspend_is_under_way_still_takes_the_targeted_path(
 
 
 # Found 2026-11-27 by the same run's second worker (seed 20261127, sequence 540, shrunk).
-@pytest.mark.xfail(strict=True, reason="daemon defect: the same bypass of the targeted path, the "
-                   "suspend held up by a stalled wpa_supplicant")
 def test_a_fade_read_while_a_stalled_suspend_lands_still_takes_the_targeted_path():
-    """The same defect by another way in: a second access point of each network seen by the
+    """The same rule by another way in: a second access point of each network seen by the
     connect scan after a wpa_supplicant restart, the next read stalled (wpa_supplicant hangs
     before handling it) while the guard suspends, and the fade read before that suspend lands:
-    when it lands the guard restores bgscan at once and asks for a scan of every channel."""
+    the targeted path, not a restore and a scan of every channel when it lands."""
     state = Machine()
     try:
         for _ in range(18):
