@@ -27,20 +27,27 @@ async def two_aps(peers) -> None:
     await call(peers.bus, WPAS, peers.iface, WPAS + ".Interface", "Roam", "s", [AP1])
 
 
+async def guarding_with_two_aps_known(bus, link, peers, daemon):
+    """The daemon guarding a busy link on AP1, both access points learned; returns it."""
+    await peers.setup()
+    await two_aps(peers)
+    d = await daemon()
+    link.send(mbit=8)
+    await eventually(lambda: suspended(bus, peers.net), what="engaged")
+    guard = d.guards[link.ifname]
+    await eventually(lambda: len(guard.targeted.candidates.known(guard.dev.connection_uuid)) == 2,
+                     what="both access points known")
+    return d
+
+
 def scans(peers) -> list[dict]:
     return [dict(args[0]) for _, args in peers.wpa.mock_object(peers.iface).GetMethodCalls("Scan")]
 
 
 async def test_a_fade_scans_the_known_channels_and_roams_with_bgscan_kept_off(bus, link, peers,
                                                                            daemon):
-    await peers.setup()
-    await two_aps(peers)
-    d = await daemon()
+    d = await guarding_with_two_aps_known(bus, link, peers, daemon)
     guard = lambda: d.guards[link.ifname]  # noqa: E731
-    link.send(mbit=8)
-    await eventually(lambda: suspended(bus, peers.net), what="engaged")
-    await eventually(lambda: len(guard().targeted.candidates.known(guard().dev.connection_uuid)) == 2,
-                     what="both access points known")
     await peers.wpa_mock("SetSignal", "oi", [peers.iface, -85])
     await eventually(lambda: guard().state == "roaming", what="state roaming")
     assert await bgscan(bus, peers.net) == ""  # kept off: no scan of every channel
@@ -79,14 +86,8 @@ async def test_a_refused_roam_is_shown_and_the_fade_falls_back_to_a_release(bus,
     """AP2 was learned, then expired from wpa_supplicant's list (not seen since): the targeted
     scan does not see it, the Roam is refused ("Target BSS not found") and shown, and at the
     targeted path's limit the guard releases for a scan of every channel."""
-    await peers.setup()
-    await two_aps(peers)
-    d = await daemon()
+    d = await guarding_with_two_aps_known(bus, link, peers, daemon)
     guard = lambda: d.guards[link.ifname]  # noqa: E731
-    link.send(mbit=8)
-    await eventually(lambda: suspended(bus, peers.net), what="engaged")
-    await eventually(lambda: len(guard().targeted.candidates.known(guard().dev.connection_uuid)) == 2,
-                     what="both access points known")
     bss2 = [b for b in await bss_paths(peers) if await bss_bssid(peers, b) == AP2]
     await peers.wpa_mock("RemoveBSS", "o", bss2)
     await peers.wpa_mock("SetSignal", "oi", [peers.iface, -85])
