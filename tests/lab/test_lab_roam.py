@@ -189,22 +189,27 @@ def test_targeted_a_known_second_ap_is_reached_by_a_scan_of_its_channel_only(lab
     figures (seconds to roam, the longest scan, the channels) are printed."""
     ap1, ap2 = second_ap
     t = time.monotonic()
-    # AP1 strong, AP2 in range but weaker than AP1 will be under load: one scan sees AP2 (and
-    # moves a station the check before left on AP2 back to AP1, the stronger).  Not a
-    # reconnect: NetworkManager would pick from wpa_supplicant's cached results, AP2's -50 dBm.
+    # AP1 strong, AP2 in range and weaker: a scan sees AP2 (and moves a station the check
+    # before left on AP2 back to AP1, the stronger).  Not a reconnect: NetworkManager would
+    # pick from wpa_supplicant's cached results, AP2's -50 dBm.  A scan of every channel can
+    # miss an AP on channel 1, where it starts (seen on the Debian 13 guest at -78 dBm): the
+    # guard learns from any scan, so rescans until it has.
     lab.ensure_connected()
-    lab.set_signals({("ap", "sta"): STRONG_SIGNAL_DBM, ("ap2", "sta"): -78})
-    seen = lab.guest_time()
-    lab.check(f"nmcli device wifi rescan ifname {STA_IF}", 30)
-    wait_until(lambda: any(s.end is not None for s in lab.scans(seen)), 30,
-               "the rescan that sees AP2 to end", interval=0.5)
-    wait_until(lambda: lab.bssid() == ap1, 30, f"the station on AP1 {ap1}", interval=1)
-    lab.ensure_connected()
+    lab.set_signals({("ap", "sta"): STRONG_SIGNAL_DBM, ("ap2", "sta"): -60})
     d = start_guard(lab, guard_config())
     traffic = None
     try:
-        wait_until(lambda: "other access point(s) of this network known" in d.log(), 30,
-                   "the guard to learn AP2", interval=1)
+        def ready():
+            if "other access point(s) of this network known" in d.log() \
+                    and lab.bssid() == ap1:
+                return True
+            # NetworkManager runs one explicit scan per 8 s or so; one it refuses is harmless.
+            lab.run(f"nmcli device wifi rescan ifname {STA_IF}", 30)
+            return False
+        wait_until(ready, 150, f"the guard to learn AP2 and the station on AP1 {ap1}",
+                   interval=10)
+        lab.ensure_connected()
+        lab.set_signals({("ap2", "sta"): -78})  # weaker than AP1 at -72: not roamed to
         traffic, engaged = guarded_upload_on_ap1(lab, ap1, 90)
         faded = fade_ap1_and_raise_ap2(lab)
 
