@@ -23,7 +23,7 @@ from nm_scanguard.names import IFACE as SCANGUARD_IFACE, PATH as SCANGUARD_PATH
 from nm_scanguard.status import FIELDS
 
 from . import measure
-from .lab import (AIR_RATES_MBIT, SCANGUARD_NAME, STA_IF, STRONG_SIGNAL_DBM, WEAK_SIGNAL_DBM, Lab, TrafficRun,
+from .lab import (AIR_RATES_MBIT, PING_INTERVAL, SCANGUARD_NAME, STA_IF, STRONG_SIGNAL_DBM, WEAK_SIGNAL_DBM, Lab, TrafficRun,
                   wait_until)
 from .vm import REPO, GuestProcess, LabError
 
@@ -365,17 +365,19 @@ class MeasuredRun:
 
 def measured_transfer(lab: Lab, direction: str, seconds: float, label: str,
                       progress: Callable[[str], None] | None = None, netns: str | None = None,
-                      congestion: str | None = None) -> MeasuredRun:
-    """Capture the air, run iperf3 (`direction`) with ping alongside, and summarise: scans
-    (kernel `iw event`), bgscan's own requests and starts/stops (wpa_supplicant log), the
-    station's PM=1 Null frames, per-second throughput at both ends, ping RTT.  `netns` and
-    `congestion`: see Lab.start_traffic."""
+                      congestion: str | None = None,
+                      ping_interval: float = PING_INTERVAL) -> MeasuredRun:
+    """Capture the air, run iperf3 (`direction`) with ping alongside (every `ping_interval`
+    seconds), and summarise: scans (kernel `iw event`), bgscan's own requests and starts/stops
+    (wpa_supplicant log), the station's PM=1 Null frames, per-second throughput at both ends,
+    ping RTT.  `netns` and `congestion`: see Lab.start_traffic."""
     phases = {}
     t = time.monotonic()
     cap = lab.start_capture(re.sub(r"[^A-Za-z0-9]+", "-", label).strip("-"))
     phases["start capture"] = time.monotonic() - t
     t = time.monotonic()
-    traffic = lab.start_traffic(direction, seconds, netns=netns, congestion=congestion)
+    traffic = lab.start_traffic(direction, seconds, ping_interval, netns=netns,
+                                congestion=congestion)
     while traffic.iperf.wait(min(15.0, seconds + 60)) is None:
         if progress:
             elapsed = time.monotonic() - t
