@@ -22,7 +22,7 @@ from .text import MAX_TEXT, NAME_CHARS, cut, shown
 # `error` holds every problem an interface has at once, one per kind (problems.KINDS, at most
 # MAX_PROBLEMS), each cut to MAX_TEXT: a state directory that cannot be written gives two (the
 # journal and the scan-deferral file), and neither may push the other out.
-MAX_PROBLEMS = 8
+MAX_PROBLEMS = 9
 ERROR_CHARS = MAX_PROBLEMS * (MAX_TEXT + 2)
 
 

@@ -4,9 +4,9 @@ Each kind is cleared by its own success: STEP by a clean sample (the interface, 
 releasing), SIGNAL by a signal poll that got an answer, UNEXPECTED (a bug: its traceback is
 logged once per distinct error) by a sample that ran through, SETTINGS by the profile being
 readable again (WifiDevice), COUNTERS by a counter read the kernel answered, ABORT (an
-AbortScan that failed) by the next one wpa_supplicant answered.  DEFERRAL (the scan-deferral
-file does not say what the guard wants) is shown, not logged here: the daemon's ScanDeferral
-logged it once for every guard.
+AbortScan that failed) by the next one wpa_supplicant answered, ROAM and CANDIDATES as
+targeted.py says.  DEFERRAL (the scan-deferral file does not say what the guard wants) is
+shown, not logged here: the daemon's ScanDeferral logged it once for every guard.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ COUNTERS = "counters"
 ABORT = "abort"
 DEFERRAL = "deferral"
 ROAM = "roam"
-KINDS = (SETTINGS, STEP, COUNTERS, SIGNAL, ROAM, ABORT, DEFERRAL, UNEXPECTED)  # the order shown
+CANDIDATES = "candidates"
+KINDS = (SETTINGS, STEP, COUNTERS, SIGNAL, ROAM, CANDIDATES, ABORT, DEFERRAL, UNEXPECTED)  # the order shown
 MAX_TRACEBACKS = 16  # distinct unexpected errors whose traceback is logged, per logger
 
 

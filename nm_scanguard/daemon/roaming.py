@@ -178,10 +178,6 @@ class Roaming:
         owner.changed()
         return True
 
-    @property
-    def scan_in_flight(self) -> bool:
-        return self.is_ours()
-
     def is_ours(self) -> bool:
         """Whether the scan running or announced now is our roaming scan (asked for, not yet
         seen ending, and not older than OWN_SCAN_LIMIT)."""

@@ -13,7 +13,11 @@ channel for seconds.
 - While the signal is between the floor and bgscan's own threshold (where bgscan would scan
   every channel each short interval), one candidate channel is scanned every REFRESH_GAP, so
   that the candidates and wpa_supplicant's list stay fresh; above it, none.
-- What every scan found, whoever asked, is learned (scan_done → learn).
+- What every scan found, whoever asked, is learned (scan_done → learn) while roam_scans is
+  `targeted`; with `full` nothing reads the candidates, so nothing is read for them.
+- A Roam wpa_supplicant refused (problem ROAM) is shown until a Roam succeeds or the fade
+  ends: after that it says nothing about what the guard is doing.  A BSS list that cannot be
+  read (problem CANDIDATES) is shown until a read succeeds or wpa_supplicant restarts.
 
 A Targeted belongs to one Guard and touches neither bgscan nor the journal: the policy's
 `targeted` flag is what keeps bgscan off, and it ends with the fade or the fallback.
@@ -28,7 +32,7 @@ from typing import Any
 from ..peers.supplicant import Bss, SupplicantError, WpaSupplicant
 from . import policy as P
 from .candidates import Candidate, Candidates
-from .problems import ROAM
+from .problems import CANDIDATES, ROAM
 from .roaming import REFRESH, TARGETED, Owner, Roaming, mhz
 
 log = logging.getLogger("scanguard")
@@ -81,6 +85,7 @@ class Targeted:
         if policy.state not in (P.WEAK, P.ROAMING):
             if policy.targeted:
                 policy.set_targeted(False, policy.reason)
+            owner.problems.clear(ROAM)
             if self._targeted_at is not None and policy.state in P.ENGAGED:
                 log.info("%s: the signal is back above the floor (%s dBm): guarding goes on "
                          "on %s", self.ifname, _dbm(policy.signal), self._where())
@@ -171,7 +176,7 @@ class Targeted:
         suspended, signal = owner.suspended, owner.policy.signal
         if owner.settings.roam_scans != TARGETED or suspended is None or signal is None \
                 or owner.policy.state not in (P.GUARDING, P.HELD) \
-                or signal >= bgscan_threshold(suspended.saved) or self._roaming.scan_in_flight:
+                or signal >= bgscan_threshold(suspended.saved) or self._roaming.is_ours():
             return
         now = time.monotonic()
         if self._refresh_at is not None and now - self._refresh_at < REFRESH_GAP:
@@ -196,8 +201,7 @@ class Targeted:
             if path is None:
                 self.current = None
             elif self.current is None or self.current.path != path:
-                self.current = next((b for b in await self._supplicant.bsses(iface)
-                                     if b.path == path), None)
+                self.current = await self._supplicant.bss(path)
         except SupplicantError as e:
             self._owner.look_up_again_if_gone(e)
             log.info("%s: cannot read which access point the station is with: %s",
@@ -207,15 +211,18 @@ class Targeted:
         """Read wpa_supplicant's BSS list and remember the network's access points (run
         beside the sampling after every scan, and when the guard starts)."""
         owner = self._owner
+        if owner.settings.roam_scans != TARGETED:
+            return
         try:
             iface = await owner.iface()
             path = await self._supplicant.current_bss(iface)
             seen = await self._supplicant.bsses(iface)
         except SupplicantError as e:
             owner.look_up_again_if_gone(e)
-            log.info("%s: cannot read the access points wpa_supplicant found: %s; the known "
-                     "ones are kept", self.ifname, e)
+            owner.problems.fail(f"{self.ifname}: cannot read the access points wpa_supplicant "
+                                f"found: {e}; the known ones are kept", CANDIDATES)
             return
+        owner.problems.clear(CANDIDATES)
         current = next((b for b in seen if b.path == path), None)
         if current is None or not owner.dev.connection_uuid:
             return
@@ -248,6 +255,7 @@ class Targeted:
 
     def supplicant_restarted(self) -> None:
         self.current = None
+        self._owner.problems.clear(CANDIDATES)  # said of the old process's list
 
 
 def bgscan_threshold(bgscan: str) -> int:

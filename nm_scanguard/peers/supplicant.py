@@ -219,6 +219,8 @@ class WpaSupplicant(Protocol):
 
     async def current_bss(self, iface_path: str, /) -> str | None: ...
 
+    async def bss(self, path: str, /) -> Bss | None: ...
+
     async def scanning(self, iface_path: str, /) -> bool: ...
 
     async def abort_scan(self, iface_path: str, /) -> None: ...
@@ -313,10 +315,11 @@ class Supplicant:
             paths = await get_property(self.bus, NAME, iface_path, IFACE, "BSSs")
         except BusError as e:
             raise explain(e, f"reading the BSS list of {iface_path}") from None
-        read = await asyncio.gather(*(self._bss(str(p)) for p in list(paths)[:MAX_BSSES]))
+        read = await asyncio.gather(*(self.bss(str(p)) for p in list(paths)[:MAX_BSSES]))
         return [b for b in read if b is not None]
 
-    async def _bss(self, path: str) -> Bss | None:
+    async def bss(self, path: str) -> Bss | None:
+        """The BSS at `path` (GetAll), or None if it is gone (expired)."""
         try:
             props = await get_all(self.bus, NAME, path, BSS)
         except BusError as e:

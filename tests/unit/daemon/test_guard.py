@@ -108,6 +108,12 @@ class FakeView(FakeSupplicant):
             fail(self.bss_error, f"reading the BSS list of {iface_path}")
         return list(self.bss_list)
 
+    async def bss(self, path: str) -> Bss | None:
+        self.bss_reads += 1
+        if self.bss_error:
+            fail(self.bss_error, f"reading the BSS {path}")
+        return next((b for b in self.bss_list if b.path == path), None)
+
     async def scanning(self, iface_path: str) -> bool:
         self.calls.append(("scanning", iface_path))
         return self.is_scanning

@@ -186,15 +186,55 @@ async def test_a_refused_roam_is_shown_and_the_limit_still_falls_back(guard, par
     clock[0] += TARGETED_LIMIT
     await fade(guard, parts, -85)
     assert guard.state == P.WEAK and sup.networks[NET0]["bgscan"] == NM_BGSCAN
+    assert "cannot move" in guard.status().error  # still the fade the refusal was about
+    await fade(guard, parts, -60)  # the fade is over (the full scan moved it): nothing to show
+    assert guard.state == P.GUARDING and "cannot move" not in guard.status().error
 
 
-async def test_unreadable_bss_list_keeps_what_is_known(guard, parts, two_aps, clock):
+async def test_unreadable_bss_list_keeps_what_is_known_and_shows_once(guard, parts, two_aps,
+                                                                      clock, caplog):
     sup = parts["sup"]
+    caplog.set_level(logging.INFO, "scanguard")
     await learned(guard, parts)
     sup.bss_error = ACCESS_DENIED
     await guard.targeted.learn()
+    await guard.targeted.learn()  # every scan ends in a read: the same failure is logged once
+    assert "cannot read the access points wpa_supplicant found" in guard.status().error
+    assert caplog.text.count("cannot read the access points") == 1
     sup.bss_error = None
     assert len(guard.targeted.candidates.known("u-1")) == 2
+    await guard.targeted.learn()
+    assert "cannot read the access points" not in guard.status().error
+
+
+async def test_a_restarted_wpa_supplicant_takes_the_unreadable_list_with_it(guard, parts,
+                                                                            two_aps, clock):
+    await learned(guard, parts)
+    parts["sup"].bss_error = ACCESS_DENIED
+    await guard.targeted.learn()
+    guard.supplicant_restarted()
+    assert "cannot read the access points" not in guard.status().error
+
+
+async def test_with_roam_scans_full_nothing_is_read_for_the_candidates(guard, parts, two_aps,
+                                                                      clock):
+    guard.update(guard.dev, dataclasses.replace(SETTINGS, roam_scans="full"))
+    await learned(guard, parts)
+    await scan_ends(guard, parts)
+    assert parts["sup"].bss_reads == 0 and guard.status().roam_candidates == []
+
+
+async def test_the_current_ap_is_read_alone_not_with_the_whole_list(guard, parts, two_aps,
+                                                                   clock):
+    sup = parts["sup"]
+    await learned(guard, parts)
+    sup.current_bss_path = two_aps[1].path  # moved: the next fade reads only the new AP
+
+    async def whole_list(iface_path: str) -> list[Bss]:
+        raise AssertionError("the whole BSS list was read to find the current AP")
+    sup.bsses = whole_list
+    await guard.targeted._read_current()
+    assert guard.targeted.current == two_aps[1]
 
 
 async def test_refresh_scans_one_candidate_channel_while_marginal_none_above_threshold(
