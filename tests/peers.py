@@ -241,15 +241,17 @@ class Peers:
         self.bus, self.ifname, self.wpa, self.nm = bus, ifname, wpa, nm
         self.dev = self.ap = self.conn = self.active = self.iface = self.net = ""
         self.n = 0
+        self.ssid = "Home"  # the network's SSID (setup)
 
     async def wpa_mock(self, member, sig="", body=()):
         return await call(self.bus, MockSupplicant.BUS_NAME, MockSupplicant.MAIN_OBJ,
                           "org.freedesktop.DBus.Mock", member, sig, body)
 
-    async def setup(self, bgscan=BGSCAN, user_data=None, activate=True):
-        """Profile 'Home' on the interface, NM's bgscan on its wpa_supplicant network, and the
-        device activated (unless *activate* is false)."""
-        self.dev, self.ap, self.conn = self.nm.add_wifi(self.ifname)
+    async def setup(self, bgscan=BGSCAN, user_data=None, activate=True, ssid="Home"):
+        """Profile 'Home' on the interface for the network `ssid`, NM's bgscan on its
+        wpa_supplicant network, and the device activated (unless *activate* is false)."""
+        self.ssid = ssid
+        self.dev, self.ap, self.conn = self.nm.add_wifi(self.ifname, ssid)
         if user_data:
             await self.set_user_data(user_data)
         (self.iface,) = await self.wpa_mock("AddWifiInterface", "s", [self.ifname])
@@ -259,7 +261,8 @@ class Peers:
 
     async def new_network(self, bgscan):
         """What NM does on every activation: AddNetwork + select; the association completes."""
-        (self.net,) = await self.wpa_mock("AddNetworkWithBgscan", "oss", [self.iface, "Home", bgscan])
+        (self.net,) = await self.wpa_mock("AddNetworkWithBgscan", "oss",
+                                          [self.iface, self.ssid, bgscan])
         await self.wpa_mock("SetCurrentNetwork", "oo", [self.iface, self.net])
         return self.net
 
