@@ -170,9 +170,9 @@ paper: deps-lab
 	$(PYTEST) -v -s tests/lab/test_lab_paper.py
 	$(PYTHON) -m tests.lab.paper $(PAPER_ARGS)
 
-# A fade under load in the lab, roam_scans = targeted against full (issue 35; docs/roaming.md).
-# Not part of `make test`: about 15 minutes.  ROAM_ARGS='--scenarios walk' for a part;
-# `make roam-trixie` runs it on Debian 13.
+# A fade under load in the lab, roam_scans = targeted against full, and issue 35's checks (a)-(d)
+# (docs/roaming.md); fails if a check fails.  Not part of `make test`: about 20 minutes.
+# ROAM_ARGS='--scenarios walk' for a part; `make roam-trixie` runs it on Debian 13.
 roam: deps-lab
 	$(PYTHON) -m tests.lab.roam_study $(ROAM_ARGS)
 

@@ -20,12 +20,27 @@ in the same lab session:
   while AP2 rises to -50 dBm, in one change of the medium;
 - walk: AP1 falls 1 dB/s from -62 to -85 dBm while AP2 rises from -85 to -62 dBm.
 
-Per run: seconds from AP1 crossing the floor to the association with AP2, the longest scan
-while busy (the time off the channel is at most that), scans of more than two channels while
-busy, the worst receiving second in the 30 s after the crossing against the median second
-before the fade, and (walk) the time scans took per minute while the signal was marginal.
-Writes <out>/table.md and <out>/summary.json (strict JSON); exits 1 if a run did not roam.
-The issue's goals are printed beside the figures; this is a measurement, not a check.
+Two more runs, `roam_scans = targeted` only:
+
+- none (issue 35 (c)): AP2 stopped until the guard is engaged, then started out of range: no
+  scan sees it, so the guard knows no other AP; after 20 s AP1 fades and AP2 rises as in long;
+- good (issue 35 (d)): AP1 at -62 dBm, above bgscan's threshold, AP2 seen; 60 s guarded.
+
+Per run: seconds from AP1 crossing the floor to the association with AP2; the time off the
+channel, from the air (each PM=1 Null frame of the station to its next PM=0 one): the longest
+stretch in the fade and the share of the marginal seconds (the long run's guarded -72 dBm
+hold, the walk's -70 to -80 dBm); the longest scan (`iw event`) and scans of more than two
+channels while busy; the worst receiving second in the 30 s after the crossing against the
+median second before the fade.
+
+The checks (issue 35 (a)-(d); the run exits 1 if one fails, and says which):
+(a) and (b), targeted against full in the same session: both roam; targeted with no scan of
+more than two channels while busy, not giving up, sooner than full and with a shorter longest
+stretch off the channel; (a) also at most 1 % of the marginal hold off the channel.
+(c): the station roams, through the release and a scan of every channel, with no targeted scan.
+(d): no scan at all while busy.
+The issue's goals are printed beside the figures; those not met are named.  Writes
+<out>/table.md and <out>/summary.json (strict JSON).
 """
 
 from __future__ import annotations
@@ -37,21 +52,30 @@ import time
 from pathlib import Path
 
 from .demo import machine, strict_json
-from .lab import AP2_OFF_DBM, STA_IF, STRONG_SIGNAL_DBM, Lab, wait_until
+from .lab import AP2_OFF_DBM, STA_IF, STRONG_SIGNAL_DBM, Capture, Lab, wait_until
 from .scenario import (FADED_SIGNAL_DBM, GUARD_SETTINGS, SIMULATION_NOTE, Guardd, arm_weak_link,
                        wait_bgscan_off)
 from .vm import REPO, LabError
 
 T_START = time.monotonic()
-SCENARIOS = ("long", "walk")
+SCENARIOS = ("long", "walk", "none", "good")
+COMPARED = ("long", "walk")  # run in every mode; the others with roam_scans = targeted only
 MODES = ("targeted", "full")
+GOOD_DBM = -62  # above NetworkManager's -70 dBm bgscan threshold in the lab
+GOOD_SECONDS = 60.0
+NONE_HOLD = 20.0
 AP2_SEEN_DBM = -78  # in range, weaker than AP1 at -72: seen by scans, not roamed to
 WALK = (-62, -85)  # AP1 from, to; AP2 the other way
 FLOOR = GUARD_SETTINGS["signal_floor_dbm"]
 AFTER = 30.0  # seconds after the crossing that are judged
 MARGINAL = (FLOOR, -70)  # between the floor and NetworkManager's bgscan threshold in the lab
-GOALS = {"roam_s": "≤ 2 s", "first_scan_s": "", "longest_scan_s": "≤ 0.3 s", "full_scans_busy": "0",
-         "worst_over_median": "≥ 0.8", "off_channel_per_minute_pct": "≤ 1 %"}
+GOALS = {"roam_s": "≤ 2 s", "first_scan_s": "", "longest_off_channel_s": "≤ 0.3 s",
+         "longest_scan_s": "", "full_scans_busy": "0", "worst_over_median": "≥ 0.8",
+         "off_channel_marginal_pct": "≤ 1 %"}
+GOAL_MET = {"roam_s": lambda v: v <= 2, "longest_off_channel_s": lambda v: v <= 0.3,
+            "full_scans_busy": lambda v: v == 0, "worst_over_median": lambda v: v >= 0.8,
+            "off_channel_marginal_pct": lambda v: v <= 1}
+MAX_OFF_CHANNEL_S = 10.0  # a PM=1 with no PM=0 this soon after it is not a trip off the channel
 
 
 def say(msg: str) -> None:
@@ -95,23 +119,52 @@ def walk(lab: Lab) -> tuple[float, float, float]:
     return marginal, crossed, start
 
 
-def run(lab: Lab, scenario: str, mode: str, guard_seconds: float, ap1: str, ap2: str) -> dict:
-    on_ap1_with_ap2_seen(lab, ap1)
+def on_ap1_alone(lab: Lab, ap1: str) -> None:
+    """AP2 stopped (no scan can see it), the station on AP1 at the strong signal."""
+    lab.stop_second_ap()
+    lab.set_signals({("ap", "sta"): STRONG_SIGNAL_DBM, ("ap2", "sta"): AP2_OFF_DBM})
+    if lab.bssid() != ap1:
+        lab.reconnect()
+    lab.ensure_connected()
+    wait_until(lambda: lab.bssid() == ap1, 60, f"the station on AP1 {ap1}", interval=1)
+
+
+def run(lab: Lab, scenario: str, mode: str, guard_seconds: float, ap1: str, ap2: str,
+        ap2_channel: int) -> dict:
+    if scenario == "none":
+        on_ap1_alone(lab, ap1)
+    else:
+        on_ap1_with_ap2_seen(lab, ap1)
     d = Guardd(lab, guard_config(mode)).start()
+    cap: Capture | None = None
     try:
         wait_until(lambda: d.status().get("state") == "idle" and lab.bgscan() != "",
                    GUARD_SETTINGS["release_after"] + 30, "the guard to be idle", interval=1)
         if scenario == "walk":
             lab.set_signals({("ap", "sta"): WALK[0], ("ap2", "sta"): WALK[1]})
+        elif scenario == "good":
+            lab.set_signals({("ap", "sta"): GOOD_DBM, ("ap2", "sta"): AP2_SEEN_DBM})
         else:
             arm_weak_link(lab)
-        hold = guard_seconds if scenario == "long" else 20.0
+        hold = {"long": guard_seconds, "good": GOOD_SECONDS, "none": NONE_HOLD}.get(scenario, 20.0)
         seconds = hold + (WALK[0] - WALK[1] + 1 if scenario == "walk" else 0) + AFTER + 15
+        cap = lab.start_capture(f"roam-{scenario}-{mode}")
         traffic = lab.start_traffic("upload", seconds, ping_interval=None)
         engaged = wait_bgscan_off(lab, traffic.t0, 30)
         say(f"{scenario}, {mode}: guarding since t0+{engaged - traffic.t0:.1f} s; holding "
-            f"{hold:g} s before the fade")
+            f"{hold:g} s" + ("" if scenario == "good" else " before the fade"))
+        if scenario == "none":
+            lab.start_second_ap(channel=ap2_channel)  # out of range; nothing scans while guarded
         time.sleep(max(0.0, hold - (lab.guest_time() - engaged)))
+        if scenario == "good":
+            result = traffic.wait()
+            log = d.log()
+            frames = cap.stop()
+            busy = [sc for sc in lab.scans(engaged, result.t_end) if sc.start >= engaged + 1]
+            off = off_channel(frames, lab.sta_mac, engaged + 1, result.t_end)
+            return {"scans_busy": len(busy), "guarded_s": round(result.t_end - engaged, 1),
+                    "off_channel_s": round(sum(b - a for a, b in off), 2),
+                    "targeted_scans_asked": log.count("asked wpa_supplicant for a targeted scan")}
         if scenario == "walk":
             marginal, crossed, fade_start = walk(lab)
         else:
@@ -123,10 +176,43 @@ def run(lab: Lab, scenario: str, mode: str, guard_seconds: float, ap1: str, ap2:
             AFTER + 120, f"the station to roam to AP2 {ap2}", interval=1)
         result = traffic.wait()
         log = d.log()
+        frames = cap.stop()
     finally:
+        if cap is not None:
+            cap.stop()
         d.stop()
         lab.set_signals({("ap", "sta"): STRONG_SIGNAL_DBM, ("ap2", "sta"): AP2_OFF_DBM})
-    return figures(lab, result, engaged, fade_start, marginal, crossed, roamed, log)
+    if scenario == "long":  # the guarded hold at -72 dBm is marginal: the refresh's share
+        marginal, marginal_end = engaged + 5, fade_start
+    else:
+        marginal_end = crossed
+    out = figures(lab, result, engaged, fade_start, marginal, crossed, roamed, log)
+    off = off_channel(frames, lab.sta_mac, engaged, result.t_end)
+    fade_off = clipped(off, fade_start, crossed + AFTER)
+    out["longest_off_channel_s"] = round(max((b - a for a, b in fade_off), default=0.0), 3)
+    if marginal:
+        took = sum(b - a for a, b in clipped(off, marginal, marginal_end))
+        out["off_channel_marginal_pct"] = round(100 * took / max(marginal_end - marginal, 1e-9), 2)
+        out["marginal_s"] = round(marginal_end - marginal, 1)
+    return out
+
+
+def off_channel(frames, sta: str, t0: float, t1: float) -> list[tuple[float, float]]:
+    """The stretches the station was off its channel, from the air: each PM=1 Null frame of
+    the station to its next PM=0 one (within MAX_OFF_CHANNEL_S), between t0 and t1."""
+    out, left = [], None
+    for f in sorted((f for f in frames if f.ta == sta), key=lambda f: f.time):
+        if f.pm:
+            left = f.time if left is None else left
+        elif left is not None:
+            if f.time - left <= MAX_OFF_CHANNEL_S and f.time >= t0 and left <= t1:
+                out.append((left, f.time))
+            left = None
+    return out
+
+
+def clipped(spans: list[tuple[float, float]], t0: float, t1: float) -> list[tuple[float, float]]:
+    return [(max(a, t0), min(b, t1)) for a, b in spans if a < t1 and b > t0]
 
 
 def figures(lab: Lab, result, engaged: float, fade_start: float, marginal: float,
@@ -152,23 +238,66 @@ def figures(lab: Lab, result, engaged: float, fade_start: float, marginal: float
         "targeted_scans_asked": log.count("asked wpa_supplicant for a targeted scan of"),
         "roams_asked": log.count("asked wpa_supplicant to roam from"),
         "gave_up": "targeted roaming gave up" in log,
+        "none_known": "no other access point of this network is known" in log,
     }
-    if marginal:
-        window = [s for s in busy if s.overlaps(marginal, crossed)]
-        took = sum(min(s.end or crossed, crossed) - max(s.start, marginal) for s in window)
-        out["off_channel_per_minute_pct"] = round(100 * took / max(crossed - marginal, 1e-9), 2)
-        out["marginal_s"] = round(crossed - marginal, 1)
     return out
 
 
+def checks(results: dict[str, dict[str, dict]]) -> list[tuple[str, bool, str]]:
+    """Issue 35 (a)-(d) on what ran: (name, passed, the figures it judged)."""
+    out: list[tuple[str, bool, str]] = []
+    for scenario, name in (("long", "(a)"), ("walk", "(b)")):
+        t, f = results.get(scenario, {}).get("targeted"), results.get(scenario, {}).get("full")
+        if t is None or f is None:
+            continue
+        judged = {
+            "targeted: no scan of more than two channels while busy": t["full_scans_busy"] == 0,
+            "targeted: did not give up": not t["gave_up"],
+            "targeted roamed sooner than full": t["roam_s"] < f["roam_s"],
+            "targeted's longest stretch off the channel shorter than full's":
+                t["longest_off_channel_s"] < f["longest_off_channel_s"],
+        }
+        if scenario == "long":
+            judged["targeted: ≤ 1 % of the marginal hold off the channel"] = \
+                t["off_channel_marginal_pct"] <= 1.0
+        for what, ok in judged.items():
+            out.append((f"{name} {scenario}: {what}", ok,
+                        f"targeted {_short(t)}; full {_short(f)}"))
+    if "targeted" in results.get("none", {}):
+        n = results["none"]["targeted"]
+        out.append(("(c) none: no AP known, released for a scan of every channel and roamed",
+                    n["none_known"] and n["targeted_scans_asked"] == 0 and n["full_scans_busy"] >= 1,
+                    _short(n)))
+    if "targeted" in results.get("good", {}):
+        g = results["good"]["targeted"]
+        out.append(("(d) good signal: no scan at all while busy", g["scans_busy"] == 0, str(g)))
+    return out
+
+
+def _short(f: dict) -> str:
+    return ", ".join(f"{k} {f[k]}" for k in ("roam_s", "longest_off_channel_s", "longest_scan_s",
+                                             "full_scans_busy", "off_channel_marginal_pct",
+                                             "gave_up", "none_known", "targeted_scans_asked")
+                     if k in f)
+
+
+def goals_missed(results: dict[str, dict[str, dict]]) -> list[str]:
+    return [f"{scenario}/targeted: {k} {v} (goal {GOALS[k]})"
+            for scenario in COMPARED if "targeted" in results.get(scenario, {})
+            for k, v in results[scenario]["targeted"].items()
+            if k in GOAL_MET and v is not None and not GOAL_MET[k](v)]
+
+
 def table(results: dict[str, dict[str, dict]]) -> str:
-    keys = ["roam_s", "first_scan_s", "longest_scan_s", "full_scans_busy", "worst_over_median",
-            "off_channel_per_minute_pct"]
+    keys = ["roam_s", "first_scan_s", "longest_off_channel_s", "longest_scan_s",
+            "full_scans_busy", "worst_over_median", "off_channel_marginal_pct"]
     head = "| scenario | roam_scans | " + " | ".join(keys) + " |"
     rows = [head, "|" + "---|" * (len(keys) + 2),
             "| goal | | " + " | ".join(GOALS[k] for k in keys) + " |"]
     for scenario, modes in results.items():
         for mode, f in modes.items():
+            if scenario == "good":
+                continue  # no fade: its figures are in the checks
             rows.append(f"| {scenario} | {mode} | " + " | ".join(
                 "–" if f.get(k) is None else str(f[k]) for k in keys) + " |")
     return "\n".join(rows)
@@ -204,9 +333,9 @@ def main(argv: list[str] | None = None) -> int:
         lab.start_second_ap(channel=args.ap2_channel)
         ap1, ap2 = lab.radio_macs["ap"], lab.radio_macs["ap2"]
         for scenario in scenarios:
-            for mode in modes:
+            for mode in (modes if scenario in COMPARED else ["targeted"]):
                 try:
-                    f = run(lab, scenario, mode, args.guard_seconds, ap1, ap2)
+                    f = run(lab, scenario, mode, args.guard_seconds, ap1, ap2, args.ap2_channel)
                 except LabError as e:
                     failed.append(f"{scenario}/{mode}: {e}")
                     say(f"{scenario}, {mode}: {e}")
@@ -215,17 +344,27 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"{scenario}, {mode}: {strict_json(f)}")
     finally:
         lab.stop()
+    judged = checks(results)
+    missed = goals_missed(results)
     body = (f"nm-scanguard lab: a fade under load, {info['date']}, guest kernel "
-            f"{info.get('guest_kernel')}; {SIMULATION_NOTE}\n\n{table(results)}\n"
-            + "".join(f"\n- not measured: {f}" for f in failed) + "\n")
+            f"{info.get('guest_kernel')}; {SIMULATION_NOTE}\n\n{table(results)}\n\nchecks:\n"
+            + "".join(f"- {'pass' if ok else 'FAIL'}: {name} ({why})\n" for name, ok, why in judged)
+            + "".join(f"- not measured: {f}\n" for f in failed)
+            + "\ngoals not met: " + ("; ".join(missed) or "none") + "\n")
     print(body)
     (args.out / "table.md").write_text(body)
     (args.out / "summary.json").write_text(strict_json(
         {"machine": info, "guard_settings": GUARD_SETTINGS, "guard_seconds": args.guard_seconds,
-         "ap2_channel": args.ap2_channel,
-         "goals": GOALS, "results": results, "not_measured": failed}))
+         "ap2_channel": args.ap2_channel, "goals": GOALS, "results": results,
+         "checks": [{"check": n, "passed": ok} for n, ok, _ in judged],
+         "goals_not_met": missed, "not_measured": failed}))
     say(f"wrote {args.out / 'table.md'} and {args.out / 'summary.json'}")
-    return 1 if failed else 0
+    bad = [n for n, ok, _ in judged if not ok]
+    if bad or failed:
+        say(f"{len(bad)} check(s) failed, {len(failed)} run(s) not measured")
+        return 1
+    say(f"all {len(judged)} checks passed")
+    return 0
 
 
 if __name__ == "__main__":
