@@ -161,7 +161,7 @@ bench: deps-test
 	$(PYTHON) -m tests.bench.bench_polkit
 
 demo: deps-lab
-	$(PYTHON) -m tests.lab.demo
+	$(PYTHON) -m tests.lab.demo $(DEMO_ARGS)
 
 # The paper's experiment matrix in the lab, guard off and on (issue 24; docs/paper.md).  Not part
 # of `make test`: about 20 minutes.  PAPER_ARGS='--cells upload-tsq --seconds 60' for a part;

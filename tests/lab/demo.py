@@ -1,6 +1,7 @@
 """`make demo`: the same upload and download in the virtual Wi-Fi lab, guard off then on.
 
-    /usr/bin/python3 -m tests.lab.demo [--seconds 90] [--download-seconds 60] [--out demo-results]
+    /usr/bin/python3 -m tests.lab.demo [--seconds 90] [--download-seconds 60] [--fade]
+                                       [--out demo-results]
 
 Boots the lab (QEMU TCG, mac80211_hwsim with the lab's wireless medium, hostapd,
 NetworkManager, wpa_supplicant), puts the station at -72 dBm (below NetworkManager's -70 dBm
@@ -9,7 +10,10 @@ idle ping, then runs an iperf3 upload and a download with ping alongside, withou
 and then with it.  Prints a side-by-side table and writes <out>/summary.json and <out>/demo.png
 (per-second throughput and RTT over time, scans shaded, the runs stacked like Fig. 25/26 of the
 paper).  Each run is measured by scenario.measured_transfer, the function the lab checks 1 and 2
-assert on.
+assert on.  With --fade (`make demo DEMO_ARGS=--fade`), then a fade under load: a second AP of
+the network comes in range while the station's AP fades (`make roam`'s walk), once with
+`roam_scans = targeted` and once with `full`; the table shows how soon each roamed and how long
+the station was off its channel.
 """
 
 from __future__ import annotations
@@ -261,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=90, help="length of each upload")
     p.add_argument("--download-seconds", type=float, default=60,
                    help="length of each download (0: none)")
+    p.add_argument("--fade", action="store_true",
+                   help="then a fade under load with a second access point, roam_scans targeted "
+                        "against full (about 5 more minutes)")
     p.add_argument("--out", type=Path, default=REPO / "demo-results")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -269,13 +276,14 @@ def main(argv: list[str] | None = None) -> int:
         [("download", args.download_seconds)] if args.download_seconds > 0 else [])
     say(f"{info['date']} on {info['cpu']} x{info['cores']}, {info['qemu']}")
     say(SIMULATION_NOTE)
-    total = 60 + 2 * sum(sec + 40 for _, sec in transfers)
+    total = 60 + 2 * sum(sec + 40 for _, sec in transfers) + (300 if args.fade else 0)
     say("booting the lab (≈40-60 s), then " + " and ".join(
-        f"a {sec:g} s {d}" for d, sec in transfers) + f" with the guard off, then on; about "
-        f"{total / 60:.0f} min in all")
+        f"a {sec:g} s {d}" for d, sec in transfers) + " with the guard off, then on"
+        + ("; then a fade under load" if args.fade else "") + f"; about {total / 60:.0f} min in all")
     lab = Lab.start(log=print)
     runs: dict[tuple[str, str], MeasuredRun] = {}
     diagnosed: dict[str, str] = {}  # mode -> what `scanguardctl diagnose` printed
+    fades: dict[str, dict] = {}  # roam_scans -> make roam's figures of the walk
     guardd = Guardd(lab)
     try:
         original = lab.bgscan()
@@ -309,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         wait_bgscan(lab, WEAK_LINK_BGSCAN, GUARD_SETTINGS["release_after"] + 20)
         guardd.stop()
         lab.set_bgscan(original)
+        if args.fade:
+            fades = fade(lab)
     finally:
         if guardd.running():
             guardd.stop()
@@ -347,6 +357,14 @@ def main(argv: list[str] | None = None) -> int:
         print()
         (args.out / f"diagnose-{mode.replace(' ', '-')}.txt").write_text(text)
     summary["diagnose"] = diagnosed
+    if fades:
+        from .roam_study import table as fade_table
+        text = ("A fade under load (AP1 -62 -> -85 dBm, AP2 -85 -> -62 dBm at 1 dB/s), seconds "
+                "from AP1 crossing the floor:\n" + fade_table({"walk": fades}))
+        print(text)
+        print()
+        summary["fade"] = fades
+        summary["table"] += "\n\n" + text
     (args.out / "summary.json").write_text(strict_json(summary))
     (args.out / "table.txt").write_text(summary["table"] + "\n")
     png = args.out / "demo.png"
@@ -354,6 +372,19 @@ def main(argv: list[str] | None = None) -> int:
                                    f"{info['cores']}-core host, QEMU TCG")
     say(f"wrote {args.out / 'summary.json'}, {args.out / 'table.txt'} and {png}")
     return 0
+
+
+def fade(lab: Lab) -> dict[str, dict]:
+    """`make roam`'s walk, targeted then full, on a second AP of the network (issue 35)."""
+    from . import roam_study
+    lab.start_second_ap(channel=roam_study.AP2_CHANNEL)
+    ap1, ap2 = lab.radio_macs["ap"], lab.radio_macs["ap2"]
+    out = {}
+    for mode in roam_study.MODES:
+        say(f"a fade under load, roam_scans = {mode}: AP1 fades 1 dB/s while AP2 rises")
+        out[mode] = roam_study.run(lab, "walk", mode, 0, ap1, ap2, roam_study.AP2_CHANNEL)
+        say(f"roam_scans = {mode}: {roam_study.short(out[mode])}")
+    return out
 
 
 def strict_json(summary: dict) -> str:

@@ -64,6 +64,7 @@ MODES = ("targeted", "full")
 GOOD_DBM = -62  # above NetworkManager's -70 dBm bgscan threshold in the lab
 GOOD_SECONDS = 60.0
 NONE_HOLD = 20.0
+AP2_CHANNEL = 11  # see the module's docstring
 AP2_SEEN_DBM = -78  # in range, weaker than AP1 at -72: seen by scans, not roamed to
 WALK = (-62, -85)  # AP1 from, to; AP2 the other way
 FLOOR = GUARD_SETTINGS["signal_floor_dbm"]
@@ -262,19 +263,19 @@ def checks(results: dict[str, dict[str, dict]]) -> list[tuple[str, bool, str]]:
                 t["off_channel_marginal_pct"] <= 1.0
         for what, ok in judged.items():
             out.append((f"{name} {scenario}: {what}", ok,
-                        f"targeted {_short(t)}; full {_short(f)}"))
+                        f"targeted {short(t)}; full {short(f)}"))
     if "targeted" in results.get("none", {}):
         n = results["none"]["targeted"]
         out.append(("(c) none: no AP known, released for a scan of every channel and roamed",
                     n["none_known"] and n["targeted_scans_asked"] == 0 and n["full_scans_busy"] >= 1,
-                    _short(n)))
+                    short(n)))
     if "targeted" in results.get("good", {}):
         g = results["good"]["targeted"]
         out.append(("(d) good signal: no scan at all while busy", g["scans_busy"] == 0, str(g)))
     return out
 
 
-def _short(f: dict) -> str:
+def short(f: dict) -> str:
     return ", ".join(f"{k} {f[k]}" for k in ("roam_s", "longest_off_channel_s", "longest_scan_s",
                                              "full_scans_busy", "off_channel_marginal_pct",
                                              "gave_up", "none_known", "targeted_scans_asked")
@@ -312,8 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--guard-seconds", type=float, default=200,
                    help="how long the long scenario guards before the fade (wpa_supplicant "
                         "forgets an AP unseen for 180 s)")
-    p.add_argument("--ap2-channel", type=int, default=11, choices=range(1, 14), metavar="1-13",
-                   help="the second AP's 2.4 GHz channel (AP1 is on 6; default 11)")
+    p.add_argument("--ap2-channel", type=int, default=AP2_CHANNEL, choices=range(1, 14),
+                   metavar="1-13",
+                   help=f"the second AP's 2.4 GHz channel (AP1 is on 6; default {AP2_CHANNEL})")
     p.add_argument("--out", type=Path, default=REPO / "roam-results")
     args = p.parse_args(argv)
     scenarios = [s for s in args.scenarios.split(",") if s]
