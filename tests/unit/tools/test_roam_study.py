@@ -28,7 +28,8 @@ def test_clipped_keeps_the_part_of_each_stretch_inside_the_window():
 
 def fade(roam_s: float, off: float, full_scans: int, marginal_pct: float | None = 0.5,
          gave_up: bool = False) -> dict:
-    f = {"roam_s": roam_s, "longest_off_channel_s": off, "longest_scan_s": off,
+    f = {"roam_s": roam_s, "longest_off_channel_s": off, "off_channel_fade_s": 2 * off,
+         "longest_scan_s": off,
          "full_scans_busy": full_scans, "gave_up": gave_up, "none_known": False,
          "targeted_scans_asked": 1, "worst_over_median": 0.2}
     if marginal_pct is not None:
@@ -37,18 +38,20 @@ def fade(roam_s: float, off: float, full_scans: int, marginal_pct: float | None 
 
 
 def test_checks_pass_when_targeted_beats_full_and_fail_naming_what_did_not():
-    results = {"long": {"targeted": fade(2.5, 0.2, 0), "full": fade(8.9, 6.8, 1)},
+    results = {"long": {"targeted": fade(2.5, 0.2, 0), "full": fade(8.9, 0.25, 1)},
                "walk": {"targeted": fade(1.9, 0.2, 0, None), "full": fade(9.0, 6.7, 1, None)},
                "none": {"targeted": dict(fade(9.5, 6.8, 1, None), none_known=True,
                                          targeted_scans_asked=0)},
                "good": {"targeted": {"scans_busy": 0}}}
     judged = checks(results)
-    assert len(judged) == 11 and all(ok for _, ok, _ in judged), judged
-    results["long"]["targeted"] = fade(9.0, 0.2, 1, 3.1)
+    assert len(judged) == 13 and all(ok for _, ok, _ in judged), judged
+    results["long"]["targeted"] = fade(9.0, 0.4, 1, 3.1)
     results["good"]["targeted"] = {"scans_busy": 2}
     failed = [name for name, ok, _ in checks(results) if not ok]
     assert failed == ["(a) long: targeted: no scan of more than two channels while busy",
                       "(a) long: targeted roamed sooner than full",
+                      "(a) long: targeted: longest stretch off the channel in the fade ≤ 0.3 s",
+                      "(a) long: targeted: less time off the channel in the fade than full",
                       "(a) long: targeted: ≤ 1 % of the marginal hold off the channel",
                       "(d) good signal: no scan at all while busy"]
 
