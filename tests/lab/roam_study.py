@@ -368,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     missed = goals_missed(results)
     body = (f"nm-scanguard lab: a fade under load, {info['date']}, guest kernel "
             f"{info.get('guest_kernel')}; {SIMULATION_NOTE}\n\n{table(results)}\n\nchecks:\n"
-            + "".join(f"- {'pass' if ok else 'FAIL'}: {name} ({why})\n" for name, ok, why in judged)
+            + "".join(f"- pass: {name}\n" if ok else f"- FAIL: {name} ({why})\n"
+                      for name, ok, why in judged)
             + "".join(f"- not measured: {f}\n" for f in failed)
             + "\ngoals not met: " + ("; ".join(missed) or "none") + "\n")
     print(body)
