@@ -14,7 +14,7 @@ from nm_scanguard.attribution import Request
 from nm_scanguard.dbuslib import Message
 from nm_scanguard.daemon.holds import Holds
 from nm_scanguard.names import BUS_NAME
-from nm_scanguard.status import FIELDS, DeviceStatus
+from nm_scanguard.status import FIELDS, MAX_PROBLEMS, DeviceStatus
 from tests.conftest import assert_eventually
 
 
@@ -197,10 +197,11 @@ def test_user_texts_are_cut_so_no_entry_grows_without_bound():
                         reason=long_name, error=long_name).as_dbus()
     for key in ("connection_id", "reason"):
         assert len(wire[key].value) == 256 and wire[key].value.endswith("…")
-    # error holds each of an interface's problems (up to 8), each cut to 256 by the guard.
+    # error holds each of an interface's problems (one per kind, up to MAX_PROBLEMS), each cut
+    # to 256 by the guard and joined by "; ".
     assert wire["error"].value == long_name
     endless = DeviceStatus(interface="wlan0", state="idle", error=long_name * 2).as_dbus()
-    assert len(endless["error"].value) == 8 * 258 and endless["error"].value.endswith("…")
+    assert len(endless["error"].value) == MAX_PROBLEMS * 258 and endless["error"].value.endswith("…")
     short = DeviceStatus(interface="wlan0", state="idle", connection_id="Café ☕ lab").as_dbus()
     assert short["connection_id"].value == "Café ☕ lab"
 
