@@ -50,9 +50,9 @@ ROAM_MARGIN_DB = 8
 # One single-channel refresh scan per this many seconds while the signal is marginal, where
 # bgscan would scan every channel each 30 s.  In the lab a one-channel scan lasts 0.08 s
 # (Debian 13's 6.12) to 0.31 s (Debian 12's 6.1) and takes the station off its channel for
-# about 0.07 s: 0.2 % of the time.  Each AP's entry in wpa_supplicant's list is refreshed within REFRESH_GAP
-# × channels: inside its 180 s expiry for up to four candidate channels, and a Roam to an AP
-# it forgot is refused and falls back (TARGETED_LIMIT).
+# about 0.07 s: 0.2 % of the time.  Each AP's entry in wpa_supplicant's list is refreshed
+# within REFRESH_GAP × channels: inside its 180 s expiry for up to four candidate channels,
+# and a Roam to an AP it forgot is refused and falls back (TARGETED_LIMIT).
 REFRESH_GAP = 40.0
 # Where bgscan's threshold cannot be read off its string ("simple:30:-65:300" → -65):
 # NetworkManager's own (nm-supplicant-config.c).
