@@ -16,8 +16,9 @@ channel for seconds.
 - What every scan found, whoever asked, is learned (scan_done → learn) while roam_scans is
   `targeted`; with `full` nothing reads the candidates, so nothing is read for them.
 - A Roam wpa_supplicant refused (problem ROAM) is shown until a Roam succeeds or the fade
-  ends: after that it says nothing about what the guard is doing.  A BSS list that cannot be
-  read (problem CANDIDATES) is shown until a read succeeds or wpa_supplicant restarts.
+  ends: after that it says nothing about what the guard is doing.  A read of the APs that
+  failed (the BSS list, or the one the station is with: problem CANDIDATES) is shown until the
+  next read succeeds or wpa_supplicant restarts.
 
 A Targeted belongs to one Guard and touches neither bgscan nor the journal: the policy's
 `targeted` flag is what keeps bgscan off, and it ends with the fade or the fallback.
@@ -207,8 +208,10 @@ class Targeted:
                 self.current = await self._supplicant.bss(path)
         except SupplicantError as e:
             self._owner.look_up_again_if_gone(e)
-            log.info("%s: cannot read which access point the station is with: %s",
-                     self.ifname, e)
+            self._owner.problems.fail(f"{self.ifname}: cannot read which access point the "
+                                      f"station is with: {e}", CANDIDATES)
+            return
+        self._owner.problems.clear(CANDIDATES)
 
     async def learn(self) -> None:
         """Read wpa_supplicant's BSS list and remember the network's access points (run

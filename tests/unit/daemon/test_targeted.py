@@ -237,6 +237,22 @@ async def test_the_current_ap_is_read_alone_not_with_the_whole_list(guard, parts
     assert guard.targeted.current == two_aps[1]
 
 
+async def test_an_unreadable_current_ap_is_shown_once_until_the_next_read(guard, parts, two_aps,
+                                                                          clock, caplog):
+    sup = parts["sup"]
+    caplog.set_level(logging.INFO, "scanguard")
+    await learned(guard, parts)
+    sup.bss_error = ACCESS_DENIED
+    await guard.targeted._read_current()
+    await guard.targeted._read_current()  # each fade's sample reads it: logged once
+    assert "cannot read which access point the station is with" in guard.status().error
+    assert caplog.text.count("cannot read which access point") == 1
+    assert guard.targeted.current == two_aps[0]  # the last AP read is kept
+    sup.bss_error = None
+    await guard.targeted._read_current()
+    assert "cannot read which" not in guard.status().error
+
+
 async def test_refresh_scans_one_candidate_channel_while_marginal_none_above_threshold(
         guard, parts, two_aps, clock):
     sup = parts["sup"]
