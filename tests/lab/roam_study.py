@@ -57,7 +57,7 @@ from pathlib import Path
 from .demo import machine, strict_json
 from .lab import AP2_OFF_DBM, STA_IF, STRONG_SIGNAL_DBM, Capture, Lab, wait_until
 from .scenario import (FADED_SIGNAL_DBM, GUARD_SETTINGS, SIMULATION_NOTE, Guardd, arm_weak_link,
-                       wait_bgscan_off)
+                       on_ap1_alone, wait_bgscan_off)
 from .vm import REPO, LabError
 
 T_START = time.monotonic()
@@ -95,10 +95,9 @@ def guard_config(mode: str) -> str:
 def on_ap1_with_ap2_seen(lab: Lab, ap1: str, ap2_channel: int) -> None:
     """The station on AP1 at the strong signal, AP2 in range but weaker and seen by one scan.
 
-    A station left on AP2 is brought back as test_lab_roam does: AP2 stopped, a reconnect, AP2
-    started again.  A scan does not do it: NetworkManager's scans are scan-only (they do not
-    let wpa_supplicant roam), and one asked while bgscan's is pending makes that one scan-only
-    too (seen in a run: the station stayed on AP2 at -78 dBm with AP1 at -50)."""
+    A station left on AP2 is brought back by scenario.on_ap1_alone, then AP2 started again: a
+    scan does not do it, and one asked while bgscan's is pending is scan-only too (the station
+    stayed on AP2 at -78 dBm with AP1 at -50)."""
     if lab.bssid() != ap1 or lab.ap2 is None:
         on_ap1_alone(lab, ap1)
         lab.start_second_ap(channel=ap2_channel)
@@ -129,16 +128,6 @@ def walk(lab: Lab) -> tuple[float, float, float]:
         time.sleep(max(0.0, start + k + 1 - lab.guest_time()))
         k = max(k + 1, int(lab.guest_time() - start))
     return marginal, crossed, start
-
-
-def on_ap1_alone(lab: Lab, ap1: str) -> None:
-    """AP2 stopped (no scan can see it), the station on AP1 at the strong signal."""
-    lab.stop_second_ap()
-    lab.set_signals({("ap", "sta"): STRONG_SIGNAL_DBM, ("ap2", "sta"): AP2_OFF_DBM})
-    if lab.bssid() != ap1:
-        lab.reconnect()
-    lab.ensure_connected()
-    wait_until(lambda: lab.bssid() == ap1, 60, f"the station on AP1 {ap1}", interval=1)
 
 
 def run(lab: Lab, scenario: str, mode: str, guard_seconds: float, ap1: str, ap2: str,

@@ -23,8 +23,8 @@ from nm_scanguard.names import IFACE as SCANGUARD_IFACE, PATH as SCANGUARD_PATH
 from nm_scanguard.status import FIELDS
 
 from . import measure
-from .lab import (AIR_RATES_MBIT, PING_INTERVAL, SCANGUARD_NAME, STA_IF, STRONG_SIGNAL_DBM, WEAK_SIGNAL_DBM, Lab, TrafficRun,
-                  wait_until)
+from .lab import (AIR_RATES_MBIT, AP2_OFF_DBM, PING_INTERVAL, SCANGUARD_NAME, STA_IF, STRONG_SIGNAL_DBM,
+                  WEAK_SIGNAL_DBM, Lab, TrafficRun, wait_until)
 from .vm import REPO, GuestProcess, LabError
 
 NM_DEFAULT_BGSCAN = "simple:30:-70:86400"
@@ -156,6 +156,21 @@ def strong_link(lab: Lab) -> None:
     """Back to the strong signal the lab starts with: bgscan then scans once a day."""
     lab.set_signal(STRONG_SIGNAL_DBM)
     lab.wait_signal(STRONG_SIGNAL_DBM)
+
+
+def on_ap1_alone(lab: Lab, ap1: str) -> None:
+    """The second AP stopped (no scan can see it), the station on AP1 at the strong signal.
+
+    A station left on AP2 is brought back by a reconnect with AP2 gone: with AP2 up,
+    NetworkManager would pick from wpa_supplicant's cached results, and a scan does not move it
+    (NetworkManager's scans are scan-only; wpa_supplicant 2.10 skips a roam while the current
+    AP's SNR is above 25 dB)."""
+    lab.stop_second_ap()
+    lab.set_signals({("ap", "sta"): STRONG_SIGNAL_DBM, ("ap2", "sta"): AP2_OFF_DBM})
+    if lab.bssid() != ap1:
+        lab.reconnect()
+    lab.ensure_connected()
+    wait_until(lambda: lab.bssid() == ap1, 60, f"the station on AP1 {ap1}", interval=1)
 
 
 def bgscan_levels(lab: Lab, t0: float = 0) -> list[tuple[float, bool]]:

@@ -7,8 +7,7 @@ guards an upload on AP1 at -72 dBm; then the lab's medium fades AP1 to -85 dBm (
 
 - control, floor disabled (`signal_floor_dbm = -120`): the guard keeps bgscan off, nothing
   scans, and the station stays on the fading AP;
-- with the floor and `roam_scans = full` (issue 35 (c), the path taken when no other AP is
-  known): the guard releases and asks wpa_supplicant for one scan (bgscan, restarted below its
+- with the floor and `roam_scans = full` (the path taken when no other AP is known): the guard releases and asks wpa_supplicant for one scan (bgscan, restarted below its
   threshold, would wait its 30 s first), wpa_supplicant roams to AP2, and the guard engages
   again on the new BSS.  The times are printed;
 - with the floor and `roam_scans = targeted`, AP2 learned from a scan (issue 35 (a)): a scan of
@@ -31,8 +30,8 @@ import pytest
 
 from .lab import AP2_OFF_DBM, STA_IF, STRONG_SIGNAL_DBM, WEAK_SIGNAL_DBM, Traffic, wait_until
 from .scenario import (FADED_SIGNAL_DBM, GUARD_SETTINGS, NM_DEFAULT_BGSCAN, Diagnose, Guardd,
-                       arm_weak_link, diagnose_link, link_losses, matching_scan, params,
-                       wait_bgscan_off, wait_bgscan_on, wait_bgscan_set_off)
+                       arm_weak_link, diagnose_link, link_losses, matching_scan, on_ap1_alone,
+                       params, wait_bgscan_off, wait_bgscan_on, wait_bgscan_set_off)
 
 pytestmark = pytest.mark.lab
 
@@ -53,11 +52,7 @@ def second_ap(lab):
     try:
         yield lab.radio_macs["ap"], lab.radio_macs["ap2"]
     finally:
-        lab.stop_second_ap()
-        lab.set_signals({("ap2", "sta"): AP2_OFF_DBM, ("ap", "sta"): STRONG_SIGNAL_DBM})
-        if lab.bssid() != lab.radio_macs["ap"]:
-            lab.reconnect()
-        lab.ensure_connected()
+        on_ap1_alone(lab, lab.radio_macs["ap"])
         lab.wait_signal(STRONG_SIGNAL_DBM, timeout=30)
 
 
@@ -195,14 +190,10 @@ def test_targeted_a_known_second_ap_is_reached_by_a_scan_of_its_channel_only(lab
     figures (seconds to roam, the longest scan, the channels) are printed."""
     ap1, ap2 = second_ap
     t = time.monotonic()
-    # The check before left the station on AP2.  Back to AP1 as the module's teardown does it:
-    # AP2 stopped, a reconnect (with AP2 up, NetworkManager would pick from wpa_supplicant's
-    # cached results, AP2's -50 dBm; and wpa_supplicant 2.10 skips a roam while the current AP's
-    # SNR is above 25 dB), AP2 started again, now in range but weaker than AP1.
+    # The check before left the station on AP2: back to AP1, then AP2 up again, now in range
+    # but weaker than AP1.
     if lab.bssid() != ap1:
-        lab.stop_second_ap()
-        lab.set_signals({("ap", "sta"): STRONG_SIGNAL_DBM, ("ap2", "sta"): AP2_OFF_DBM})
-        lab.reconnect()
+        on_ap1_alone(lab, ap1)
         lab.start_second_ap(channel=1)
     lab.ensure_connected()
     lab.set_signals({("ap", "sta"): STRONG_SIGNAL_DBM, ("ap2", "sta"): -60})
