@@ -67,6 +67,7 @@ LIBRARIES = ("dbus_fast", "dbus_next")
 # here.  Both libraries meet every test that way, and make test stays within its 40 minutes.
 DEBIAN_13_LIBRARY = "dbus_fast"
 DBUS_TESTS = ("tests/dbus", "tests/api", "tests/policy")
+UNIT_JOBS = os.environ.get("UNIT_JOBS") or "2"  # as the Makefile's: one per core
 DBUS_JOBS = os.environ.get("DBUS_JOBS") or "3"  # pytest-xdist workers, as the Makefile's
 # -rs prints every skip's reason.  pytest-asyncio 0.25 (trixie) warns on every run that
 # asyncio_default_fixture_loop_scope is unset; "function" is what 0.20 (Debian 12) does, and every
@@ -357,7 +358,7 @@ def plan(step_timeout: float) -> list[tuple[str, list[list[str]], float]]:
          [["sh", "-c", "cat /etc/debian_version; uname -r; "
                        "dpkg-query -W -f='${Package} ${Version}\\n' " + " ".join(KEY_PACKAGES)]],
          60),
-        ("unit tests", [pytest(None, "-q", "tests/unit")], step_timeout),
+        ("unit tests", [pytest(None, "-q", "-n", UNIT_JOBS, "tests/unit")], step_timeout),
     ]
     for lib in (DEBIAN_13_LIBRARY,):
         steps.append((f"D-Bus tests {' '.join(DBUS_TESTS)} with {lib}",
