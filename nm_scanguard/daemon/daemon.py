@@ -101,6 +101,7 @@ class Daemon:
         self._profile_warnings = ProfileWarnings()
         self.tasks = tasks
         self._retry: asyncio.Task[None] | None = None
+        self._replay_again = False  # an entry was left to the replay after its pass began
         self._settings_retry: asyncio.Task[None] | None = None
         self._sync_lock = asyncio.Lock()
         self._sync_pending = False
@@ -140,9 +141,13 @@ class Daemon:
         self._retry_journal()
 
     def _retry_journal(self) -> None:
-        """Replay the journal, with its backed-off retries, unless that runs already."""
+        """Replay the journal, with its backed-off retries.  If that runs already, its pass
+        under way may have read the entries before this one was left to it: it makes one more
+        pass before it ends."""
         if self._retry is None:
             self._retry = self.spawn(self._replay_journal())
+        else:
+            self._replay_again = True
 
     async def replay(self) -> int:
         """Restore what the journal holds, once; the entries kept for a later try."""
@@ -154,7 +159,10 @@ class Daemon:
         try:
             delay = JOURNAL_RETRY_FIRST
             while True:
+                self._replay_again = False
                 if not await self.replay():
+                    if self._replay_again:
+                        continue
                     return
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, JOURNAL_RETRY_MAX)
@@ -172,6 +180,10 @@ class Daemon:
                       "bgscan(s) stay in %s and the next start restores them",
                       len(self.journal.entries()), self.journal.path)
         await self.guards.stop_all(restore)
+        if restore and self.journal.entries():
+            # What no guard holds (a stop wpa_supplicant refused, the retry cancelled above) is
+            # this instance's too: a clean stop restores it now, not the next start.
+            await self.replay()
         self.counters.close()
         self.systemd.stopped()
 

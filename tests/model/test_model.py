@@ -212,6 +212,15 @@ class Machine(RuleBasedStateMachine):
             self.world.restart_nm(gap)
         self._then(then)
 
+    @rule(gap=seconds, then=then)
+    def crash_nm(self, gap: float, then: float) -> None:
+        """NetworkManager killed and started again: wpa_supplicant keeps the network it had
+        selected, and the devices show disconnected until a re-activation (World.crash_nm)."""
+        self._step("nm-crash")
+        if self.world.nm.alive:
+            self.world.crash_nm(gap)
+        self._then(then)
+
     # ---- wpa_supplicant ---------------------------------------------------------------
 
     @rule(kind=st.sampled_from(["error", "lost", "late", "slow", "hang-before", "hang-after"]),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.model.peers import NM_BGSCAN
 from tests.model.test_model import ACCESS_DENIED, CAFE, Machine
 
 pytestmark = pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
@@ -574,6 +575,51 @@ def test_a_fade_read_while_a_stalled_suspend_lands_still_takes_the_targeted_path
                     then=0.0)
         state.busy_for_a_while()
         state.fade(ifname="wlan0", itself=False, then=0.0)
+        state.bgscan_is_safe()
+    finally:
+        state.teardown()
+
+
+# NetworkManager killed while guarding (World.crash_nm): on its return the daemon stops both
+# guards while wpa_supplicant keeps their networks and our "".
+def test_a_stop_left_to_the_replay_while_its_pass_runs_gets_another_pass():
+    """wlan0's stop refused: its entry goes to the journal's retry, whose pass reads the
+    entries no guard holds, while wlan1's guard is still stopping; wlan1's stop is refused too
+    and leaves its entry to the retry after that pass began.  The retry makes one more pass, so
+    wlan1's bgscan is restored before the next start."""
+    state = Machine()
+    try:
+        state.busy_for_a_while()
+        state.fault(kind="error", member="Set", error=ACCESS_DENIED, t=0.001, count=1, then=0.0)
+        state.crash_nm(gap=1.0, then=0.0)
+        state.fault(kind="error", member="Set", error=ACCESS_DENIED, t=0.001, count=1, then=0.0)
+        state.busy_for_a_while()
+        state.bgscan_is_safe()
+    finally:
+        state.teardown()
+
+
+@pytest.mark.parametrize("restart", ["race", "sampled"])
+def test_a_clean_stop_restores_what_no_guard_holds(restart):
+    """A stopped guard's restore refused, its entry left to the journal's retry; then a clean
+    stop (systemctl restart), which cancels the retry.  The stop restores that entry too, at
+    once: it is this instance's "", not the next start's to find.  ("sampled": the sampled
+    rung's sequence, seed 20261126, shrunk.)"""
+    state = Machine()
+    try:
+        state.busy_for_a_while()
+        if restart == "race":
+            state.fault(kind="error", member="Set", error=ACCESS_DENIED, t=0.001, count=1,
+                        then=0.0)
+            state.crash_nm(gap=1.0, then=0.0)
+            state.race(what="daemon-restart", member="Set", ifname="wlan0", bgscan=NM_BGSCAN,
+                       then=0.0)
+            state.busy_for_a_while()
+        else:
+            state.crash_nm(gap=5.0, then=0.0)
+            state.second_ap(ifname="wlan0", same=False, then=4.0)
+            state.race(bgscan=NM_BGSCAN, ifname="wlan0", member=None, then=2.0,
+                       what="daemon-restart")
         state.bgscan_is_safe()
     finally:
         state.teardown()

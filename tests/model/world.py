@@ -3,10 +3,10 @@ directory, and scanguardd's real code (Daemon, Api, Guard, Suspender, Holds, Jou
 started the way service.serve() starts it, on a virtual clock.
 
 What the world can do to the daemon is what a machine can: traffic, holds from clients that
-leave, NetworkManager re-activations and restarts, wpa_supplicant faults, stalls and restarts,
-signal fades, a second access point of the network (or one of another network) coming into
-range, profile and configuration changes, a SIGTERM, a SIGKILL, a lost bus, and a crash
-between the journal's write and its rename.  `violations()` is the invariant after any
+leave, NetworkManager re-activations, restarts and crashes, wpa_supplicant faults, stalls and
+restarts, signal fades, a second access point of the network (or one of another network)
+coming into range, profile and configuration changes, a SIGTERM, a SIGKILL, a lost bus, and a
+crash between the journal's write and its rename.  `violations()` is the invariant after any
 step; `settle_and_check()` is the one at the end of a sequence.
 """
 
@@ -382,6 +382,30 @@ class World:
 
     def restart_nm(self, gap: float) -> None:
         self.events.append("nm-restart")
+        self.nm.stop()
+        if self._nm_back is not None:
+            self._nm_back.cancel()
+
+        def back() -> None:
+            self._nm_back = None
+            self.nm.start()
+            if self.wpa.alive and not self.wpa.ifaces:  # wpa_supplicant restarted meanwhile
+                self.nm.supplicant_back()
+        self._nm_back = self.loop.call_later(gap, back)
+
+    def crash_nm(self, gap: float) -> None:
+        """NetworkManager dies (SIGKILL, a crash; systemd starts it again after `gap`).  It
+        leaves wpa_supplicant as it was: it removes only the network it added itself, at a
+        shutdown it gets to run (nm-supplicant-interface.c, _remove_network), and nothing
+        calls RemoveAllNetworks; the new process gets the interface by CreateInterface, then
+        GetInterface on "exists", and reuses it (nm-supplicant-manager.c).  It cannot assume a
+        Wi-Fi device (nm-device-wifi.c), so each device shows disconnected (30) until it is
+        activated again, while the old network, with whatever bgscan it carries, stays
+        selected.  The states are set now, with no signal (a dead process sends none), so
+        that settle's start of NetworkManager also finds them so."""
+        self.events.append("nm-crash")
+        for dev in self.nm.devices.values():
+            dev.state, dev.active = 30, "/"
         self.nm.stop()
         if self._nm_back is not None:
             self._nm_back.cancel()
