@@ -152,6 +152,9 @@ EVENTS: tuple[Event, ...] = (
     _e("wpa-restart-quick", "restart_supplicant(gap=0.0003, then=0.0)"),
     _e("recreate", "recreate_interface(ifname='wlan0', then=0.0)"),
     _e("nm-restart", "restart_nm(gap=1.0, then=0.0)"),
+    # NetworkManager killed, back after 1 s: the network it selected stays in wpa_supplicant,
+    # the devices disconnected (30) until a re-activation, so the daemon stops their guards
+    _e("nm-crash", "crash_nm(gap=1.0, then=0.0)"),
     # scanguardd itself
     _e("sigkill", "sigkill(then=0.0)"),
     _e("journal-crash", "crash_in_journal_write(then=0.0)"),
@@ -301,6 +304,11 @@ SITUATIONS: dict[str, tuple[int, ...]] = {
     # one (SETTING)
     "interface-recreated": _situation("busy-check", "deactivate", "race-activate",
                                       "set-lost-twice", "busy-check", "recreate-10ms"),
+    # the same with one Set lost (it landed): the re-creation's NetworkRemoved leaves that
+    # suspend in doubt under the object that went, and no later signal ends it, so only the
+    # guard's check for a replaced interface lets it go and suspends on the new object's network
+    "interface-recreated-once": _situation("busy-check", "deactivate", "race-activate",
+                                           "set-lost", "busy-check", "recreate-10ms"),
     # a hold's suspend whose Set met a re-activation (our "" on the new object: PUTTING_BACK),
     # and its put-back meeting a second re-activation and refused (AccessDenied), the next two
     # reads refused too: the release that each CurrentNetwork change of the re-activations asks
@@ -313,6 +321,11 @@ SITUATIONS: dict[str, tuple[int, ...]] = {
     # answer was lost; the read-back after the call timeout refused: IN_DOUBT (bgscan is
     # NetworkManager's again), the guard's retried release half a second away
     "restore-unknown": _situation("busy-check", "set-lost", "idle", "read-refused", "wait-9.5s"),
+    # guarding, the next Set refused, and NetworkManager killed (World.crash_nm: back after
+    # 1 s, the devices disconnected): on its return the daemon stops both guards while
+    # wpa_supplicant keeps their networks, our "" on them; the first stop's restore is refused,
+    # and what it could not restore is the journal's retry's (LEFTOVER), no guard's
+    "nm-crashed": _situation("busy-check", "set-refused", "nm-crash"),
     # wlan0 busy; wpa_supplicant answered the suspend's Set and was restarted, back at once,
     # before the daemon handled the answer: the "" went with the old process, the new one's
     # network at the same path has NetworkManager's bgscan (IN_DOUBT, the guard still on)
