@@ -191,20 +191,25 @@ async def test_a_refused_roam_is_shown_and_the_limit_still_falls_back(guard, par
     assert guard.state == P.GUARDING and "cannot move" not in guard.status().error
 
 
-async def test_unreadable_bss_list_keeps_what_is_known_and_shows_once(guard, parts, two_aps,
-                                                                      clock, caplog):
+@pytest.mark.parametrize("read, said", [
+    ("learn", "cannot read the access points wpa_supplicant found"),
+    ("_read_current", "cannot read which access point the station is with")])
+async def test_an_unreadable_read_of_the_aps_keeps_what_is_known_and_shows_once(
+        read, said, guard, parts, two_aps, clock, caplog):
+    """The BSS list (read after every scan) and the current AP (read each sample of a fade)."""
     sup = parts["sup"]
     caplog.set_level(logging.INFO, "scanguard")
     await learned(guard, parts)
     sup.bss_error = ACCESS_DENIED
-    await guard.targeted.learn()
-    await guard.targeted.learn()  # every scan ends in a read: the same failure is logged once
-    assert "cannot read the access points wpa_supplicant found" in guard.status().error
-    assert caplog.text.count("cannot read the access points") == 1
-    sup.bss_error = None
+    await getattr(guard.targeted, read)()
+    await getattr(guard.targeted, read)()  # the same failure again: logged once
+    assert said in guard.status().error
+    assert caplog.text.count(said) == 1
     assert len(guard.targeted.candidates.known("u-1")) == 2
-    await guard.targeted.learn()
-    assert "cannot read the access points" not in guard.status().error
+    assert guard.targeted.current == two_aps[0]
+    sup.bss_error = None
+    await getattr(guard.targeted, read)()
+    assert said not in guard.status().error
 
 
 async def test_a_restarted_wpa_supplicant_takes_the_unreadable_list_with_it(guard, parts,
@@ -235,22 +240,6 @@ async def test_the_current_ap_is_read_alone_not_with_the_whole_list(guard, parts
     sup.bsses = whole_list
     await guard.targeted._read_current()
     assert guard.targeted.current == two_aps[1]
-
-
-async def test_an_unreadable_current_ap_is_shown_once_until_the_next_read(guard, parts, two_aps,
-                                                                          clock, caplog):
-    sup = parts["sup"]
-    caplog.set_level(logging.INFO, "scanguard")
-    await learned(guard, parts)
-    sup.bss_error = ACCESS_DENIED
-    await guard.targeted._read_current()
-    await guard.targeted._read_current()  # each fade's sample reads it: logged once
-    assert "cannot read which access point the station is with" in guard.status().error
-    assert caplog.text.count("cannot read which access point") == 1
-    assert guard.targeted.current == two_aps[0]  # the last AP read is kept
-    sup.bss_error = None
-    await guard.targeted._read_current()
-    assert "cannot read which" not in guard.status().error
 
 
 async def test_refresh_scans_one_candidate_channel_while_marginal_none_above_threshold(
