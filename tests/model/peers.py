@@ -118,8 +118,8 @@ class WpaIface:
     scan_roams: bool = True  # the running scan's results may make wpa_supplicant move
     # The bus name of the daemon whose Scan started the running scan, answered without a fault:
     # that daemon knows it for its own roaming scan, which it must never abort.  ("": someone
-    # else's.  A daemon started after a crash cannot know its predecessor's scan: found by the
-    # rung, a restart that guards before it has read the signal aborts that one.)
+    # else's.  A daemon started after a crash cannot know its predecessor's scan, so a restart
+    # that guards before it has read the signal aborts that one, as it should.)
     scan_own: str = ""
 
     @property
@@ -308,9 +308,8 @@ class Supplicant(Service):
             iface.current = iface.bss = None
             # A roaming scan serves the association it was asked for: once NetworkManager
             # re-activates, the daemon guards the new one afresh and the scan is nobody's own
-            # (found by the rung: the new activation's guard, held before its first signal
-            # reading, aborted the scan the old one had asked for; it asks for its own once it
-            # reads the weak signal).
+            # (the new activation's guard, held before its first signal reading, aborts the
+            # scan the old one asked for, and asks for its own once it reads the weak signal).
             iface.scan_own = ""
         self._record("remove")
         self.signal(iface.path, WPAS_IFACE, "NetworkRemoved", "o", [net.path])

@@ -269,9 +269,9 @@ class World:
     def _stop_restoring(self) -> None:
         """SIGTERM to a process that only restores (a start with a bad settings file):
         service.main installs no handler on that path, so it ends at once, as if killed, and
-        what it had not restored stays in the journal for the next start.  (Found by the model
-        rung on 2026-11-25: `systemctl restart` while such a process waited on wpa_supplicant
-        left it running, and the new instance found the name taken.)"""
+        what it had not restored stays in the journal for the next start.  (So `systemctl
+        restart` while such a process waits on wpa_supplicant does not leave it running beside
+        the new instance, which would find the name taken.)"""
         if self.restoring is None or self.restoring.done() or self.restoring_by is None:
             return
         label, conn = self.restoring_by
@@ -317,8 +317,8 @@ class World:
     def _restart_later(self) -> None:
         """Restart=on-failure: a new instance after RestartSec=, unless one was started
         meanwhile (`systemctl restart` during the wait starts just one, even one that only
-        restores and exits for a bad file: found by a 6000-sequence run, where a second process
-        started beside that one and found the name taken)."""
+        restores and exits for a bad file: a second process beside it would find the name
+        taken)."""
         generation = self.generation
 
         def start() -> None:
@@ -558,8 +558,8 @@ class World:
                 return []
             # A reply lost or late just before is waited for a whole call timeout first, and
             # then for the journal's retry, which backs off to JOURNAL_RETRY_MAX while calls
-            # keep failing (found by a 6000-sequence run: six lost calls in a row, then the
-            # check came 16 s before the retry that restored a disabled interface).
+            # keep failing (six lost calls in a row put the retry that restores a disabled
+            # interface 16 s after a check that waited only a call timeout).
             fresh = max([self.instance.started,  # type: ignore[union-attr]
                          self.wpa.last_fault_at + CALL_TIMEOUT + JOURNAL_RETRY_MAX] + [
                 iface.current.born for iface in self.wpa.ifaces.values()
