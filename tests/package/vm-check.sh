@@ -86,9 +86,6 @@ packaged_code() {
         dpkg -S /usr/bin/scanguardd | grep -q '^nm-scanguard:' &&
         grep -q /usr/lib/python3/dist-packages/systemd/_daemon "/proc/$1/maps"
 }
-# The D-Bus library the daemon chooses here (dbus-fast on Debian 13; dbus-next on Debian 12,
-# whose dbus-fast 1.84.2 it skips without loading it).
-dbus_library=$(/usr/bin/python3 -c 'import nm_scanguard.dbuslib as d; print(d.LIBRARY)' 2>&1)
 status_field() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
 json() { /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin)["data"]; print(eval(sys.argv[1]))' "$1"; }
 # bgscan of IFACE's current wpa_supplicant network, as wpa_supplicant reports it (quoted).
@@ -188,6 +185,9 @@ socket_families "$pid" >"$out.fam"
 check "its sockets are AF_UNIX / AF_NETLINK only (RestrictAddressFamilies)" \
     sh -c "cat $out.fam; grep -q AF_UNIX $out.fam && ! grep -q other $out.fam"
 # MemoryDenyWriteExecute forbids W+X memory: the C extensions the daemon loads must not need it.
+# The D-Bus library the installed package chooses here (dbus-fast on Debian 13; dbus-next on
+# Debian 12, whose dbus-fast 1.84.2 it skips without loading it).
+dbus_library=$(/usr/bin/python3 -c 'import nm_scanguard.dbuslib as d; print(d.LIBRARY)' 2>&1)
 c_extensions="systemd/_daemon.cpython"
 [ "$dbus_library" = dbus_fast ] &&
     c_extensions="$c_extensions dbus_fast/message_bus.cpython dbus_fast/aio/message_reader.cpython"
