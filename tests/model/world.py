@@ -382,6 +382,10 @@ class World:
 
     def restart_nm(self, gap: float) -> None:
         self.events.append("nm-restart")
+        self._nm_away(gap)
+
+    def _nm_away(self, gap: float) -> None:
+        """NetworkManager's process ends; systemd starts it again after `gap`."""
         self.nm.stop()
         if self._nm_back is not None:
             self._nm_back.cancel()
@@ -406,16 +410,7 @@ class World:
         self.events.append("nm-crash")
         for dev in self.nm.devices.values():
             dev.state, dev.active = 30, "/"
-        self.nm.stop()
-        if self._nm_back is not None:
-            self._nm_back.cancel()
-
-        def back() -> None:
-            self._nm_back = None
-            self.nm.start()
-            if self.wpa.alive and not self.wpa.ifaces:  # wpa_supplicant restarted meanwhile
-                self.nm.supplicant_back()
-        self._nm_back = self.loop.call_later(gap, back)
+        self._nm_away(gap)
 
     # ---- the radio ------------------------------------------------------------------------
 
