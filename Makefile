@@ -18,9 +18,9 @@ DEPS_LAB     = $(DEPS_TEST) qemu-system-x86 busybox network-manager hostapd iw t
 # The lab's upgrade check builds the previous release from its commit: that release's
 # Build-Depends beyond DEPS_DEB (0.1.0 wrote its man pages with argparse-manpage).
 DEPS_PREVIOUS = python3-argparse-manpage
-DEPS_DEB     = $(DEPS_RUNTIME) build-essential debhelper dh-python pybuild-plugin-pyproject python3-setuptools \
-               python3-wheel python3-pytest python3-pytest-asyncio \
-               lintian dpkg-dev fakeroot git
+# The package rung's own tools; what the build itself needs is debian/control's Build-Depends
+# (mk/build-deps.sh installs them), the one list of build dependencies.
+DEPS_DEB     = lintian git
 # Debian's tools must not pick up a python3 from pyenv or a virtualenv on PATH.
 DEB_PATH     = /usr/sbin:/usr/bin:/sbin:/bin
 
@@ -56,19 +56,23 @@ define step
 	exit $$rc
 endef
 
-.PHONY: all test lint demo paper roam bench bench-medium deb deps-test deps-lab deps-deb unit dbus fault contract lab package clean \
+.PHONY: all test lint demo paper roam bench bench-medium deb clean-install deps-test deps-lab deps-deb unit dbus fault contract lab package clean \
         fault-model fault-long fault-mutants fault-explore fault-exhaustive
 
 all:
 	@echo "Use 'make demo' (the Wi-Fi lab, guard off vs on) or 'make test' (every test)."
 	@echo "'make test-trixie': the unit, D-Bus, contract and fault rungs on Debian 13 alone."
 
+# $(call apt_install,PACKAGES): install the missing ones, marked as installed automatically so
+# that `apt autoremove` takes them away again (README: make demo's packages, make deb's tools).
 define apt_install
 	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "==> installing Debian packages:" $$missing; \
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 1; \
+	  apt-mark auto $$missing >/dev/null; \
+	  echo "==> marked as installed automatically: 'apt autoremove' removes them when no longer wanted"; \
 	else echo "==> Debian packages already installed"; fi
 endef
 
@@ -77,6 +81,7 @@ deps-test:
 deps-lab:
 	$(call apt_install,$(DEPS_LAB))
 deps-deb:
+	@PATH=$(DEB_PATH) sh mk/build-deps.sh
 	$(call apt_install,$(DEPS_DEB))
 
 # Two lab checks run with make lab (and make lab-trixie), not in the gate, which must stay under
@@ -86,25 +91,26 @@ deps-deb:
 # attribution of a direct caller is held by tests/unit/diagnose).
 LAB_IN_TEST = not without_tsq and not geoclue
 
-test: deps-test deps-lab deps-deb
-	$(call step,1/10 lint: mypy --strict and ruff,$(MAKE) -s lint)
-	$(call step,2/10 unit tests (policy, config, holds, journal, rates),$(PYTEST) -q -n $(UNIT_JOBS) tests/unit)
-	$(call step,3/10 D-Bus tests on a private bus: daemon and API (SCANGUARD_DBUS_LIB=dbus_fast),\
+test: deps-test deps-lab deps-deb trixie-deps
+	$(call step,1/11 lint: mypy --strict and ruff,$(MAKE) -s lint)
+	$(call step,2/11 unit tests (policy, config, holds, journal, rates),$(PYTEST) -q -n $(UNIT_JOBS) tests/unit)
+	$(call step,3/11 D-Bus tests on a private bus: daemon and API (SCANGUARD_DBUS_LIB=dbus_fast),\
 	  $(call with_lib,dbus_fast,$(PYTEST) -v -n $(DBUS_JOBS) $(DBUS_TESTS)))
-	$(call step,4/10 the same with dbus-next,\
+	$(call step,4/11 the same with dbus-next,\
 	  $(call with_lib,dbus_next,$(PYTEST) -v -n $(DBUS_JOBS) $(DBUS_TESTS)))
-	$(call step,5/10 fault injection (Hypothesis) with each D-Bus library; the model rung sampled and systematic,\
+	$(call step,5/11 fault injection (Hypothesis) with each D-Bus library; the model rung sampled and systematic,\
 	  $(call with_lib,dbus_fast,$(PYTEST) -v -s tests/fault) && \
 	  $(call with_lib,dbus_next,$(PYTEST) -v -s tests/fault) && \
 	  $(PYTHON) -m tests.model.parallel --seed $(MODEL_SEED) && \
 	  $(PYTHON) -m tests.model.explore --close --from $(EXPLORE_IN_TEST))
-	$(call step,6/10 contract tests against the real wpa_supplicant (dbus-fast; dbus-next),\
+	$(call step,6/11 contract tests against the real wpa_supplicant (dbus-fast; dbus-next),\
 	  $(call with_lib,dbus_fast,$(PYTEST) -v tests/contract) && \
 	  $(call with_lib,dbus_next,$(PYTEST) -q tests/contract))
-	$(call step,7/10 package: build; lintian; hardening,$(PYTEST) -v tests/package)
-	$(call step,8/10 Debian 13 (trixie root): unit; D-Bus; contract; package; fault rungs,$(MAKE) -s test-trixie)
-	$(call step,9/10 the virtual Wi-Fi lab (QEMU; mac80211_hwsim; NetworkManager),$(PYTEST) -v -s tests/lab -k '$(LAB_IN_TEST)')
-	@echo "==> [$$(date +%H:%M:%S)] 10/10 done: every step passed"
+	$(call step,7/11 package: build; lintian; hardening,$(PYTEST) -v tests/package)
+	$(call step,8/11 a new user's install in fresh Debian 12 and 13 roots: the README's commands; the upgrade,$(MAKE) -s clean-install)
+	$(call step,9/11 Debian 13 (trixie root): unit; D-Bus; contract; package; fault rungs,$(MAKE) -s test-trixie)
+	$(call step,10/11 the virtual Wi-Fi lab (QEMU; mac80211_hwsim; NetworkManager),$(PYTEST) -v -s tests/lab -k '$(LAB_IN_TEST)')
+	@echo "==> [$$(date +%H:%M:%S)] 11/11 done: every step passed"
 
 $(RUFF):
 	$(PYTHON) -m venv $(CACHE)/ruff-$(RUFF_VERSION)
@@ -191,9 +197,20 @@ roam: deps-lab
 bench-medium: deps-lab
 	$(PYTHON) -m tests.lab.bench_medium
 
-deb: deps-deb
-	PATH=$(DEB_PATH) dpkg-buildpackage -us -uc -b --post-clean
+# A user's build (README, "Install"): debian/control's Build-Depends (mk/build-deps.sh), then the
+# binary package with the build's unit tests; DEB_BUILD_OPTIONS=nocheck skips those tests and
+# the packages only they need (the nocheck build profile).
+DEB_PROFILE = $(if $(filter nocheck,$(DEB_BUILD_OPTIONS)),nocheck)
+deb:
+	@PATH=$(DEB_PATH) sh mk/build-deps.sh $(DEB_PROFILE)
+	PATH=$(DEB_PATH) $(if $(DEB_PROFILE),DEB_BUILD_PROFILES=nocheck) dpkg-buildpackage -us -uc -b --post-clean
 	@ls -1 ../nm-scanguard_*_all.deb
+
+# A new user's install from fresh Debian 12 and 13 roots (tests/release/clean_install.py): the
+# README's install commands word for word, the installed result, and the upgrade from the
+# previous release.  A step of make test.
+clean-install: trixie-deps
+	$(PYTHON) tests/release/clean_install.py run $(CLEAN_INSTALL_ARGS)
 
 clean:
 	rm -rf build dist *.egg-info .pybuild debian/.debhelper debian/nm-scanguard debian/files \

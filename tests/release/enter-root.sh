@@ -9,6 +9,11 @@
 # cached tree) is never written: an overlay with a throw-away upper layer on a tmpfs takes the
 # writes (a test that writes under /etc, a mount point, /var).  The network namespace is the
 # host's, so the tests can make veth pairs and `ip netns` namespaces as they do on the host.
+#
+# Two optional variables, for a root that is a user's machine (tests/release/clean_install.py):
+#   SCANGUARD_ROOT_BINDS    space-separated HOST:GUEST pairs bind-mounted writable (a cache of
+#                           downloaded .debs, a folder for results)
+#   SCANGUARD_ROOT_NETWORK  1: copy the host's resolv.conf and hosts in, so apt reaches the mirror
 set -eu
 
 root=$1
@@ -33,6 +38,14 @@ mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$new/tmp"
 mkdir -p "$new/src"
 mount --bind "$repo" "$new/src"
 mount -o remount,bind,ro "$new/src"
+for pair in ${SCANGUARD_ROOT_BINDS:-}; do
+    mkdir -p "$new${pair#*:}"
+    mount --bind "${pair%%:*}" "$new${pair#*:}"
+done
+if [ "${SCANGUARD_ROOT_NETWORK:-0}" = 1 ]; then
+    rm -f "$new/etc/resolv.conf"
+    cp -L /etc/resolv.conf /etc/hosts "$new/etc/"
+fi
 [ -e "$new/etc/resolv.conf" ] || : > "$new/etc/resolv.conf"
 
 # A clean environment: the host's PATH may name a python3 that is not the root's.  Variables a

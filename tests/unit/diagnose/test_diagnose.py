@@ -549,6 +549,7 @@ def refused(argv: list[str]) -> int | str | None:
     return exited.value.code
 
 
+@pytest.mark.plot
 def test_plot_into_a_missing_folder_is_refused_before_recording(monkeypatch, capsys):
     monkeypatch.setattr(D, "run", lambda *a: pytest.fail("recorded"))
     assert refused(["diagnose", "--plot", "/nonexistent/Café ☕/x.png", "--seconds", "1"]) == 2
@@ -556,6 +557,7 @@ def test_plot_into_a_missing_folder_is_refused_before_recording(monkeypatch, cap
             "'/nonexistent/Café ☕' does not exist" in capsys.readouterr().err)
 
 
+@pytest.mark.plot
 def test_plot_is_drawn(tmp_path, ssid):
     from nm_scanguard.diagnose import plot
     link = recorded(ssid, [(20.0, started((ssid,))), (27.0, ended()),
@@ -574,6 +576,7 @@ def plotted(tmp_path, ssid: bytes = CAFE) -> F.Recording:
 
 
 @pytest.mark.parametrize("name", [r"$\frac$", r"$x^$ " + CAFE.decode(), "$$", r"a $\foo$ b"])
+@pytest.mark.plot
 def test_an_ssid_with_dollars_is_drawn_as_text_not_math(tmp_path, name):
     from nm_scanguard.diagnose import plot
     rec = plotted(tmp_path, name.encode())
@@ -584,6 +587,7 @@ def test_an_ssid_with_dollars_is_drawn_as_text_not_math(tmp_path, name):
 
 
 @pytest.mark.parametrize("scans", [0, 1])
+@pytest.mark.plot
 def test_a_plot_without_echoes_warns_of_no_empty_legend(tmp_path, caplog, ssid, scans):
     """Without answered echoes the latency panel has nothing labelled: no legend, and so no
     "No artists with labels found to put in legend" from matplotlib on a successful run."""
@@ -600,6 +604,7 @@ def test_a_plot_without_echoes_warns_of_no_empty_legend(tmp_path, caplog, ssid, 
 
 
 @pytest.mark.parametrize("kind", ["symlink", "hardlink", "fifo"])
+@pytest.mark.plot
 def test_the_plot_is_never_written_through_a_link_or_into_a_pipe(tmp_path, kind):
     import os
 
@@ -620,6 +625,7 @@ def test_the_plot_is_never_written_through_a_link_or_into_a_pipe(tmp_path, kind)
     assert victim.read_bytes() == b"precious " + CAFE
 
 
+@pytest.mark.plot
 def test_an_existing_plot_is_overwritten_whole(tmp_path, ssid):
     from nm_scanguard.diagnose import plot
     out = tmp_path / f"{CAFE.decode()}.png"
@@ -632,6 +638,7 @@ def test_an_existing_plot_is_overwritten_whole(tmp_path, ssid):
 
 @pytest.mark.parametrize("name, magic", [("plot.svg", b"<?xml"), ("plot.PDF", b"%PDF"),
                                          ("plot", PNG), (f"{CAFE.decode()}.png", PNG)])
+@pytest.mark.plot
 def test_the_format_is_the_file_names_suffix(tmp_path, name, magic):
     from nm_scanguard.diagnose import plot
     out = tmp_path / name
@@ -639,6 +646,7 @@ def test_the_format_is_the_file_names_suffix(tmp_path, name, magic):
     assert out.read_bytes().startswith(magic)
 
 
+@pytest.mark.plot
 def test_a_suffix_matplotlib_cannot_write_is_refused_before_recording(monkeypatch, tmp_path,
                                                                      capsys):
     monkeypatch.setattr(D, "run", lambda *a: pytest.fail("recorded"))
@@ -648,6 +656,7 @@ def test_a_suffix_matplotlib_cannot_write_is_refused_before_recording(monkeypatc
             "files (it writes " in capsys.readouterr().err and not out.exists())
 
 
+@pytest.mark.plot
 def test_a_link_placed_during_the_recording_is_refused_and_the_report_still_printed(
         monkeypatch, tmp_path, capsys):
     victim = tmp_path / "victim"

@@ -170,7 +170,12 @@ def test_the_package_installs_only_a_library_the_daemon_uses() -> None:
                for fields, field in ((pkg, "Depends"), (pkg, "Recommends"), (pkg, "Suggests"),
                                      (src, "Build-Depends"))}
     assert entries["Recommends"] == [] and entries["Suggests"] == [], entries
-    assert len(entries["Depends"]) == 1 and entries["Build-Depends"] == entries["Depends"], entries
+    # The build's own tests compare both libraries' marshallers (above): they build-depend on
+    # both under the nocheck profile; what the build itself needs is what the package depends on.
+    for_tests = [e for e in entries["Build-Depends"] if e.endswith("<!nocheck>")]
+    for_build = [e for e in entries["Build-Depends"] if e not in for_tests]
+    assert sorted(module_of(e.split()[0]) for e in for_tests) == sorted(KNOWN), for_tests
+    assert len(entries["Depends"]) == 1 and for_build == entries["Depends"], entries
     choice = alternatives(entries["Depends"][0])
     for name, op, floor in choice:
         broken_below = BROKEN_BELOW.get(module_of(name) or "")
