@@ -268,8 +268,22 @@ def install_script(commands: list[str], version: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+# README's "Is it scanning?": diagnose from a clone before installing, with Debian's
+# python3-dbus-next alone.  A root has no Wi-Fi and no system bus: what this shows is that it
+# starts with only those packages and says what is missing in one line (the lab records for real).
+DIAGNOSE_FROM_A_CLONE = """\
+apt-get update -qq && apt-get install -q python3-dbus-next >/out/diagnose-install.log 2>&1
+git clone -q /src nm-scanguard-diagnose
+rc=0; (cd nm-scanguard-diagnose && python3 -m nm_scanguard.cli.scanguardctl diagnose --help) \\
+    >/out/diagnose-help 2>&1 || rc=$?; echo $rc >/out/diagnose-help-rc
+rc=0; (cd nm-scanguard-diagnose && python3 -m nm_scanguard.cli.scanguardctl diagnose --seconds 1) \\
+    >/out/diagnose-run 2>&1 || rc=$?; echo $rc >/out/diagnose-run-rc
+rm -rf nm-scanguard-diagnose
+"""
+
+
 def upgrade_script(previous_commit: str, previous_version: str, deb_name: str) -> str:
-    return PREAMBLE + f"""set -x
+    return PREAMBLE + DIAGNOSE_FROM_A_CLONE + f"""set -x
 git clone -q /src nm-scanguard-previous
 cd nm-scanguard-previous
 git checkout -q {previous_commit}
@@ -346,6 +360,14 @@ def run_release(release: str, root: Path, cache: Path, src: Path, work: Path, ve
         "the administrator's edit of scanguard.conf is kept":
             "PASS" if read("conffile-after") and read("conffile-after") == read("conffile-edited")
             and EDIT in read("conffile-after") else "FAIL: the conffile after the upgrade differs",
+        "before installing: diagnose --help from a clone with python3-dbus-next alone":
+            "PASS" if read("diagnose-help-rc").strip() == "0" and "--seconds" in read("diagnose-help")
+            else f"FAIL: exit {read('diagnose-help-rc').strip()}: {read('diagnose-help')[-300:]}",
+        "before installing: diagnose from a clone names what is missing, in one line":
+            "PASS" if read("diagnose-run-rc").strip() not in ("", "0")
+            and len(read("diagnose-run").strip().splitlines()) == 1
+            and "Traceback" not in read("diagnose-run")
+            else f"FAIL: exit {read('diagnose-run-rc').strip()}: {read('diagnose-run')[-300:]}",
         "scanguardd --check-config passes with the kept edit":
             "PASS" if read("check-config-rc").strip() == "0" else f"FAIL: {read('check-config')[-300:]}",
     }
