@@ -56,7 +56,7 @@ define step
 	exit $$rc
 endef
 
-.PHONY: all test lint demo paper roam bench bench-medium deb clean-install deps-test deps-lab deps-deb unit dbus fault contract lab package clean \
+.PHONY: all test lint demo paper roam bench bench-medium deb clean-install archive-check deps-test deps-lab deps-deb unit dbus fault contract lab package clean \
         fault-model fault-long fault-mutants fault-explore fault-exhaustive
 
 all:
@@ -211,6 +211,13 @@ deb:
 # previous release.  A step of make test.
 clean-install: trixie-deps
 	$(PYTHON) tests/release/clean_install.py run $(CLEAN_INSTALL_ARGS)
+
+# How the archive would build and test it: sbuild (unshare mode) and autopkgtest (unshare runner)
+# in clean chroots of Debian 12 and 13, lintian --pedantic (tests/release/archive-check.sh).  Not
+# part of make test: it builds the package once more per release.
+archive-check:
+	$(call apt_install,sbuild autopkgtest mmdebstrap uidmap)
+	sh tests/release/archive-check.sh $(ARCHIVE_RELEASES)
 
 clean:
 	rm -rf build dist *.egg-info .pybuild debian/.debhelper debian/nm-scanguard debian/files \

@@ -257,28 +257,6 @@ def test_man_pages(build: dict) -> None:
         assert after_name.startswith(f"{name} \\- "), f"{rel}: NAME line is {after_name!r}"
 
 
-def test_debian_tests_dbus_api_against_the_package_files(build: dict, tmp_path: Path) -> None:
-    """debian/tests/dbus-api, the D-Bus rung's core checks against /usr, as a chroot runner
-    would run it: the .deb's files over the system's /usr and /etc in a private mount namespace,
-    a Debian PATH, the source tree as the current directory.  (The package VM runs the other
-    DEP-8 tests against the installed package: tests/lab/package_vm.py.)"""
-    root = tmp_path / "root"
-    run(["dpkg-deb", "-x", str(build["deb"]), str(root)])
-    (tmp_path / "adt").mkdir()
-    script = (f"set -e; mount -t overlay overlay -o lowerdir={root}/usr:/usr /usr; "
-              f"mount -t overlay overlay -o lowerdir={root}/etc:/etc /etc; cd {build['src']}; "
-              f"exec env PATH=/usr/sbin:/usr/bin:/sbin:/bin AUTOPKGTEST_TMP={tmp_path}/adt "
-              "debian/tests/dbus-api")
-    t0 = time.monotonic()
-    proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
-                          capture_output=True, text=True, timeout=900)
-    out = proc.stdout + proc.stderr
-    print(f"\n[package] debian/tests/dbus-api against the package's files: exit {proc.returncode} "
-          f"in {time.monotonic() - t0:.0f} s; {out.strip().splitlines()[-1] if out.strip() else ''}")
-    assert proc.returncode == 0, out[-6000:]
-    assert "from /usr/lib/python3/dist-packages/nm_scanguard/" in out, out[:2000]
-
-
 def test_build_leaves_tree_clean(build: dict) -> None:
     status = run(["git", "status", "--porcelain"], cwd=build["src"]).stdout
     assert status == "", f"the build left files git would see:\n{status}"

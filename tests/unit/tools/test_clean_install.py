@@ -89,5 +89,12 @@ def test_the_upgrade_keeps_a_non_ascii_edit():
     assert "--force-confold" in script and "DEB_BUILD_OPTIONS=nocheck" in script
 
 
+def test_autopkgtest_summary_and_the_tests_it_must_name():
+    summary = "check-config         PASS\ncli                  PASS\ndbus-api             FAIL non-zero exit status 1\n"
+    assert ci.autopkgtest_results(summary) == {"check-config": "PASS", "cli": "PASS",
+                                               "dbus-api": "FAIL non-zero exit status 1"}
+    assert [t for stanza in ci.dep8_names() for t in stanza] == ["check-config", "cli", "dbus-api"]
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__]))
