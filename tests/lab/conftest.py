@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .lab import Lab
+from .lab import Lab, LabStartError, StartState
 from .package_vm import PackageVmJob
 
 PHASES: list[tuple[str, float]] = []  # (phase, seconds), printed at the end of the session
@@ -17,6 +17,7 @@ SPLITS: dict[str, dict[str, float]] = {}  # test id -> {"setup"/"call"/"teardown
 CALLS_TSV: list[Path] = []  # the checks' VM's trace of guest-agent requests (vm.py, _trace)
 _LISTED_APART = [0.0]  # boot and stop seconds not yet taken off the set-up/teardown they were in
 PACKAGE_VM_JOB: PackageVmJob | None = None  # started by `lab` when the session has its tests
+LAB_ERRORS: list[str] = []  # checks that could not be brought to their start state (LabStartError)
 
 
 @pytest.fixture(scope="session")
@@ -42,6 +43,31 @@ def lab(request, tmp_path_factory):
         _LISTED_APART[0] += PHASES[-1][1]
 
 
+@pytest.fixture(autouse=True)
+def verified_start(request):
+    """Every lab check starts from a state verified here (Lab.start_problems: the station on AP1
+    at the strong signal and connected, the profile as the lab made it, no second AP unless the
+    module keeps one, nothing of ours running but the module's daemon), brought there if need
+    be, at most twice (Lab.establish); a lab that cannot be brought there is a lab error at
+    the check's set-up (LabStartError), not a product failure.  Whatever the check starts is
+    stopped when it ends, pass or fail (Lab.check_scope)."""
+    if "lab" not in request.fixturenames:
+        yield
+        return
+    lab = request.getfixturevalue("lab")
+    keep = None
+    if "guardd" in request.fixturenames:  # the module's daemon, shared by its checks
+        guardd = request.getfixturevalue("guardd")
+        if not guardd.running():  # a check of the module that failed before starting it again
+            lab.say(f"{request.node.name}: the module's daemon is not running; starting it")
+            guardd.start(require_bus=False)
+        keep = guardd.proc.pid
+    lab.establish(StartState(second_ap="second_ap" in request.fixturenames, keep=keep),
+                  request.node.name)
+    with lab.check_scope():
+        yield
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
@@ -59,17 +85,25 @@ def pytest_runtest_makereport(item, call):
             # the session's last lab test: the VM stopped in its teardown, listed after it
             at = len(PHASES) - 1 if PHASES and PHASES[-1][0] == "stop VM" else len(PHASES)
             PHASES.insert(at, entry)
-    if report.when == "call" and report.failed and "lab" in item.funcargs:
+    if report.when == "setup" and report.failed and call.excinfo is not None \
+            and call.excinfo.errisinstance(LabStartError):
+        LAB_ERRORS.append(f"{item.nodeid}: {call.excinfo.value}")
+    elif report.failed and report.when in ("setup", "call") and "lab" in item.funcargs:
         lab = item.funcargs["lab"]
-        path = lab.save_diagnostics(item.name)
+        path = lab.save_diagnostics(f"{item.name}-{report.when}")
         report.sections.append(("lab logs", f"guest logs and diagnostics: {lab.vm.rundir}\n"
                                             f"({path.name})"))
 
 
 def pytest_terminal_summary(terminalreporter):
+    tr = terminalreporter
+    if LAB_ERRORS:
+        tr.section("lab errors: checks the lab could not bring to their start state (not product "
+                   "failures; each fails the run)")
+        for line in LAB_ERRORS:
+            tr.write_line(line)
     if not PHASES:
         return
-    tr = terminalreporter
     tr.section("lab phase timings")
     for name, seconds in PHASES:
         tr.write_line(f"{seconds:7.1f} s  {name}")

@@ -25,14 +25,16 @@ from __future__ import annotations
 import atexit
 import fcntl
 import json
+import re
 import shlex
 import shutil
 import signal
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from . import build, measure
 from .vm import GUEST_SHARE, REPO, GuestProcess, LabError, VM, kill_stale_qemu
@@ -272,6 +274,45 @@ def _take_vm_lock(cache: Path, say: Callable[[str], None]):
     return f
 
 
+class LabStartError(LabError):
+    """The lab could not be brought to a check's start state (Lab.establish): a lab error,
+    reported as an error at the check's set-up, not a product failure."""
+
+
+@dataclass(frozen=True)
+class StartState:
+    """What every check starts from (Lab.start_problems names each part that does not hold):
+    the station associated to AP1 at STRONG_SIGNAL_DBM with its address and NetworkManager's
+    device connected; the lab's profile as the lab made it (no user data, no permissions, no
+    BSSID lock, autoconnect off); the second AP up and out of range only in the module that
+    keeps it (`second_ap`), else gone; no daemon, client, transfer or capture of ours but the
+    module's own daemon (`keep`, its pid), which must be running."""
+
+    second_ap: bool = False
+    keep: int | None = None
+
+
+# The processes a check may start, by their command lines: the daemon and scanguardctl (hold,
+# diagnose, monitor), a transfer's iperf3 client and ping, a capture.  The AP's iperf3 server
+# (-s), the lab's own daemons and the dispatcher script's dbus-send to the daemon (NetworkManager
+# runs it on its events; it ends within its 3 s timeout) do not match.
+OURS = re.compile(r"-m nm_scanguard|iperf3 -c |^(\S*/)?ping |dumpcap ")
+
+
+# start_problems' words for a medium left at another signal, which the medium alone mends.
+SIGNAL_ONLY = ("the medium's signals", "the station reads")
+
+
+def _ours(ps: str) -> dict[int, str]:
+    """pid -> command line of the lines of `ps -eo pid=,args=` that are processes of ours."""
+    procs = {}
+    for line in ps.splitlines():
+        pid, _, args = line.strip().partition(" ")
+        if pid.isdigit() and OURS.search(args.strip()):
+            procs[int(pid)] = args.strip()
+    return procs
+
+
 class Lab:
     """A running lab VM with the AP up and the station connected. Use Lab.start()."""
 
@@ -295,6 +336,7 @@ class Lab:
             ("ap", "sta"): STRONG_SIGNAL_DBM, ("ap2", "sta"): AP2_OFF_DBM, ("ap", "ap2"): -60}
         self.ap2: GuestProcess | None = None
         self.medium: GuestProcess | None = None
+        self._scopes: list[list[GuestProcess]] = []  # check_scope(): what each check started
         self.airtime_scale = 1.0  # 0 only for the medium's benchmark (frames take no air)
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -403,9 +445,15 @@ class Lab:
         """Run a bash command in the guest; its stdout, or GuestCommandError if rc != 0."""
         return self.vm.check(cmd, timeout)
 
-    def spawn(self, cmd: str, name: str, cwd: str | None = None) -> GuestProcess:
-        """Start a background guest process; output in /lab/logs/<name>.log (see .host_log)."""
-        return self.vm.spawn(cmd, name, cwd)
+    def spawn(self, cmd: str, name: str, cwd: str | None = None,
+              outlives_check: bool = False) -> GuestProcess:
+        """Start a background guest process; output in /lab/logs/<name>.log (see .host_log).
+        Inside check_scope() it is stopped when the check ends, unless `outlives_check` (a
+        module's daemon, started again by one of the module's checks)."""
+        proc = self.vm.spawn(cmd, name, cwd)
+        if self._scopes and not outlives_check:
+            self._scopes[-1].append(proc)
+        return proc
 
     def read_file(self, path: str) -> bytes:
         return self.vm.read_file(path)
@@ -543,18 +591,31 @@ class Lab:
             ip -n {AP_NS} link set ap2link master {AP_BRIDGE} up
             ip -n {AP2_NS} link set ap1link master {AP_BRIDGE} up
         """)
+        # hostapd -f appends: a restart's AP-ENABLED is the one after those already logged.
+        enabled = self.log_text("hostapd2").count("AP-ENABLED")
         self.ap2 = self.spawn(f"exec ip netns exec {AP2_NS} hostapd -t -d -f "
                               f"{GUEST_SHARE}/logs/hostapd2.log /run/lab/hostapd2.conf",
                               name="hostapd2-stdout")
-        wait_until(lambda: "AP-ENABLED" in self.log_text("hostapd2"), 60, "hostapd2 AP-ENABLED")
+        wait_until(lambda: self.log_text("hostapd2").count("AP-ENABLED") > enabled, 60,
+                   "hostapd2 AP-ENABLED")
         self.say(f"second AP up on channel {channel} (netns {AP2_NS}, BSSID "
                  f"{self.radio_macs['ap2']})")
 
+    def second_ap_up(self) -> bool:
+        """Is the second AP's namespace there (whoever started it)?"""
+        return self.run(f"ip netns list | grep -qw {AP2_NS}", 30)[0] == 0
+
     def stop_second_ap(self) -> None:
+        """hostapd2 stopped, its namespace deleted and its radio back in the root namespace
+        (`ip netns del` returns it asynchronously: a start right after would not find it)."""
         if self.ap2 is not None:
             self.ap2.stop()
             self.ap2 = None
-            self.check(f"ip netns del {AP2_NS}; ip -n {AP_NS} link del ap2link || true")
+        if self.second_ap_up():
+            self.check(f"pkill -f '[h]ostapd .*hostapd2[.]conf' || true; ip netns del {AP2_NS}; "
+                       f"ip -n {AP_NS} link del ap2link || true")
+            wait_until(lambda: self.run(f"test -e /sys/class/net/{AP2_IF}", 30)[0] == 0, 30,
+                       f"{AP2_IF} back in the root namespace", interval=0.5)
 
     def bssid(self) -> str:
         """The BSSID the station is associated with ('' if none), from the kernel."""
@@ -776,7 +837,8 @@ class Lab:
         return self.start_traffic("download", seconds, ping_interval).wait()
 
     # ---- the product under test ------------------------------------------------------------
-    def start_daemon(self, config_text: str, args: str = "-v") -> GuestProcess:
+    def start_daemon(self, config_text: str, args: str = "-v",
+                     outlives_check: bool = False) -> GuestProcess:
         """Run nm-scanguard from this checkout on the guest's system bus, as root.
 
         Its output is in /lab/logs/scanguard-<n>.log (`.host_log` on the returned process).
@@ -785,8 +847,170 @@ class Lab:
         conf = f"/run/lab/scanguard-{n}.conf"
         self.write_file(conf, config_text)
         self.daemon = self.spawn(f"exec /usr/bin/python3 -m nm_scanguard --config {conf} {args}",
-                                 name=f"scanguard-{n}", cwd=str(REPO))
+                                 name=f"scanguard-{n}", cwd=str(REPO), outlives_check=outlives_check)
         return self.daemon
+
+    # ---- a check's start state, and what a check leaves ----------------------------------------
+    @contextmanager
+    def check_scope(self) -> Iterator[list[GuestProcess]]:
+        """Everything spawned inside (daemons, scanguardctl holds and diagnose, transfers,
+        captures, a second AP) is stopped on the way out, whatever the outcome: SIGTERM, so a
+        daemon restores what it suspended, SIGKILL after 15 s.  Yields the list it keeps."""
+        started: list[GuestProcess] = []
+        ap2_before = self.ap2
+        self._scopes.append(started)
+        try:
+            yield started
+        finally:
+            self._scopes.remove(started)
+            left = []
+            for proc in reversed(started):
+                try:
+                    if proc.running():
+                        left.append(proc.name)
+                        proc.stop(signal.SIGTERM, timeout=15)
+                except Exception as e:  # the next check's start state will name what is left
+                    self.say(f"could not stop {proc.name}: {e}")
+            if self.ap2 is not None and self.ap2 is not ap2_before:
+                left.append("the second AP")
+                self.stop_second_ap()
+            if left:
+                self.say("stopped what the check left running: " + ", ".join(left))
+
+    def our_processes(self) -> dict[int, str]:
+        """pid -> command line of every guest process of ours (OURS) that is running."""
+        return _ours(self.check("ps -eo pid=,args=", 30))
+
+    def start_problems(self, want: StartState) -> list[str]:
+        """Each part of `want` that does not hold now, in words; [] when the check may start.
+        One guest command reads it all (a check pays ≈1-2 s under TCG for this)."""
+        fields = "connection.permissions,connection.autoconnect,802-11-wireless.bssid"
+        out = self.check(f"""
+            echo '@ps'; ps -eo pid=,args=
+            echo '@netns'; ip netns list
+            echo '@link'; iw dev {STA_IF} link
+            echo '@addr'; ip -4 -o addr show dev {STA_IF}
+            echo '@nm'; nmcli -g GENERAL.STATE device show {STA_IF}
+            echo '@profile'; nmcli -g {fields} connection show id {_CON} || echo '(missing)'
+            echo '@user'; awk '/^\\[/ {{u = ($0 == "[user]")}} u && /=/ {{print FILENAME; nextfile}}' \\
+                /etc/NetworkManager/system-connections/* /run/NetworkManager/system-connections/* \\
+                2>/dev/null
+            echo '@signal'; wpa_cli -p /run/wpa_supplicant -i {STA_IF} signal_poll
+            true""", 60)
+        part: dict[str, list[str]] = {}
+        key = ""
+        for line in out.splitlines():
+            if line.startswith("@") and line[1:].isalpha():
+                key = line[1:]
+                part[key] = []
+            elif key:
+                part[key].append(line)
+        problems = []
+        procs = _ours("\n".join(part.get("ps", [])))
+        stray = {pid: args for pid, args in procs.items() if pid != want.keep}
+        if stray:
+            problems.append("processes of ours still running: "
+                            + "; ".join(f"{pid} {args[:80]}" for pid, args in sorted(stray.items())))
+        if want.keep is not None and want.keep not in procs:
+            problems.append(f"the module's daemon (pid {want.keep}) is not running")
+        up = any(line.split()[:1] == [AP2_NS] for line in part.get("netns", []))
+        if up != want.second_ap:
+            problems.append("the second AP is " + ("up" if up else "not up"))
+        defaults = {("ap", "sta"): STRONG_SIGNAL_DBM, ("ap2", "sta"): AP2_OFF_DBM}
+        off = {f"{a}-{b}": self.signals.get((a, b)) for (a, b), dbm in defaults.items()
+               if self.signals.get((a, b)) != dbm}
+        if off:
+            problems.append(f"the medium's signals are {off}, not {STRONG_SIGNAL_DBM}/{AP2_OFF_DBM} dBm")
+        ap1 = self.radio_macs.get("ap", "")
+        bssid = next((line.split()[2].lower() for line in part.get("link", [])
+                      if line.startswith("Connected to")), "")
+        if bssid != ap1:
+            problems.append(f"the station is on {bssid or 'no AP'}, not AP1 {ap1}")
+        if not any(" inet " in line for line in part.get("addr", [])):
+            problems.append(f"{STA_IF} has no IPv4 address")
+        state = " ".join(part.get("nm", [])).strip()
+        if not state.startswith("100"):
+            problems.append(f"NetworkManager's {STA_IF} is {state or 'unknown'}, not 100 (connected)")
+        rssi = next((line.split("=", 1)[1] for line in part.get("signal", [])
+                     if line.startswith("RSSI=")), "")
+        if bssid == ap1 and not (rssi.lstrip("-").isdigit() and abs(int(rssi) - STRONG_SIGNAL_DBM) <= 3):
+            problems.append(f"the station reads {rssi or 'no'} dBm, not {STRONG_SIGNAL_DBM}")
+        profile = part.get("profile", [])
+        if profile == ["(missing)"]:
+            problems.append(f"the lab's profile {CONNECTION!r} is missing")
+        else:
+            values = dict(zip(fields.split(","), (profile + ["", "", ""])[:3]))
+            problems += [f"profile {name} is {value!r}" for name, value in values.items()
+                         if value != {"connection.autoconnect": "no"}.get(name, "")]
+        if any(line.strip() for line in part.get("user", [])):
+            problems.append("a profile carries user data (keys in its [user] section): "
+                            + " ".join(part["user"]))
+        return problems
+
+    def bring_to_start(self, want: StartState) -> None:
+        """Do what it takes to reach `want` (start_problems says whether it did): stop our
+        leftover processes (SIGTERM first: a daemon restores bgscan), the second AP as wanted,
+        the medium at its defaults, the station back on AP1 (a reconnect with the second AP
+        down: with it up NetworkManager may pick it from wpa_supplicant's cache)."""
+        stray = [pid for pid in self.our_processes() if pid != want.keep]
+        if stray:
+            pids = " ".join(map(str, stray))
+            self.run(f"kill -TERM {pids}; for i in $(seq 30); do kill -0 {pids} 2>/dev/null "
+                     f"|| break; sleep 0.5; done; kill -KILL {pids} 2>/dev/null", 60)
+        self.run(f"nmcli connection modify id {_CON} connection.permissions '' "
+                 f"802-11-wireless.bssid ''", 30)
+        # User data (a check's `config set` not undone): nmcli cannot remove it; the keyfile
+        # without its [user] section, loaded again, can.
+        self.run("""for f in /etc/NetworkManager/system-connections/*; do
+                      grep -q '^\\[user\\]' "$f" || continue
+                      awk '/^\\[/ {u = ($0 == "[user]")} !u' "$f" >"$f.new" && mv "$f.new" "$f"
+                      chmod 600 "$f"; nmcli connection load "$f"
+                    done""", 60)
+        if self.bssid() != self.radio_macs.get("ap") or not self.station_address():
+            self.stop_second_ap()
+        elif not want.second_ap:
+            self.stop_second_ap()
+        self.set_signals({("ap", "sta"): STRONG_SIGNAL_DBM, ("ap2", "sta"): AP2_OFF_DBM})
+        if self.bssid() != self.radio_macs.get("ap"):
+            self.reconnect()
+        self.ensure_connected()
+        wait_until(lambda: self.bssid() == self.radio_macs.get("ap"), 60, "the station on AP1",
+                   interval=1)
+        if want.second_ap and not self.second_ap_up():
+            self.start_second_ap(channel=1)
+        # A station that lost its link while the second AP came up is connected again here.
+        if self.ensure_connected():
+            wait_until(lambda: self.bssid() == self.radio_macs.get("ap"), 60,
+                       "the station on AP1", interval=1)
+        self.wait_signal(STRONG_SIGNAL_DBM, timeout=30)
+
+    def establish(self, want: StartState, name: str) -> None:
+        """Bring the lab to `want` for check `name`, or raise LabStartError naming what does
+        not hold.  At most two attempts; each one's guest view is kept beside the logs."""
+        problems = self.start_problems(want)
+        if problems and all(p.startswith(SIGNAL_ONLY) for p in problems):
+            # A check that moved the station to the weak signal (arm_weak_link) left nothing
+            # else astray: the medium back to its defaults is all it takes, no attempt counted.
+            self.set_signals({("ap", "sta"): STRONG_SIGNAL_DBM, ("ap2", "sta"): AP2_OFF_DBM})
+            try:
+                self.wait_signal(STRONG_SIGNAL_DBM, timeout=30)
+            except LabError:  # the attempts below name what still does not hold
+                pass
+            problems = self.start_problems(want)
+        for attempt in (1, 2):
+            if not problems:
+                return
+            self.say(f"{name}: start state, attempt {attempt}: {'; '.join(problems)}")
+            self.save_diagnostics(f"{name}-start-attempt{attempt}")
+            try:
+                self.bring_to_start(want)
+            except Exception as e:  # named below with what still does not hold
+                self.say(f"{name}: bringing the lab to its start state failed: {e}")
+            problems = self.start_problems(want)
+        if problems:
+            raise LabStartError(f"lab error, not a product failure: {name} cannot start from its "
+                                f"state after two attempts: {'; '.join(problems)}.  Guest views: "
+                                f"{self.vm.rundir}/diagnostics-{name}-start-attempt*.txt")
 
     # ---- diagnostics -----------------------------------------------------------------------
     def save_diagnostics(self, reason: str) -> Path | None:

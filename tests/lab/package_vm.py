@@ -262,9 +262,9 @@ def dep8_tests(control: Path = DEBIAN_TESTS / "control") -> list[dict]:
 
 DEBIAN_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 # The DEP-8 tests run here, against the package installed in the VM.  dbus-api (the D-Bus rung's
-# core checks, tens of daemon and mock processes) runs in the package rung instead, against the
-# package's files over the host's /usr (tests/package/test_package.py): under TCG, beside the
-# lab's checks, it took about 10 minutes and its call timeouts fired.
+# core checks, tens of daemon and mock processes) runs with autopkgtest in the clean roots of
+# make clean-install instead (tests/release/clean_install.py): under TCG, beside the lab's
+# checks, it took about 10 minutes and its call timeouts fired.
 IN_VM = ("check-config", "cli")
 
 

@@ -53,8 +53,11 @@ SCANGUARDCTL = "/usr/bin/python3 -m nm_scanguard.cli.scanguardctl"
 class Guardd:
     """nm-scanguard running in the guest, from this checkout, as root (see Lab.start_daemon)."""
 
-    def __init__(self, lab: Lab, config: str = GUARD_CONFIG):
-        self.lab, self.config = lab, config
+    def __init__(self, lab: Lab, config: str = GUARD_CONFIG, module: bool = False):
+        """module=True: a module's daemon, shared by its checks; a check that starts it again
+        does not stop it at its end (Lab.check_scope), and every check of the module starts
+        with it running (StartState.keep)."""
+        self.lab, self.config, self.module = lab, config, module
         self.proc: GuestProcess | None = None
         self.owner: str | None = None      # its unique bus name since start, e.g. ":1.23"
         self.started_at = 0.0              # guest time it owned its name
@@ -64,7 +67,7 @@ class Guardd:
 
         require_bus=False: a daemon that logs its start but is not on the bus is left running
         for the checks to report (bus_problem), instead of raising here in a fixture."""
-        self.proc = self.lab.start_daemon(self.config)
+        self.proc = self.lab.start_daemon(self.config, outlives_check=self.module)
         wait_until(lambda: "started (nm-scanguard" in self.log() or not self.proc.running(),
                    timeout, "scanguardd to start", interval=0.5)
         if not self.proc.running():

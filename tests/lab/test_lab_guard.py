@@ -40,7 +40,7 @@ DWELL_WEAK = 8  # check 4: seconds under traffic below the floor, in which the g
 
 @pytest.fixture(scope="module")
 def guardd(lab):
-    d = Guardd(lab)
+    d = Guardd(lab, module=True)
     t = time.monotonic()
     d.start(require_bus=False)  # not on the bus: every check says so first (idle, check 10)
     lab.say(f"scanguardd started in {time.monotonic() - t:.1f} s (log {d.proc.host_log})")

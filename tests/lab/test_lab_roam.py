@@ -18,8 +18,9 @@ some scans, so the guard may know AP2 from the start, and then the targeted path
 scans, roaming allowed, at -72 dBm) would move the station in the control.  That the guard
 takes the full path when it knows no other AP is checked on the unit and D-Bus rungs.
 
-The control runs first: it leaves the station on AP1.  Afterwards AP2 goes away and the station
-is back on AP1 at the strong signal for the checks that follow.
+Each check starts from the state conftest.verified_start verifies (the station on AP1 at the
+strong signal, AP2 up and out of range), so they run in any order; afterwards AP2 goes away and
+the station is back on AP1 for the checks that follow.
 """
 
 from __future__ import annotations
@@ -190,12 +191,8 @@ def test_targeted_a_known_second_ap_is_reached_by_a_scan_of_its_channel_only(lab
     figures (seconds to roam, the longest scan, the channels) are printed."""
     ap1, ap2 = second_ap
     t = time.monotonic()
-    # The check before left the station on AP2: back to AP1, then AP2 up again, now in range
-    # but weaker than AP1.
-    if lab.bssid() != ap1:
-        on_ap1_alone(lab, ap1)
-        lab.start_second_ap(channel=1)
-    lab.ensure_connected()
+    # The start state (conftest.verified_start): the station on AP1, AP2 up and out of range.
+    # AP2 now in range, weaker than AP1.
     lab.set_signals({("ap", "sta"): STRONG_SIGNAL_DBM, ("ap2", "sta"): -60})
     d = start_guard(lab, guard_config())
     traffic = None

@@ -115,7 +115,7 @@ def polkitd(lab, request):
 
 @pytest.fixture(scope="module")
 def guardd(lab, polkitd):
-    d = Guardd(lab)  # the lab settings; defer_client_scans is on by default
+    d = Guardd(lab, module=True)  # the lab settings; defer_client_scans is on by default
     d.start()
     try:
         yield d

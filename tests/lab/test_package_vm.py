@@ -188,7 +188,7 @@ def test_reload_with_a_bad_file_fails_with_the_reason(vm_check: dict) -> None:
 
 def test_autopkgtest_against_the_installed_package(vm_check: dict) -> None:
     """debian/tests, as Debian's CI runs them: --check-config and the CLI against the installed
-    package (dbus-api, the D-Bus rung's core checks, runs in tests/package)."""
+    package (all three, dbus-api too, run with autopkgtest in clean roots: make clean-install)."""
     results = vm_check["autopkgtest"]
     assert "failed" not in results, _shown(results)
     assert set(results) == set(IN_VM), sorted(results)
