@@ -272,7 +272,8 @@ async def test_fading_signal_releases_and_recovery_reengages(bus, link, peers, d
     assert await bgscan(bus, peers.net) == ORIGINAL
     await peers.wpa_mock("SetSignal", "oi", [peers.iface, -69])
     await eventually(lambda: suspended(bus, peers.net), what="re-engaged")
-    assert d.guards[link.ifname].state == "guarding"
+    # Published once the suspension is read back and journalled, a moment after "" is readable.
+    await eventually(lambda: d.guards[link.ifname].state == "guarding", what="state guarding")
 
 
 # ---- scans the guard could not stop ---------------------------------------------------------------
