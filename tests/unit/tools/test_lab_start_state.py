@@ -3,9 +3,11 @@ problems a check's set-up names.  The lab itself shows the rest (tests/lab/test_
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
-from tests.lab.lab import OURS, Lab, StartState, _ours
+from tests.lab.lab import OURS, Lab, LabError, LabStartError, StartState, _ours
 
 AP1 = "02:00:00:00:00:00"
 GOOD = f"""@ps
@@ -84,3 +86,53 @@ def test_a_missing_module_daemon_and_a_weak_reading_are_named():
 def test_our_processes_are_told_by_their_command_lines(args, ours):
     assert bool(OURS.search(args)) is ours
     assert bool(_ours(f" 42 {args}\n")) is ours
+
+
+class MendingLab(FakeLab):
+    """Lab.establish's path for a check that left only the signal astray: each guest reading
+    is counted, the medium and SignalPoll are stand-ins."""
+
+    def __init__(self, reads_strong: bool):
+        super().__init__(GOOD.replace("RSSI=-51", "RSSI=-72"))
+        self.signals[("ap", "sta")] = -72
+        self.reads_strong = reads_strong
+        self.readings = 0
+        self.brought = 0
+        self.vm = types.SimpleNamespace(rundir="/lab/logs")
+
+    def check(self, cmd: str, timeout: float = 60) -> str:
+        self.readings += 1
+        return self.out
+
+    def set_signals(self, signals) -> None:
+        self.signals.update(signals)
+        if self.reads_strong:
+            self.out = GOOD
+
+    def wait_signal(self, dbm: int, timeout: float = 15, tolerance: int = 3) -> int:
+        if not self.reads_strong:
+            raise LabError(f"timed out waiting for signal {dbm} dBm")
+        return dbm
+
+    def say(self, msg: str) -> None:
+        pass
+
+    def save_diagnostics(self, reason: str):
+        return None
+
+    def bring_to_start(self, want: StartState) -> None:
+        self.brought += 1
+
+
+def test_a_signal_left_weak_is_mended_by_the_medium_and_verified_by_the_station_reading():
+    lab = MendingLab(reads_strong=True)
+    lab.establish(StartState(keep=201), "check")
+    # one reading found only the signal astray; the station's strong reading verifies the rest
+    assert (lab.readings, lab.brought) == (1, 0)
+
+
+def test_a_signal_the_station_does_not_follow_is_read_again_and_named():
+    lab = MendingLab(reads_strong=False)
+    with pytest.raises(LabStartError, match="the station reads -72 dBm"):
+        lab.establish(StartState(keep=201), "check")
+    assert (lab.readings, lab.brought) == (4, 2)  # mend, then two attempts, each read again
