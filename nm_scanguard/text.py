@@ -65,14 +65,25 @@ def clipped(text: str, limit: int = SHOWN_CHARS) -> str:
     return "".join(out)
 
 
+def one_line(text: str) -> str:
+    """`text` with every character `clipped` would escape escaped, the rest (a backslash
+    included) as it is: what the daemon's log handler applies to each message, so that no
+    value that reached a log line unclipped can end it or forge the next.  Idempotent on
+    `clipped` output, which has no such character left."""
+    if all(not escaped(char) for char in text):
+        return text
+    return "".join(_escape(char) if escaped(char) else char for char in text)
+
+
 def quoted(text: str, limit: int = SHOWN_CHARS) -> str:
     """`clipped(text)` in single quotes, the form every message uses for a user's value."""
     return f"'{clipped(text, limit)}'"
 
 
 def shown(value: object, limit: int = MAX_TEXT) -> str:
-    """A peer's value as scanguardctl and diagnose print it to a person: `clipped` at the length
-    of a status text.  The one way every name, reason, error or label that came from the daemon,
+    """A peer's value as scanguardctl and diagnose print it to a person, and as the daemon logs
+    one (a bgscan value read from wpa_supplicant): `clipped` at the length of a status text.
+    The one way every name, reason, error or label that came from the daemon,
     NetworkManager, wpa_supplicant or another user reaches a terminal, so that none can move the
     cursor, recolour it or reorder the line; a value that should have been text but is not (a
     forged signal's) is shown as its str()."""

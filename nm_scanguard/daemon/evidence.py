@@ -18,6 +18,7 @@ from ..peers.supplicant import (
     UncertainOutcome,
     WpaSupplicant,
 )
+from ..text import shown
 
 log = logging.getLogger("scanguard")
 
@@ -140,5 +141,5 @@ async def restore_landed(sup: WpaSupplicant, net: str, ifname: str,
     if value == "":
         return False
     log.info("%s: wpa_supplicant did not confirm restoring bgscan on %s (%s), but it reads "
-             "back as \"%s\": restored", ifname, net, err, value)
+             "back as \"%s\": restored", ifname, net, err, shown(value))
     return True

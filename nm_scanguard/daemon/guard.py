@@ -20,7 +20,7 @@ from ..config import Settings
 from ..peers.nm import WifiDevice
 from ..peers.supplicant import ObjectGone, SupplicantError, WpaSupplicant
 from ..status import DeviceStatus
-from ..text import clipped
+from ..text import clipped, shown
 from . import policy as P
 from .candidates import Candidates
 from .changes import Changes
@@ -223,14 +223,15 @@ class Guard:
             raise
         self.no_bgscan = None
         log.info("%s: bgscan suspended on %s (was \"%s\"): %s", self.ifname,
-                 suspended.network, suspended.saved, self.policy.reason)
+                 suspended.network, shown(suspended.saved), self.policy.reason)
 
     async def _release(self, why: str) -> None:
         suspended = self.suspended
         if suspended is None:
             return
         await self._suspender.restore(suspended, self.ifname)
-        log.info("%s: bgscan restored to \"%s\": %s", self.ifname, suspended.saved, why)
+        log.info("%s: bgscan restored to \"%s\": %s", self.ifname,
+                 shown(suspended.saved), why)
 
     async def network_changed(self, net: str | None) -> None:
         """wpa_supplicant's CurrentNetwork changed (NM re-activated, or we lost the AP)."""

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Collection
 from functools import partial
 
 from ..peers.supplicant import SupplicantError
+from ..text import shown
 from .evidence import interface, interface_of, not_running, supplicant_gone
 from .ledger import Ledger, Suspended
 from .suspension import Suspender
@@ -119,13 +120,14 @@ async def _replay_one(suspender: Suspender, net: str, s: State,
         _kept(ledger, net, s, e)
         return KEPT
     log.info("%s: restored bgscan \"%s\" that a previous instance left suspended on %s",
-             ifname, s.saved, net)
+             ifname, shown(s.saved), net)
     return RESTORED
 
 
 def _kept(ledger: Ledger, net: str, s: State, why: SupplicantError) -> None:
     log.error("%s: cannot restore bgscan \"%s\" on %s left suspended by a previous "
-              "instance: %s; it stays in %s for the next start", s.ifname, s.saved, net,
+              "instance: %s; it stays in %s for the next start", s.ifname,
+              shown(s.saved), net,
               why, ledger.journal.path)
 
 

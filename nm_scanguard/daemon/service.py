@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, TextIO
 
 from .. import __version__
 from ..config import (
@@ -32,7 +32,7 @@ from ..names import BUS_NAME, DBUS
 from ..output import closed_pipe_quiet
 from ..peers.bus import BusError, NoSystemBus, call, close_bus, connect_system
 from ..peers.supplicant import SupplicantError
-from ..text import shown
+from ..text import one_line, shown
 from .api import Api
 from .daemon import Daemon
 from .journal import DEFAULT_STATE_DIR
@@ -94,7 +94,17 @@ class Supervisor:
                 self._unexpected = None
 
 
-class _JournalFormatter(logging.Formatter):
+class _OneLineFormatter(logging.Formatter):
+    """Each message is one line (text.one_line): journald makes every line of stderr an entry
+    of its own under scanguardd's name, so a peer's value with a newline in it would forge one.
+    A traceback appended to the message stays as Python prints it."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = one_line(record.message)
+        return super().formatMessage(record)
+
+
+class _JournalFormatter(_OneLineFormatter):
     """Under systemd, prefix the syslog priority so journald files warnings as warnings."""
 
     PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3,
@@ -104,12 +114,12 @@ class _JournalFormatter(logging.Formatter):
         return f"<{self.PRIORITY.get(record.levelno, 6)}>{super().format(record)}"
 
 
-def setup_logging(verbose: bool) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+def setup_logging(verbose: bool, stream: TextIO | None = None) -> None:
+    handler = logging.StreamHandler(stream or sys.stderr)
     if os.environ.get("JOURNAL_STREAM"):
         handler.setFormatter(_JournalFormatter("%(message)s"))
     else:
-        handler.setFormatter(logging.Formatter("scanguardd: %(levelname)s: %(message)s"))
+        handler.setFormatter(_OneLineFormatter("scanguardd: %(levelname)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbose else logging.INFO)

@@ -18,6 +18,7 @@ import logging
 
 from ..ifname import valid_ifname
 from ..peers.supplicant import ObjectGone, SupplicantError, UncertainOutcome, WpaSupplicant
+from ..text import shown
 from .evidence import confirm_gone, is_uncertain, restore_landed, suspend_landed
 from .journal import Journal, valid_bgscan, valid_network_path
 from .ledger import Ledger, Suspended, as_suspended
@@ -139,7 +140,7 @@ class Suspender:
         if s is None:
             raise NothingToSuspend(ALREADY_OFF)
         log.info("%s: bgscan on %s is still off from an earlier suspension (was \"%s\"); "
-                 "taking it over", ifname, net, s.saved)
+                 "taking it over", ifname, net, shown(s.saved))
         return s
 
     async def _put_back(self, net: str, ifname: str, value: str, op: int) -> State:
@@ -151,7 +152,7 @@ class Suspender:
         network counts as suspended, so that release restores it."""
         log.warning("%s: NetworkManager re-created network %s while bgscan was being suspended; "
                     "putting back \"%s\" (the new object's own value cannot be read once "
-                    "overwritten)", ifname, net, value)
+                    "overwritten)", ifname, net, shown(value))
         try:
             await self.supplicant.set_bgscan(net, value)
         except SupplicantError as e:
@@ -186,7 +187,7 @@ class Suspender:
         if self._go(s.network, Ev.READ_EMPTY if value == "" else Ev.READ_VALUE, op=op):
             return True
         log.info("%s: bgscan on %s reads \"%s\", not our \"\"; it is not suspended", ifname,
-                 s.network, value)
+                 s.network, shown(value))
         return False
 
     # ---- restore --------------------------------------------------------------------------
@@ -225,7 +226,7 @@ class Suspender:
                          "leaving it", ifname, net)
             elif current != saved:
                 log.info("%s: bgscan on %s was changed to \"%s\" meanwhile; leaving it", ifname,
-                         net, current)
+                         net, shown(current))
             return
         generation = self.ledger.generation(net)  # of the object the "" we read is on
         try:
@@ -246,9 +247,10 @@ class Suspender:
             log.warning("%s: NetworkManager re-created network %s while bgscan was being "
                         "restored; the new object got \"%s\" (the previous object's value) "
                         "instead of its own; reconnecting gives it NetworkManager's again",
-                        ifname, net, saved)
+                        ifname, net, shown(saved))
         self._go(net, Ev.DONE, op=op)
-        log.debug("%s: bgscan on %s set back to \"%s\"", ifname, net, saved)
+        log.debug("%s: bgscan on %s set back to \"%s\"", ifname, net,
+                  shown(saved))
 
     async def _failed(self, net: str, err: SupplicantError, ifname: str, op: int) -> None:
         """A restore's call failed: DONE if the object is confirmed gone, else FAILED and

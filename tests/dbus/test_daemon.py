@@ -239,6 +239,30 @@ async def test_interface_vanishing_is_survived(bus, link, peers, daemon, caplog)
     assert await bgscan(bus, peers.net) == ORIGINAL
 
 
+@pytest.mark.parametrize("value", ["simple:1:-1:1\nscanguardd: wlan0: bgscan restored",
+                                   "simple:1:-1:1 Café ☕ " + "x" * 100_000],
+                         ids=["newline", "100-kB"])
+async def test_a_value_set_meanwhile_is_logged_on_one_short_line(bus, link, peers, daemon, caplog,
+                                                                value):
+    """A member of netdev may set bgscan while we guard (wpa_supplicant's policy lets them):
+    the daemon leaves it and says so on one line of bounded length.  wpa_supplicant reads a
+    value with any byte outside printable ASCII back as hex (the mock as the real 2.10, pinned
+    by tests/contract), so no newline comes back raw; a long value does."""
+    await peers.setup()
+    await daemon()
+    link.send(mbit=8)
+    await eventually(lambda: suspended(bus, peers.net), what="engaged")
+    with caplog.at_level(logging.DEBUG):
+        await Supplicant(bus).set_bgscan(peers.net, value)
+        link.stop()
+        await eventually(lambda: "meanwhile; leaving it" in caplog.text, what="left alone, said so")
+    current = await bgscan(bus, peers.net)
+    assert current == (value if value.isascii() and value.isprintable() else value.encode().hex())
+    (left,) = [r.getMessage() for r in caplog.records if "meanwhile" in r.getMessage()]
+    assert "\n" not in left and len(left) < 600, left[:600]
+    assert current[:100] in left
+
+
 async def test_network_without_bgscan_is_left_alone(bus, link, peers, daemon):
     await peers.setup(bgscan="")  # a BSSID-locked profile: NM writes no bgscan key
     d = await daemon()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nm_scanguard.text import MAX_TEXT, clipped, cut, quoted, shown
+from nm_scanguard.text import MAX_TEXT, clipped, cut, one_line, quoted, shown
 from tests.hostile import CAFE, HOSTILE, raw_troublemakers
 
 
@@ -45,3 +45,40 @@ def test_a_peers_value_that_is_not_text_is_shown_as_text():
 def test_a_peers_status_text_is_shown_whole_up_to_the_status_limit():
     assert shown(f"{CAFE} " * 30) == f"{CAFE} " * 30
     assert shown("é" * (MAX_TEXT + 1)).endswith(f"… ({MAX_TEXT + 1} characters)")
+
+
+@pytest.mark.parametrize("text", ["plain", "Café ☕", "a\nscanguardd: forged", "\x1b[2J\r",
+                                  "\u2028\u202e\x85", "back\\slash"])
+def test_one_line_escapes_what_clipped_escapes_and_keeps_the_rest(text):
+    line = one_line(text)
+    assert not any(c in line for c in "\n\r\x1b\u2028\u202e\x85")
+    assert one_line(line) == line  # idempotent
+    assert one_line(clipped(text)) == clipped(text)  # nothing left to escape after clipped
+    if text.isprintable():
+        assert line == text  # a backslash, "é" and "☕" as they are
+
+
+@pytest.mark.parametrize("journal", [False, True], ids=["terminal", "journald"])
+def test_every_daemon_log_message_is_one_line(monkeypatch, journal):
+    """A peer's value that reached a message unclipped still cannot end the line: journald
+    would file what follows a newline as a second entry under scanguardd's name."""
+    import io
+    import logging
+
+    from nm_scanguard.daemon import service
+
+    if journal:
+        monkeypatch.setenv("JOURNAL_STREAM", "8:1")
+    else:
+        monkeypatch.delenv("JOURNAL_STREAM", raising=False)
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    out = io.StringIO()
+    try:
+        service.setup_logging(False, out)
+        logging.getLogger("scanguard").info("value %s", "Café ☕\nscanguardd: wlan0: forged")
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
+    text = out.getvalue()
+    assert text.count("\n") == 1 and "Café ☕\\nscanguardd: wlan0: forged" in text, text
