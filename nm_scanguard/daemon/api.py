@@ -9,7 +9,6 @@ and api_holders.py watches holders leave the bus.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import os
@@ -38,7 +37,7 @@ from ..names import (
 )
 from ..peers.bus import BusError
 from ..text import clipped, quoted
-from .api_callers import authorize, caller_uid, reporter, user_name
+from .api_callers import authorize, caller_uid, off_loop, reporter, user_name
 from .api_holders import HolderWatch, Holding
 from .api_properties import Announcer, Shown, property_values, requests
 from .export import CallError, ExportedObject, load_interface
@@ -210,8 +209,7 @@ class Api:
         """RecentScanRequests with the caller's own requests named (every request for root)."""
         uid = await caller_uid(self.bus, msg.sender)
         # The passwd lookup can go to the network (NSS: LDAP, SSSD): off the event loop.
-        own = await asyncio.get_running_loop().run_in_executor(None, user_name, uid) \
-            if uid != 0 else ""
+        own = await off_loop(user_name, uid) if uid != 0 else ""
         return Message.new_method_return(msg, "a(dsusb)", [requests(self.daemon, uid, own).value])
 
     # ---- helpers --------------------------------------------------------------------------

@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import pwd
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from ..dbuslib import Message, MessageBus, Variant
 from ..names import ACCESS_DENIED, ACTION_RELOAD, DBUS, ERROR_NOT_READY, INVALID_ARGS, POLKIT
@@ -21,6 +24,29 @@ MAX_PROGRAM = 64  # /proc/PID/comm is at most 15 bytes; anything much longer is 
 POLKIT_TIMEOUT = 25.0
 POLKIT_INTERACTIVE_TIMEOUT = 120.0  # a person may be typing a password
 ALLOW_INTERACTIVE_AUTHORIZATION = 0x4  # message header flag
+
+T = TypeVar("T")
+
+# The API's passwd look-ups run on one thread of their own: NSS may ask LDAP or SSSD, so not on
+# the event loop, and not on asyncio's default pool, which grows to min(32, CPUs + 4) threads
+# and keeps them: more than the unit's TasksMax=8 on a laptop with 4 CPUs, after one burst of
+# calls from any local user.  One thread is the daemon's second task, whatever the burst.
+_NSS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scanguard-nss")
+# Look-ups asked for while the same one waits share its answer: a burst from one user costs one
+# look-up, and the queue holds at most one per distinct question.
+_in_flight: dict[tuple[Any, ...], asyncio.Future[Any]] = {}
+
+
+async def off_loop(fn: Callable[..., T], *args: Any) -> T:
+    """fn(*args) on the look-up thread."""
+    key = (fn, *args)
+    future = _in_flight.get(key)
+    if future is None:
+        future = asyncio.get_running_loop().run_in_executor(_NSS, fn, *args)
+        _in_flight[key] = future
+        future.add_done_callback(lambda _: _in_flight.pop(key, None))
+    # shield: a caller that goes away must not cancel the look-up the others wait for
+    return await asyncio.shield(future)
 
 
 async def caller_uid(bus: MessageBus, sender: str) -> int:
@@ -63,7 +89,7 @@ async def reporter(bus: MessageBus, msg: Message, method: str, user: str, pid: i
     """Check that polkitd's helper (or root) reports, and that the texts are sane; the
     words naming who asked, for the log."""
     uid = await caller_uid(bus, msg.sender)
-    if uid != 0 and uid != await asyncio.get_running_loop().run_in_executor(None, polkit_uid):
+    if uid != 0 and uid != await off_loop(polkit_uid):
         raise CallError(ACCESS_DENIED, f"only polkitd's helper (user polkitd) or root may call "
                         f"{method}; it reports a Wi-Fi scan request the nm-scanguard "
                         "polkit rule saw")

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from ..dbuslib import Message, MessageBus, MessageType, Variant, introspection
 from ..names import ERROR_FAILED, INVALID_ARGS, READ_ONLY, UNKNOWN_METHOD, UNKNOWN_PROPERTY
+from .problems import log_traceback_once, unexpected_line
 
 log = logging.getLogger("scanguard.api")
 
@@ -174,6 +175,8 @@ class ExportedObject:
         self._hint = error_hint
         self._tasks: set[asyncio.Future[Any]] = set()
         self._refusals = RefusalLog()
+        self._tracebacks: set[str] = set()  # unexpected errors whose traceback was logged
+        self._unexpected: str | None = None  # the last one logged
         missing = set(self._methods) - set(methods)
         if missing:
             raise RuntimeError(f"no handler for {', '.join(sorted(missing))} of {iface.name}")
@@ -252,8 +255,14 @@ class ExportedObject:
         except CallError as e:
             self._refusals.refused(msg.member, msg.sender, e.text)
             reply = Message.new_error(msg, e.name, e.text)
-        except Exception:
-            log.exception("unexpected error in %s", msg.member)
+        except Exception as e:
+            # Once with its traceback per distinct error, then a line when it changes: a
+            # caller who makes every call fail the same way must not fill the journal.
+            message = unexpected_line(e, f"answering {msg.member}")
+            if not log_traceback_once(message, e, self._tracebacks) \
+                    and message != self._unexpected:
+                log.warning("%s", message)
+            self._unexpected = message
             reply = Message.new_error(msg, ERROR_FAILED, f"{msg.member} failed{self._hint}")
         if not int(msg.flags) & NO_REPLY_EXPECTED:
             self.bus.send(reply)

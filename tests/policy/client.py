@@ -4,7 +4,8 @@ Reads one JSON request per line on stdin: {"dest", "path", "iface", "member", "s
 {"own": NAME}; answers one JSON line: {"body": [...]} or {"error": NAME, "text": TEXT}.
 {"signal": true, ...} sends a signal instead (to "dest", which may be a unique name), answered
 {"sent": true} once the bus has it; a "props" field {name: [signature, value]} is appended to
-the body as an a{sv}, then an empty "as" (PropertiesChanged).
+the body as an a{sv}, then an empty "as" (PropertiesChanged).  {"burst": N, ...} makes the call
+N times at once, answered {"ok": number of replies, "errors": [error names]}.
 The first line it prints is {"unique_name": ...}.
 """
 
@@ -44,6 +45,14 @@ async def main() -> None:
         if req.get("signal"):
             await send_signal(bus, req)
             print(json.dumps({"sent": True}), flush=True)
+            continue
+        if req.get("burst"):
+            msgs = [Message(destination=req["dest"], path=req["path"], interface=req["iface"],
+                            member=req["member"], signature=req.get("sig", ""),
+                            body=req.get("body", [])) for _ in range(req["burst"])]
+            replies = await asyncio.gather(*(bus.call(m) for m in msgs))
+            errors = [r.error_name for r in replies if r.message_type == MessageType.ERROR]
+            print(json.dumps({"ok": len(replies) - len(errors), "errors": errors}), flush=True)
             continue
         if "own" in req:
             req = {"dest": "org.freedesktop.DBus", "path": "/org/freedesktop/DBus",

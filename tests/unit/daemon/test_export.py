@@ -11,7 +11,7 @@ import pytest
 from nm_scanguard.daemon import api
 from nm_scanguard.dbuslib import Message
 from nm_scanguard.daemon.export import CallError, ExportedObject, RefusalLog, load_interface
-from nm_scanguard.names import ACCESS_DENIED, BUS_NAME, IFACE, PATH
+from nm_scanguard.names import ACCESS_DENIED, BUS_NAME, ERROR_FAILED, IFACE, PATH
 
 CAFE = "Café ☕"
 
@@ -182,3 +182,26 @@ async def test_a_flood_of_refused_calls_does_not_flood_the_log(caplog):
     assert len(lines(caplog)) == 3, lines(caplog)[:5]  # one per sender
     obj.close()  # what was not logged is summed up, not lost
     assert lines(caplog)[-1].startswith("1997 more refused call(s)")
+
+
+async def test_a_call_that_fails_unexpectedly_logs_one_traceback_not_one_per_call(caplog):
+    """A burst a handler cannot serve (e.g. no thread can be started under the unit's task
+    limit): every caller gets Failed, the journal gets the traceback once."""
+    async def fail(msg: Message) -> Message:
+        raise RuntimeError(f"can't start new thread {CAFE}")
+
+    iface = load_interface(api.xml_path(), IFACE)
+    bus = SinkBus()
+    obj = ExportedObject(bus, PATH, iface, {m.name: fail for m in iface.methods}, dict)
+    caplog.set_level(logging.INFO, logger="scanguard")
+    for n in range(100):
+        obj._on_message(Message(destination=BUS_NAME, path=PATH, interface=IFACE,
+                                member="GetRecentScanRequests", sender=":1.7", serial=n + 1))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert len(bus.sent) == 100
+    assert all(m.error_name == ERROR_FAILED for m in bus.sent)
+    logged = [r for r in caplog.records if r.name.startswith("scanguard")]
+    assert len(logged) == 1 and logged[0].exc_info is not None, [r.getMessage() for r in logged]
+    assert f"can't start new thread {CAFE}" in logged[0].getMessage()
+    obj.close()
