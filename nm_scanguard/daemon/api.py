@@ -37,7 +37,7 @@ from ..names import (
 )
 from ..peers.bus import BusError
 from ..text import clipped, quoted
-from .api_callers import authorize, caller_uid, off_loop, reporter, user_name
+from .api_callers import PolkitChecks, authorize, caller_uid, off_loop, reporter, user_name
 from .api_holders import HolderWatch, Holding
 from .api_properties import Announcer, Shown, property_values, requests
 from .export import CallError, ExportedObject, load_interface
@@ -77,6 +77,7 @@ class Api:
         self.daemon = daemon
         self.holds = daemon.holds
         self.bus = bus
+        self.checks = PolkitChecks()  # the polkit checks waiting, capped (api_callers)
         self.object = ExportedObject(
             bus, PATH, load_interface(xml_path(), IFACE),
             {"Hold": self._hold, "Release": self._release, "Reload": self._reload,
@@ -115,7 +116,8 @@ class Api:
                     raise CallError(ERROR_FAILED, "the caller left the bus before the hold was taken")
                 if interface:
                     await self._check_interface(interface)
-                await authorize(self.bus, msg, uid, ACTION_HOLD, "suspend Wi-Fi background scanning")
+                await authorize(self.bus, msg, uid, ACTION_HOLD, "suspend Wi-Fi background scanning",
+                                self.checks)
                 slot.grant()
                 hold = slot.commit(reason, app_id, interface, time.time())
         except HoldError as e:
@@ -147,7 +149,8 @@ class Api:
 
     async def _reload(self, msg: Message) -> Message:
         uid = await caller_uid(self.bus, msg.sender)
-        await authorize(self.bus, msg, uid, ACTION_RELOAD, "reload the scanguard configuration")
+        await authorize(self.bus, msg, uid, ACTION_RELOAD, "reload the scanguard configuration",
+                        self.checks)
         try:
             await self.daemon.reload()
         except ConfigError as e:

@@ -72,6 +72,11 @@ def unwrap(value: Any) -> Any:
     return value
 
 
+# The errors of a call that got no answer: our own wait ran out, or the bus's.
+TIMEOUT = "org.freedesktop.DBus.Error.Timeout"
+NO_REPLY = "org.freedesktop.DBus.Error.NoReply"
+
+
 async def call(
     bus: MessageBus,
     destination: str,
@@ -89,7 +94,7 @@ async def call(
     try:
         reply = await asyncio.wait_for(bus.call(msg), timeout)
     except TimeoutError:
-        raise BusError("org.freedesktop.DBus.Error.Timeout",
+        raise BusError(TIMEOUT,
                        f"{destination} did not answer {member} within {timeout:g} s") from None
     if reply.message_type == MessageType.ERROR:
         text = reply.body[0] if reply.body and isinstance(reply.body[0], str) else ""

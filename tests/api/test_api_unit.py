@@ -11,7 +11,7 @@ from nm_scanguard.daemon import holds as holds_module
 from nm_scanguard.daemon.api import Api
 from nm_scanguard.daemon.changes import Changes
 from nm_scanguard.attribution import Request
-from nm_scanguard.dbuslib import Message
+from nm_scanguard.dbuslib import Message, MessageFlag
 from nm_scanguard.daemon.holds import Holds
 from nm_scanguard.names import BUS_NAME
 from nm_scanguard.status import FIELDS, MAX_PROBLEMS, DeviceStatus
@@ -548,3 +548,70 @@ def test_the_callers_name_is_looked_up_off_the_event_loop(monkeypatch):
     monkeypatch.setattr(api_callers.pwd, "getpwuid", getpwuid)
     get_requests(a, monkeypatch, 1000)
     assert threads and threading.main_thread() not in threads
+
+
+# ---- polkit checks: capped over Hold and Reload, withdrawn at the daemon's timeout ------------
+
+class TimingPolkitBus(PolkitBus):
+    """PolkitBus whose silent checks end at the caller's timeout, as peers.bus.call ends them,
+    and which records CancelCheckAuthorization."""
+
+    def __init__(self, monkeypatch, uids, silent) -> None:
+        super().__init__(monkeypatch, uids, silent)
+        self.ids: list[str] = []
+        self.cancelled: list[str] = []
+
+    async def _call(self, _bus, _dest, _path, _iface, member: str, _sig: str = "", body=(),
+                    timeout: float = 0) -> list:
+        if member == "CheckAuthorization":
+            self.ids.append(body[-1])
+            if self.uids[body[0][1]["name"].value] in self.silent:
+                try:
+                    await asyncio.wait_for(asyncio.get_running_loop().create_future(), timeout)
+                except TimeoutError:
+                    raise api_callers.BusError(api_callers.TIMEOUT, "no answer") from None
+        if member == "CancelCheckAuthorization":
+            self.cancelled.append(body[0])
+            return []
+        return await super()._call(_bus, _dest, _path, _iface, member, _sig, body, timeout)
+
+
+class ReloadingDaemon(SpawningDaemon):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reloads = 0
+
+    async def reload(self) -> None:
+        self.reloads += 1
+
+
+def reload_call(sender: str, serial: int, interactive: bool = True) -> Message:
+    return Message(destination=BUS_NAME, path=api.PATH, interface=api.IFACE, member="Reload",
+                   sender=sender, serial=serial,
+                   flags=MessageFlag(4 if interactive else 0))
+
+
+async def test_reloads_waiting_on_an_agent_are_capped_and_withdrawn_at_the_timeout(monkeypatch):
+    monkeypatch.setattr(api_callers, "POLKIT_INTERACTIVE_TIMEOUT", 0.2)
+    uids = {f":1.{c}": 1001 for c in range(4)} | {":1.9": 1002}
+    polkit = TimingPolkitBus(monkeypatch, uids, silent={1001})
+    daemon = ReloadingDaemon()
+    a = Api(daemon, FakeBus())
+    calls = [asyncio.ensure_future(a._reload(reload_call(f":1.{n % 4}", n))) for n in range(40)]
+    await turns(20)
+    refused = [c.exception() for c in calls if c.done()]
+    assert len(a.checks) == api_callers.MAX_CHECKS_PER_UID == len(polkit.ids)
+    assert len(refused) == 40 - api_callers.MAX_CHECKS_PER_UID
+    assert {e.name for e in refused} == {api_callers.LIMITS_EXCEEDED}
+    assert any(f"user 1001 already waits for {api_callers.MAX_CHECKS_PER_UID}" in e.text
+               for e in refused)
+    # another user is still asked at once (and here polkit says yes)
+    reply = await asyncio.wait_for(a._reload(reload_call(":1.9", 99)), 5)
+    assert reply.message_type.name == "METHOD_RETURN" and daemon.reloads == 1
+    # at the daemon's timeout every waiting check is withdrawn, by the id it was asked with
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    assert {e.name for e in results} == {api_callers.LIMITS_EXCEEDED, api.ERROR_NOT_READY}
+    await turns(20)
+    waited = polkit.ids[:api_callers.MAX_CHECKS_PER_UID]
+    assert sorted(polkit.cancelled) == sorted(waited) and len(set(waited)) == len(waited)
+    assert len(a.checks) == 0 and a.checks.withdrawn == len(waited)

@@ -5,7 +5,8 @@ Reads one JSON request per line on stdin: {"dest", "path", "iface", "member", "s
 {"signal": true, ...} sends a signal instead (to "dest", which may be a unique name), answered
 {"sent": true} once the bus has it; a "props" field {name: [signature, value]} is appended to
 the body as an a{sv}, then an empty "as" (PropertiesChanged).  {"burst": N, ...} makes the call
-N times at once, answered {"ok": number of replies, "errors": [error names]}.
+N times at once (with message "flags", e.g. 4: interactive authorisation), answered, once all
+are or after "wait" seconds, {"ok": replies, "errors": [error names], "waiting": unanswered}.
 The first line it prints is {"unique_name": ...}.
 """
 
@@ -15,7 +16,7 @@ import json
 import sys
 
 from nm_scanguard.peers.bus import unwrap
-from nm_scanguard.dbuslib import BusType, Message, MessageBus, MessageType, Variant
+from nm_scanguard.dbuslib import BusType, Message, MessageBus, MessageFlag, MessageType, Variant
 
 
 async def send_signal(bus: MessageBus, req: dict) -> None:
@@ -31,6 +32,9 @@ async def send_signal(bus: MessageBus, req: dict) -> None:
     # the signal.
     await bus.call(Message(destination="org.freedesktop.DBus", path="/org/freedesktop/DBus",
                            interface="org.freedesktop.DBus.Peer", member="Ping"))
+
+
+unanswered: set = set()
 
 
 async def main() -> None:
@@ -49,10 +53,15 @@ async def main() -> None:
         if req.get("burst"):
             msgs = [Message(destination=req["dest"], path=req["path"], interface=req["iface"],
                             member=req["member"], signature=req.get("sig", ""),
-                            body=req.get("body", [])) for _ in range(req["burst"])]
-            replies = await asyncio.gather(*(bus.call(m) for m in msgs))
+                            body=req.get("body", []), flags=MessageFlag(req.get("flags", 0)))
+                    for _ in range(req["burst"])]
+            calls = [asyncio.ensure_future(bus.call(m)) for m in msgs]
+            done, waiting = await asyncio.wait(calls, timeout=req.get("wait"))
+            unanswered.update(waiting)  # kept referenced: their answers may come later
+            replies = [c.result() for c in done]
             errors = [r.error_name for r in replies if r.message_type == MessageType.ERROR]
-            print(json.dumps({"ok": len(replies) - len(errors), "errors": errors}), flush=True)
+            print(json.dumps({"ok": len(replies) - len(errors), "errors": errors,
+                              "waiting": len(waiting)}), flush=True)
             continue
         if "own" in req:
             req = {"dest": "org.freedesktop.DBus", "path": "/org/freedesktop/DBus",

@@ -6,10 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import re
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any, AsyncIterator, Iterator
 
-from tests.api.harness import BGSCAN, api_call, error_of
-from tests.conftest import assert_eventually
+import pytest
+
+from nm_scanguard.daemon.api_callers import LIMITS_EXCEEDED, MAX_CHECKS_PER_CALLER, MAX_CHECKS_PER_UID
+from nm_scanguard.peers.bus import call
+from tests.api.harness import BGSCAN, api_call, error_of, running_scenario
+from tests.conftest import MockSupplicant, PrivateBus, assert_eventually, stop_process
+from tests.peers import REPO, Link, NetworkManagerMock, env_for
 
 API = {"dest": "io.github.nm_scanguard.ScanGuard1", "path": "/io/github/nm_scanguard/ScanGuard1",
        "iface": "io.github.nm_scanguard.ScanGuard1"}
@@ -42,6 +50,74 @@ async def test_a_burst_of_calls_that_look_up_users_adds_one_thread_at_most(stric
     for _ in range(3):
         out = await asyncio.to_thread(client.request, **API, member="GetRecentScanRequests",
                                       sig="", body=[], burst=100)
-        assert out == {"ok": 100, "errors": []}, out
+        assert out == {"ok": 100, "errors": [], "waiting": 0}, out
     assert threads(pid) <= before + 1, (before, threads(pid))
+    await guard_still_works(s)
+
+
+class SilentPolkit:
+    """tests/mocks/polkit_silent.py: interactive checks wait until withdrawn."""
+
+    def __init__(self, address: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(REPO / "tests" / "mocks" / "polkit_silent.py"), address],
+            stdout=subprocess.PIPE, env=env_for(address), cwd=REPO, text=True)
+        if self.process.stdout.readline().strip() != "ready":
+            raise RuntimeError("the silent polkit mock did not start")
+
+    async def waiting(self, bus) -> tuple[list[str], int]:
+        ids, withdrawn = await call(bus, "org.freedesktop.PolicyKit1",
+                                    "/org/freedesktop/PolicyKit1/Authority",
+                                    "org.freedesktop.DBus.Mock", "Waiting")
+        return list(ids), int(withdrawn)
+
+    def close(self) -> None:
+        stop_process(self.process)
+
+
+@pytest.fixture
+def silent_polkit(strict_bus: PrivateBus) -> Iterator[SilentPolkit]:
+    polkit = SilentPolkit(strict_bus.address)
+    try:
+        yield polkit
+    finally:
+        polkit.close()
+
+
+@pytest.fixture
+async def silent_scenario(strict_bus: PrivateBus, silent_polkit: SilentPolkit, link: Link,
+                          tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    nm = wpa = None
+    try:
+        nm = NetworkManagerMock(strict_bus.address, tmp_path / "nm-mock.log")
+        wpa = MockSupplicant(strict_bus.address, tmp_path / "wpa-mock.log")
+        async with running_scenario(strict_bus.address, nm, wpa, link, tmp_path, request) as s:
+            yield s
+    finally:
+        for mock in (wpa, nm):
+            if mock is not None:
+                mock.close()
+
+
+INTERACTIVE = 4  # the message flag ALLOW_INTERACTIVE_AUTHORIZATION
+
+
+async def test_a_flood_of_interactive_reloads_leaves_the_daemon_its_own_calls(silent_scenario,
+                                                                               silent_polkit,
+                                                                               nobody):
+    """140 interactive Reload calls from nobody, polkit never answering (an agent nobody
+    answers): the daemon waits for a capped number, refuses the rest at once, and a hold and
+    its release still suspend and restore bgscan (before the caps, the waiting checks took
+    the replies the bus lets the daemon await, and its own calls failed with LimitsExceeded)."""
+    s = silent_scenario
+    outs = []
+    for client in (nobody(), nobody(), nobody()):
+        outs.append(await asyncio.to_thread(client.request, **API, member="Reload", sig="",
+                                            body=[], flags=INTERACTIVE, burst=140, wait=2.0))
+    waiting = sum(o["waiting"] for o in outs)
+    assert waiting == MAX_CHECKS_PER_UID, outs  # per connection 4, per user 8
+    assert all(o["waiting"] <= MAX_CHECKS_PER_CALLER for o in outs), outs
+    assert {e for o in outs for e in o["errors"]} == {LIMITS_EXCEEDED}, outs
+    ids, _ = await silent_polkit.waiting(s.bus)
+    assert len(ids) == waiting and all(i.startswith("nm-scanguard-") for i in ids), ids
     await guard_still_works(s)
