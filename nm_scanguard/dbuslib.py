@@ -38,11 +38,14 @@ import importlib.util
 import logging
 import os
 import re
+import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
+
+from .bus_gate import Gate, GateSocket, GateStream
 
 log = logging.getLogger(__name__)
 
@@ -219,13 +222,59 @@ class MessageBus(_aio.MessageBus):  # type: ignore[misc,name-defined]
         lost bus); a caller that awaits the future still gets the exception."""
         return quiet(super().send(msg))
 
+    def _create_unmarshaller(self) -> Any:
+        """dbus-next: every unmarshaller of this connection reads through one Gate
+        (bus_gate.py), which drops a message longer than the cap before it is read."""
+        unmarshaller = super()._create_unmarshaller()
+        if getattr(unmarshaller, "sock", None) is None and hasattr(unmarshaller, "stream"):
+            if getattr(self, "_gate_stream", None) is None:
+                self._gate_stream = GateStream(Gate(self._sock), unmarshaller.stream)
+            unmarshaller.stream = self._gate_stream
+        return unmarshaller
+
     async def connect(self) -> MessageBus:
+        why = gate_incoming(self)
         bus = await super().connect()
         _log_choice_once()
+        if why is not None:
+            _warn_once(f"D-Bus messages are not checked for size before they are read: {why}; "
+                       "a local user can send the daemon a message large enough to take its "
+                       "memory; report it with the D-Bus library's version")
         why = make_writer_eagain_safe(self)
         if why is not None:
             _warn_unsafe_writer(why)
         return bus  # type: ignore[no-any-return]
+
+
+def gate_incoming(bus: Any) -> str | None:
+    """Before connect(): the messages `bus` reads go through a Gate (bus_gate.py).  None if
+    done, else why not.  Each library reads differently, and this reaches into private names
+    (as make_writer_eagain_safe does): dbus-next gets its Gate in _create_unmarshaller above;
+    dbus-fast 2.x hands the socket to its message reader when connecting, and the patched
+    build_message_reader puts it behind a Gate.  (dbus-fast 1.x is never used: see BROKEN_BELOW.)"""
+    if LIBRARY == "dbus_next":
+        unmarshaller = getattr(bus, "_unmarshaller", None)
+        if isinstance(getattr(unmarshaller, "stream", None), GateStream):
+            return None
+        return f"dbus-next's unmarshaller ({type(unmarshaller).__name__}) reads no stream"
+    return _GATED_BUILDER
+
+
+def _gate_dbus_fast_builder() -> str | None:
+    """dbus-fast 2.x: its connect() calls build_message_reader(sock, ...) from its aio module;
+    the socket it passes is put behind a Gate.  None if the patch is in place, else why not."""
+    module = sys.modules.get("dbus_fast.aio.message_bus")
+    build: Any = getattr(module, "build_message_reader", None)
+    if build is None:
+        return "dbus_fast.aio.message_bus has no build_message_reader"
+
+    def gated(sock: Any, *rest: Any) -> Any:
+        if isinstance(sock, socket.socket):
+            sock = GateSocket(Gate(sock), sock)
+        return build(sock, *rest)
+
+    module.build_message_reader = gated  # type: ignore[union-attr]
+    return None
 
 
 def make_writer_eagain_safe(bus: Any) -> str | None:
@@ -248,6 +297,16 @@ def make_writer_eagain_safe(bus: Any) -> str | None:
 
 
 _warned_unsafe_writer = False
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        log.warning("%s", message)
+
+
+_GATED_BUILDER = _gate_dbus_fast_builder() if LIBRARY == "dbus_fast" else None
 _logged_choice = False
 
 

@@ -192,6 +192,23 @@ def test_lintian_clean(build: dict) -> None:
     assert not bad, "lintian errors/warnings:\n" + out
 
 
+def test_a_killed_daemon_always_comes_back() -> None:
+    """The daemon killed while guarding (the OOM killer, a crash) left bgscan "" that only its
+    next start restores: Restart= covers every failure and no start limit can leave the unit
+    failed after a few kills in a row; RestartSec= paces a crash loop instead."""
+    sections: dict[str, dict[str, str]] = {}
+    current = ""
+    for line in UNIT.read_text().splitlines():
+        if re.fullmatch(r"\[\w+\]", line):
+            current = line[1:-1]
+        elif "=" in line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            sections.setdefault(current, {})[key] = value
+    assert sections["Unit"].get("StartLimitIntervalSec") == "0"
+    assert sections["Service"]["Restart"] in ("on-failure", "always")
+    assert sections["Service"].get("RestartSec") == "2s"
+
+
 def test_unit_exposure() -> None:
     proc = run(["systemd-analyze", "security", "--offline=true", str(UNIT)], check=False)
     out = proc.stdout + proc.stderr

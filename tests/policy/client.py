@@ -4,7 +4,8 @@ Reads one JSON request per line on stdin: {"dest", "path", "iface", "member", "s
 {"own": NAME}; answers one JSON line: {"body": [...]} or {"error": NAME, "text": TEXT}.
 {"signal": true, ...} sends a signal instead (to "dest", which may be a unique name), answered
 {"sent": true} once the bus has it; a "props" field {name: [signature, value]} is appended to
-the body as an a{sv}, then an empty "as" (PropertiesChanged).  {"burst": N, ...} makes the call
+the body as an a{sv}, then an empty "as" (PropertiesChanged); "big_av": N sends an "av" of N
+variants instead of the body.  {"burst": N, ...} makes the call
 N times at once (with message "flags", e.g. 4: interactive authorisation), answered, once all
 are or after "wait" seconds, {"ok": replies, "errors": [error names], "waiting": unanswered}.
 The first line it prints is {"unique_name": ...}.
@@ -21,6 +22,8 @@ from nm_scanguard.dbuslib import BusType, Message, MessageBus, MessageFlag, Mess
 
 async def send_signal(bus: MessageBus, req: dict) -> None:
     body = list(req.get("body", []))
+    if "big_av" in req:  # an array of that many variants: 4 bytes each on the wire
+        body = [[Variant("y", 1)] * req["big_av"]]
     if "props" in req:
         body += [{k: Variant(sig, v) for k, (sig, v) in req["props"].items()}, []]
     sent = bus.send(Message(message_type=MessageType.SIGNAL, destination=req["dest"],

@@ -14,6 +14,7 @@ from typing import Any, AsyncIterator, Iterator
 import pytest
 
 from nm_scanguard.daemon.api_callers import LIMITS_EXCEEDED, MAX_CHECKS_PER_CALLER, MAX_CHECKS_PER_UID
+from nm_scanguard.names import BUS_NAME, DBUS
 from nm_scanguard.peers.bus import call
 from tests.api.harness import BGSCAN, api_call, error_of, running_scenario
 from tests.conftest import MockSupplicant, PrivateBus, assert_eventually, stop_process
@@ -121,3 +122,31 @@ async def test_a_flood_of_interactive_reloads_leaves_the_daemon_its_own_calls(si
     ids, _ = await silent_polkit.waiting(s.bus)
     assert len(ids) == waiting and all(i.startswith("nm-scanguard-") for i in ids), ids
     await guard_still_works(s)
+
+
+def peak_rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"^VmHWM:\s+(\d+) kB$", status, re.M)[1]) / 1024
+
+
+@pytest.mark.parametrize("megabytes", [3, 8])
+async def test_a_large_message_is_dropped_before_the_daemon_reads_it(strict_scenario, nobody,
+                                                                    megabytes):
+    """A signal to the daemon's unique name from nobody, an array of variants (about 30 times
+    its size as Python objects): the daemon stays the same process under 100 MiB at its peak,
+    says so in one line naming the sender, and a hold and its release still work.  Before the
+    Gate, 3 MB took it to 115 MiB and 7 MB past the unit's MemoryMax of 192 MiB."""
+    s = strict_scenario
+    pid = s.daemon.process.pid
+    (owner,) = await call(s.bus, *DBUS, "GetNameOwner", "s", [BUS_NAME])
+    client = nobody()
+    for _ in range(2):
+        out = await asyncio.to_thread(client.request, signal=True, dest=owner, path="/",
+                                      iface="org.example.Flood", member="Big", sig="av",
+                                      big_av=megabytes * 250_000)
+        assert out == {"sent": True}, out
+    await guard_still_works(s)
+    assert s.daemon.process.pid == pid and peak_rss_mib(pid) < 100, peak_rss_mib(pid)
+    log = s.daemon.log()
+    dropped = [line for line in log.splitlines() if "dropped D-Bus message" in line]
+    assert len(dropped) == 1 and f"from {client.unique_name}" in dropped[0], dropped
