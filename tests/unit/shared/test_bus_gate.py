@@ -17,8 +17,12 @@ from nm_scanguard.dbuslib import Message, MessageType
 
 def signal(size: int, sender: str = ":1.42") -> bytes:
     """A marshalled signal of about `size` bytes, with the SENDER field the bus adds."""
-    raw = bytes(Message(message_type=MessageType.SIGNAL, path="/", interface="org.example.Flood",
-                        member="Big", signature="ay", body=[b"\xe2" * size], serial=1)._marshall())
+    msg = Message(message_type=MessageType.SIGNAL, path="/", interface="org.example.Flood",
+                  member="Big", signature="ay", body=[b"\xe2" * size], serial=1)
+    try:
+        raw = bytes(msg._marshall())
+    except TypeError:  # dbus-fast 2.x: _marshall(negotiate_unix_fd)
+        raw = bytes(msg._marshall(False))
     (length,) = struct.unpack_from("<I", raw, 12)
     fields, body = raw[16:16 + length], raw[16 + length + (-length % 8):]
     fields += b"\0" * (-len(fields) % 8) + bytes([7, 1]) + b"s\0"
