@@ -51,11 +51,16 @@ for release in $releases; do
     fi
     mkdir -p "$out/$release"
     t=$(date +%s)
-    # 2. sbuild: a clean chroot, Build-Depends only, the build's tests, lintian --pedantic
-    if (cd "$out/$release" && sbuild --chroot-mode=unshare --chroot="$tarball" --dist="$release" \
+    # 2. sbuild: a clean chroot, Build-Depends only, the build's tests, lintian --pedantic.
+    # The .changes names debian/changelog's distribution (unstable, where an upload goes), not
+    # the release it was built on: lintian warns when the two differ.  sbuild's exit status
+    # does not count lintian's verdict, its summary line does ("Lintian: pass").
+    if (cd "$out/$release" && sbuild --chroot-mode=unshare --chroot="$tarball" \
+            --dist="$(dpkg-parsechangelog -l "$repo/debian/changelog" -S Distribution)" \
             --arch-all --no-arch-any --source --run-lintian --lintian-opt=--pedantic \
             --lintian-opt=--fail-on=error,warning --no-run-autopkgtest --nolog "$dsc" \
-            >"$out/$release/sbuild.log" 2>&1); then
+            >"$out/$release/sbuild.log" 2>&1) \
+        && grep -Eq '^Lintian: (pass|info)$' "$out/$release/sbuild.log"; then
         echo "PASS $release: sbuild --chroot-mode=unshare built and lintian --pedantic passed ($(( $(date +%s) - t )) s)"
     else
         echo "FAIL $release: sbuild (log $out/$release/sbuild.log):"; tail -25 "$out/$release/sbuild.log"
@@ -65,9 +70,17 @@ for release in $releases; do
     # 3. autopkgtest against the built package, in a fresh root from the same tarball
     t=$(date +%s)
     deb=$(ls "$out/$release"/nm-scanguard_*_all.deb)
-    if autopkgtest --output-dir "$out/$release/autopkgtest" "$deb" "$dsc" -- \
-            unshare --release "$release" --tarball "$tarball" >"$out/$release/autopkgtest.log" 2>&1; then
-        echo "PASS $release: autopkgtest (unshare runner): $(tr '\n' ' ' <"$out/$release/autopkgtest/summary")($(( $(date +%s) - t )) s)"
+    # --apt-upgrade: the tarball has no package lists (mmdebstrap empties them), and the tests'
+    # Depends come from the archive, as on Debian's CI, which updates its testbeds the same way.
+    # Exit 2: every test that ran passed and some were skipped.  dbus-api needs
+    # isolation-container, which the unshare runner does not offer (Debian's CI runs it in lxc
+    # or qemu); make clean-install runs it in its clean roots.  Any other non-zero: a failure.
+    rc=0
+    autopkgtest --apt-upgrade --output-dir "$out/$release/autopkgtest" "$deb" "$dsc" -- \
+        unshare --release "$release" --tarball "$tarball" >"$out/$release/autopkgtest.log" 2>&1 || rc=$?
+    if [ "$rc" -eq 0 ] || [ "$rc" -eq 2 ]; then
+        echo "PASS $release: autopkgtest (unshare runner, exit $rc) in $(( $(date +%s) - t )) s:"
+        sort -u "$out/$release/autopkgtest/summary" | sed 's/^/        /'
     else
         echo "FAIL $release: autopkgtest (log $out/$release/autopkgtest.log):"
         cat "$out/$release/autopkgtest/summary" 2>/dev/null || tail -25 "$out/$release/autopkgtest.log"
