@@ -3,6 +3,7 @@ we ship, polkit mocked by python-dbusmock, and clients run as user nobody."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -45,19 +46,28 @@ def polkit(strict_bus: PrivateBus, tmp_path: Path, request: pytest.FixtureReques
                                "polkit mock log")
 
 
-@pytest.fixture
-async def strict_scenario(strict_bus: PrivateBus, polkit: Polkit, link: Link, tmp_path: Path,
-                          request: pytest.FixtureRequest) -> AsyncIterator[Scenario]:
+@contextlib.asynccontextmanager
+async def scenario_on(bus: PrivateBus, link: Link, tmp_path: Path,
+                      request: pytest.FixtureRequest) -> AsyncIterator[Scenario]:
+    """NetworkManager's and wpa_supplicant's mocks on `bus` and the daemon following `link`
+    (whichever polkit the caller started)."""
     nm = wpa = None
     try:
-        nm = NetworkManagerMock(strict_bus.address, tmp_path / "nm-mock.log")
-        wpa = MockSupplicant(strict_bus.address, tmp_path / "wpa-mock.log")
-        async with running_scenario(strict_bus.address, nm, wpa, link, tmp_path, request) as s:
+        nm = NetworkManagerMock(bus.address, tmp_path / "nm-mock.log")
+        wpa = MockSupplicant(bus.address, tmp_path / "wpa-mock.log")
+        async with running_scenario(bus.address, nm, wpa, link, tmp_path, request) as s:
             yield s
     finally:
         for mock in (wpa, nm):
             if mock is not None:
                 mock.close()
+
+
+@pytest.fixture
+async def strict_scenario(strict_bus: PrivateBus, polkit: Polkit, link: Link, tmp_path: Path,
+                          request: pytest.FixtureRequest) -> AsyncIterator[Scenario]:
+    async with scenario_on(strict_bus, link, tmp_path, request) as s:
+        yield s
 
 
 class Nobody:

@@ -16,9 +16,11 @@ import pytest
 from nm_scanguard.daemon.api_callers import LIMITS_EXCEEDED, MAX_CHECKS_PER_CALLER, MAX_CHECKS_PER_UID
 from nm_scanguard.names import BUS_NAME, DBUS
 from nm_scanguard.peers.bus import call
-from tests.api.harness import BGSCAN, api_call, error_of, running_scenario
-from tests.conftest import MockSupplicant, PrivateBus, assert_eventually, stop_process
-from tests.peers import REPO, Link, NetworkManagerMock, env_for
+from tests.api.harness import BGSCAN, api_call, error_of
+from tests.conftest import PrivateBus, assert_eventually, stop_process
+from tests.peers import REPO, Link, env_for
+
+from .conftest import scenario_on
 
 API = {"dest": "io.github.nm_scanguard.ScanGuard1", "path": "/io/github/nm_scanguard/ScanGuard1",
        "iface": "io.github.nm_scanguard.ScanGuard1"}
@@ -88,16 +90,8 @@ def silent_polkit(strict_bus: PrivateBus) -> Iterator[SilentPolkit]:
 @pytest.fixture
 async def silent_scenario(strict_bus: PrivateBus, silent_polkit: SilentPolkit, link: Link,
                           tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    nm = wpa = None
-    try:
-        nm = NetworkManagerMock(strict_bus.address, tmp_path / "nm-mock.log")
-        wpa = MockSupplicant(strict_bus.address, tmp_path / "wpa-mock.log")
-        async with running_scenario(strict_bus.address, nm, wpa, link, tmp_path, request) as s:
-            yield s
-    finally:
-        for mock in (wpa, nm):
-            if mock is not None:
-                mock.close()
+    async with scenario_on(strict_bus, link, tmp_path, request) as s:
+        yield s
 
 
 INTERACTIVE = 4  # the message flag ALLOW_INTERACTIVE_AUTHORIZATION
