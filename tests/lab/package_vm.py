@@ -140,7 +140,12 @@ def private_profile_check(lab: SystemdLab, guest_deb: str, timeout: float) -> di
 
     try:
         if _installed(lab) != _deb_version(guest_deb):
+            # The upgrade check stopped early: whatever it left (another version, an edited
+            # conffile that would make dpkg ask) goes, and this tree's package goes on afresh.
+            # (A package dpkg left half-configured reads as not installed: purge anyway.)
+            lab.check("apt-get purge -y -q nm-scanguard", timeout)
             lab.check(f"apt-get install -y -q {guest_deb}", timeout)
+        seen["installed"] = _installed(lab)
         wait_until(lambda: lab.run("systemctl is-active --quiet scanguard")[0] == 0, 120,
                    "scanguard.service active")
         lab.ensure_connected()
@@ -381,15 +386,17 @@ def upgrade_check(lab: SystemdLab, guest_prev: str, guest_new: str, prev_version
         seen["journal file"] = lab.check("cat /run/scanguard/suspended.json")
         # Dies without restoring; no restart by systemd, and nothing may call the bus name
         # (a call would start the old daemon, which would restore from its own journal).
+        # systemctl calls get the check's timeout: at idle priority beside the checks' VM a
+        # daemon-reload has taken over 60 s.
         lab.check(f"mkdir -p {dropins} && printf '[Service]\\nRestart=no\\n' "
-                  f">{dropins}/50-upgrade-check.conf && systemctl daemon-reload")
-        lab.check("systemctl kill -s KILL scanguard")
+                  f">{dropins}/50-upgrade-check.conf && systemctl daemon-reload", timeout)
+        lab.check("systemctl kill -s KILL scanguard", timeout)
         wait_until(lambda: not _active(lab), 60, "the previous release's daemon to die")
         hold.stop(signal.SIGKILL)  # no Release call: it would activate the old daemon
         hold = None
         traffic.stop()
         traffic = None
-        lab.check(f"rm -rf {dropins} && systemctl daemon-reload")
+        lab.check(f"rm -rf {dropins} && systemctl daemon-reload", timeout)
         seen["bgscan after the kill"] = lab.bgscan()
         since = lab.check("date +%s").strip()
         rc, out, err = lab.run("apt-get install -y -q -o Dpkg::Options::=--force-confdef "
@@ -422,7 +429,7 @@ def upgrade_check(lab: SystemdLab, guest_prev: str, guest_new: str, prev_version
         for process in (hold, traffic):
             if process is not None:
                 process.stop()
-        lab.run(f"rm -rf {dropins} && systemctl daemon-reload")
+        lab.run(f"rm -rf {dropins} && systemctl daemon-reload", timeout)
     say(f"upgrade check: {json.dumps(seen, ensure_ascii=False, default=str)[:4000]}")
     return seen
 
