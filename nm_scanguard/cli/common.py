@@ -8,14 +8,16 @@ import re
 from typing import Any
 
 from ..dbuslib import MessageBus
-from ..names import ACCESS_DENIED, IFACE, PATH, UNREACHABLE
+from ..names import ACCESS_DENIED, IFACE, PATH, UNKNOWN_METHOD, UNREACHABLE
 from ..names import BUS_NAME as NAME
 from ..output import finite
 from ..peers.bus import (
     BusError,
     NoSystemBus,
+    call,
     connect_system,
     get_all,
+    unwrap,
 )
 from ..text import escaped, shown
 
@@ -50,10 +52,25 @@ def explain(e: BusError) -> Failure:
 
 
 async def properties(bus: MessageBus) -> dict[str, Any]:
+    """The service's properties, with ActiveHolds as GetActiveHolds gives it: the property
+    names nobody, the method names this user's own holds (root's: every hold)."""
     try:
-        return await get_all(bus, NAME, PATH, IFACE)
+        props = await get_all(bus, NAME, PATH, IFACE)
     except BusError as e:
         raise explain(e) from None
+    props["ActiveHolds"] = await active_holds(bus, props.get("ActiveHolds", []))
+    return props
+
+
+async def active_holds(bus: MessageBus, public: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """GetActiveHolds, or `public` (the property) from a daemon older than the method."""
+    try:
+        (holds,) = unwrap(await call(bus, NAME, PATH, IFACE, "GetActiveHolds"))
+    except BusError as e:
+        if e.name == UNKNOWN_METHOD:
+            return public
+        raise explain(e) from None
+    return list(holds)
 
 
 

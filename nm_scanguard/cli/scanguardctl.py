@@ -138,8 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="verb", metavar="COMMAND", required=True)
 
     s = _verb(sub, "status", cmd_status, "show each Wi-Fi interface's state and the active holds",
-              description="One line per guarded Wi-Fi interface, then the holds. "
-                          "Needs no privileges.")
+              description="One line per guarded Wi-Fi interface, then the holds: who "
+                          "holds and why for your own, \"by another user\" for the "
+                          "others' (root sees all). Needs no privileges.")
     s.add_argument("--json", action="store_true",
                    help="print {version, devices, holds} as JSON, for scripts")
 
@@ -157,8 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "when COMMAND cannot be run, 127 when it is not found; 128+N "
                      "when it was killed by signal N.")
     h.usage_status = HOLD_FAILED
-    h.add_argument("--reason", default="", help="why, shown in status (e.g. \"video call\")")
-    h.add_argument("--app-id", default="scanguardctl", help="application id shown in status")
+    h.add_argument("--reason", default="",
+                   help="why, shown in your and root's status (e.g. \"video call\")")
+    h.add_argument("--app-id", default="scanguardctl",
+                   help="application id shown in your and root's status")
     h.add_argument("--interface", default="", metavar="IFACE",
                    help="hold only this Wi-Fi interface (default: all)")
     h.add_argument("--strict", action="store_true",

@@ -20,7 +20,7 @@ from ..peers.bus import (
 )
 from ..status import FIELDS, aborted_total, device_line, duration, requests, who_scanned
 from ..text import NAME_CHARS, shown
-from .common import connect, json_text, properties
+from .common import Failure, active_holds, connect, json_text, properties
 
 # ---- status ----------------------------------------------------------------------------------
 
@@ -86,9 +86,13 @@ def own_scan_news(now: dict[str, Any], before: dict[str, Any]) -> list[str]:
 
 
 def hold_line(h: dict[str, Any]) -> str:
-    """One hold in one line; every field is the holder's or the daemon's, so each is escaped."""
-    who = shown(h.get("application_id") or h.get("caller", "?"))
+    """One hold in one line; every field is the holder's or the daemon's, so each is escaped.
+    Another user's hold comes without holder and reason (GetActiveHolds)."""
     where = shown(h.get("interface"), NAME_CHARS) if h.get("interface") else "every interface"
+    if "caller_uid" not in h:
+        return (f"hold {shown(h.get('cookie'))} by another user on {where} for "
+                f"{_ago(h.get('since', time.time()))}")
+    who = shown(h.get("application_id") or h.get("caller", "?"))
     reason = f": {shown(h['reason'])}" if h.get("reason") else ""
     return (f"hold {shown(h.get('cookie'))} by {who} (uid {shown(h.get('caller_uid', '?'))}) on "
             f"{where} for {_ago(h.get('since', time.time()))}{reason}")
@@ -219,7 +223,26 @@ async def cmd_monitor(args: argparse.Namespace) -> int:
             if "Devices" in changed:
                 show_devices(changed["Devices"])
             if "ActiveHolds" in changed:
-                show_holds(changed["ActiveHolds"])
+                task = asyncio.ensure_future(refresh_holds(changed["ActiveHolds"]))
+                pending.add(task)  # kept until done: the loop holds tasks weakly
+                task.add_done_callback(pending.discard)
+
+    # The property names nobody: each change is shown as GetActiveHolds gives it, which names
+    # this user's own holds.  One at a time, each asking afresh, so the last shown is current.
+    refreshing = asyncio.Lock()
+    pending: set[asyncio.Future[None]] = set()
+
+    async def refresh_holds(public: list[dict[str, Any]]) -> None:
+        async with refreshing:
+            try:
+                named = await active_holds(bus, public)
+            except Failure:  # the service left meanwhile: NameOwnerChanged says so
+                named = public
+            try:
+                show_holds(named)
+            except BrokenPipeError as e:
+                closed.append(e)
+                stop.set()
 
     bus.add_message_handler(on_message)
     try:
@@ -235,6 +258,8 @@ async def cmd_monitor(args: argparse.Namespace) -> int:
         show_holds(props.get("ActiveHolds", []))
         await stop.wait()
     finally:
+        for task in list(pending):
+            task.cancel()
         bus.disconnect()
     if closed:
         raise closed[0]

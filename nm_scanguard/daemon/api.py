@@ -39,7 +39,7 @@ from ..peers.bus import BusError
 from ..text import clipped, quoted
 from .api_callers import PolkitChecks, authorize, caller_uid, off_loop, reporter, user_name
 from .api_holders import HolderWatch, Holding
-from .api_properties import Announcer, Shown, property_values, requests
+from .api_properties import Announcer, Shown, holds, property_values, requests
 from .export import CallError, ExportedObject, load_interface
 from .holds import Hold, HoldError, check_text
 
@@ -83,7 +83,8 @@ class Api:
             {"Hold": self._hold, "Release": self._release, "Reload": self._reload,
              "DeviceEvent": self._device_event, "ScanRequestDeferred": self._scan_request_deferred,
              "ScanRequestSeen": self._scan_request_seen,
-             "GetRecentScanRequests": self._get_recent_scan_requests},
+             "GetRecentScanRequests": self._get_recent_scan_requests,
+             "GetActiveHolds": self._get_active_holds},
             partial(property_values, daemon), LOG_HINT)
         self.holders = HolderWatch(bus, daemon)
         self.announcer = Announcer(daemon, self.object)
@@ -214,6 +215,11 @@ class Api:
         # The passwd lookup can go to the network (NSS: LDAP, SSSD): off the event loop.
         own = await off_loop(user_name, uid) if uid != 0 else ""
         return Message.new_method_return(msg, "a(dsusb)", [requests(self.daemon, uid, own).value])
+
+    async def _get_active_holds(self, msg: Message) -> Message:
+        """ActiveHolds with who holds and why filled in for the caller's user (all for root)."""
+        uid = await caller_uid(self.bus, msg.sender)
+        return Message.new_method_return(msg, "aa{sv}", [holds(self.daemon, uid).value])
 
     # ---- helpers --------------------------------------------------------------------------
 

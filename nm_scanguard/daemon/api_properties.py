@@ -41,8 +41,24 @@ def devices(status: list[DeviceStatus]) -> Variant:
     return Variant("aa{sv}", [d.as_dbus() for d in status])
 
 
-def hold_as_dbus(hold: Hold) -> dict[str, Variant]:
-    return {key: Variant(sig, getattr(hold, key)) for key, sig in HOLD_FIELDS.items()}
+# What every local user may read of any hold: that it is there, where, since when, and the
+# cookie (which releases nothing: only the holder or root may release).  Who holds and why
+# (reason, application id, bus name, uid) only the holder's user and root see.
+PUBLIC_HOLD_FIELDS = ("cookie", "interface", "since")
+
+
+def hold_as_dbus(hold: Hold, named: bool = True) -> dict[str, Variant]:
+    return {key: Variant(sig, getattr(hold, key)) for key, sig in HOLD_FIELDS.items()
+            if named or key in PUBLIC_HOLD_FIELDS}
+
+
+def holds(daemon: Shown, reader: int | None = None) -> Variant:
+    """The holds as user `reader` may see them: every key for root and for the holds of the
+    reader's own user, the public keys of the others.  The property (reader None) reads the
+    same for every local user, so it names nobody."""
+    return Variant("aa{sv}", [hold_as_dbus(h, reader == 0 or (reader is not None
+                                                               and h.caller_uid == reader))
+                              for h in daemon.holds.all()])
 
 
 def requests(daemon: Shown, reader: int | None = None, own: str = "") -> Variant:
@@ -61,7 +77,7 @@ def property_values(daemon: Shown) -> dict[str, Variant]:
     return {
         "Version": Variant("s", __version__),
         "Devices": devices(daemon.status()),
-        "ActiveHolds": Variant("aa{sv}", [hold_as_dbus(h) for h in daemon.holds.all()]),
+        "ActiveHolds": holds(daemon),
         "RecentScanRequests": requests(daemon),
     }
 

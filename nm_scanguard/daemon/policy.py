@@ -116,7 +116,7 @@ class Policy:
 
     def _traffic(self, now: float, rates: Rates) -> str:
         s = self.settings
-        figures = f"traffic {rates.mbit:.1f} Mbit/s, {rates.pps:.0f} packets/s"
+        figures = f"traffic {rates.mbit:.1f} Mbit/s, {rates.pps:.0f} packets/s received and sent"
         if self._quiet_since is not None:
             return (f"{figures}, quiet for {now - self._quiet_since:.0f} s "
                     f"(released after {s.release_after:g} s)")

@@ -38,6 +38,14 @@ async def props(bus: MessageBus) -> dict[str, Any]:
     return unwrap(reply.body[0])
 
 
+async def named_holds(bus: MessageBus) -> list[dict[str, Any]]:
+    """GetActiveHolds: every hold named for root (the tests' own connection), the property
+    names nobody."""
+    reply = await api_call(bus, "GetActiveHolds")
+    assert reply.message_type == MessageType.METHOD_RETURN, reply.body
+    return list(unwrap(reply.body[0]))
+
+
 def error_of(reply: Message) -> tuple[str, str] | None:
     if reply.message_type != MessageType.ERROR:
         return None

@@ -17,7 +17,7 @@ from nm_scanguard.daemon.export import load_interface
 from nm_scanguard.names import XML_NAME
 from nm_scanguard.dbuslib import Variant, introspection
 from tests.api.harness import (BGSCAN, IFACE, NAME, PATH, REPO, Signals, api_call, env_for,
-                               error_of, kill, props, scanguardctl)
+                               error_of, kill, named_holds, props, scanguardctl)
 from tests.conftest import assert_eventually
 
 ERR = IFACE + ".Error"
@@ -91,7 +91,9 @@ async def test_hold_suspends_bgscan_on_an_idle_link_and_release_restores_it(scen
     await assert_eventually(lambda: scenario.bgscan() == '""', message="bgscan suspended")
     dev = await scenario.device()
     assert dev["state"] == "held" and dev["rx_bps"] == 0 and dev["suspended_bgscan"] == BGSCAN
-    (hold,) = (await props(scenario.bus))["ActiveHolds"]
+    (public,) = (await props(scenario.bus))["ActiveHolds"]
+    assert public == {"cookie": cookie, "interface": "", "since": public["since"]}
+    (hold,) = await named_holds(scenario.bus)
     assert hold["cookie"] == cookie and hold["reason"] == "video call"
     assert hold["application_id"] == "org.example.Call" and hold["interface"] == ""
     assert hold["caller"] == scenario.bus.unique_name and hold["caller_uid"] == 0
@@ -223,7 +225,7 @@ async def test_scanguardctl_hold_sleep_end_to_end(scenario):
                             stderr=subprocess.PIPE, text=True)
     try:
         async def held():
-            holds = (await props(scenario.bus))["ActiveHolds"]
+            holds = await named_holds(scenario.bus)
             return holds and holds[0]["application_id"] == "scanguardctl" and holds[0]["reason"] == "e2e"
         await assert_eventually(held, message="scanguardctl's hold is listed")
         await assert_eventually(lambda: scenario.bgscan() == '""', message="bgscan suspended")

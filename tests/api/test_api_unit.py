@@ -131,11 +131,13 @@ async def test_active_holds_changes_are_coalesced_under_a_flood(monkeypatch):
     assert 2 <= bus.changes("ActiveHolds") <= 7
     with daemon.holds.reserve(":1.last", 1000) as slot:
         slot.grant()
-        slot.commit("Café ☕", "org.example.Test", "", 0.0)
+        final = slot.commit("Café ☕", "org.example.Test", "wlan0", 0.0)
     await asyncio.sleep(0.25)
     last = [m for m in bus.sent if "ActiveHolds" in m.body[1]][-1]
     (entry,) = last.body[1]["ActiveHolds"].value
-    assert entry["reason"].value == "Café ☕"
+    # Broadcast to every local user: which interface and since when, not who or why.
+    assert {k: v.value for k, v in entry.items()} == {
+        "cookie": final.cookie, "interface": "wlan0", "since": final.since}
 
 
 def as_caller(monkeypatch, uid: int) -> None:

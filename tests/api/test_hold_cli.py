@@ -17,7 +17,7 @@ import pytest
 from nm_scanguard.peers.bus import call
 from nm_scanguard.dbuslib import Message, MessageBus, MessageType
 from nm_scanguard.names import DBUS
-from tests.api.harness import NAME, REPO, env_for, kill, props, scanguardctl
+from tests.api.harness import NAME, REPO, env_for, kill, named_holds, scanguardctl
 from tests.conftest import assert_eventually
 
 REASONS = ["backup", "Café ☕"]
@@ -37,7 +37,7 @@ def waiting_for(flag: Path) -> list[str]:
 
 
 async def holds(scenario) -> list[dict]:
-    return list((await props(scenario.bus))["ActiveHolds"])
+    return await named_holds(scenario.bus)
 
 
 @pytest.mark.parametrize("reason", REASONS)

@@ -19,7 +19,7 @@ import pytest
 
 from nm_scanguard import dbuslib
 from nm_scanguard.names import ERROR_BAD_CONFIG, INVALID_ARGS
-from tests.api.harness import BGSCAN, api_call, error_of, props, scanguardctl
+from tests.api.harness import BGSCAN, api_call, error_of, named_holds, props, scanguardctl
 from tests.conftest import assert_eventually
 
 CAFE = "Café ☕"
@@ -75,7 +75,7 @@ async def _connection_id(scenario, name: str) -> bool:
 async def test_hold_texts_are_shown_as_given(scenario):
     reply = await api_call(scenario.bus, "Hold", "sss", [f"{CAFE} appel vidéo", f"org.{CAFE}", ""])
     assert error_of(reply) is None, reply.body
-    (hold,) = (await props(scenario.bus))["ActiveHolds"]
+    (hold,) = await named_holds(scenario.bus)
     assert (hold["reason"], hold["application_id"]) == (f"{CAFE} appel vidéo", f"org.{CAFE}")
     await assert_eventually(lambda: scenario.bgscan() == '""', message="bgscan suspended")
     r = await asyncio.to_thread(scanguardctl, scenario.address, "status", "--json")

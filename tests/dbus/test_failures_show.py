@@ -224,7 +224,7 @@ async def test_a_state_directory_it_cannot_write_is_an_error_not_guarding(bus, l
         await asyncio.sleep(1.0)  # five more samples, each trying again
         state = p.state_dir
         d = await device(bus, link.ifname)
-        assert re.fullmatch(r"traffic [0-9.]+ Mbit/s, [0-9]+ packets/s \(threshold 1 Mbit/s\); "
+        assert re.fullmatch(r"traffic [0-9.]+ Mbit/s, [0-9]+ packets/s received and sent \(threshold 1 Mbit/s\); "
                             r"bgscan could not be suspended, see the problem", d["reason"]), d
         assert d["error"] == (
             f"{link.ifname}: cannot write {state}/suspended.json (Permission denied), so bgscan "

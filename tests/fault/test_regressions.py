@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from nm_scanguard.peers.bus import CALL_TIMEOUT
+from nm_scanguard.peers.bus import CALL_TIMEOUT, unwrap
 from nm_scanguard.dbuslib import Message, MessageBus, MessageType
 from tests.conftest import assert_eventually
 from tests.fault.conftest import (IFACE, NAME, PATH, STEP_TIMEOUT, World, _disconnect,
@@ -142,7 +142,9 @@ async def test_non_ascii_names_and_reasons_are_served(world, text):
     try:
         reply = await asyncio.wait_for(client.call(hold(text, text, "")), STEP_TIMEOUT)
         assert reply.message_type == MessageType.METHOD_RETURN, reply.body
-        (listed,) = await world.get_property("ActiveHolds")
+        reply = await world.api(client, "GetActiveHolds")
+        assert reply is not None and reply.message_type == MessageType.METHOD_RETURN
+        (listed,) = unwrap(reply.body[0])
         assert (listed["reason"], listed["application_id"]) == (text, text)
         assert await world.owns_name()
     finally:

@@ -12,7 +12,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 from nm_scanguard.names import ACTION_HOLD, ACTION_RELOAD, BUS_NAME as NAME, IFACE
-from tests.api.harness import BGSCAN, props, scanguardctl
+from tests.api.harness import BGSCAN, api_call, error_of, named_holds, props, scanguardctl
 from tests.conftest import assert_eventually
 from tests.policy.conftest import SHIPPED_POLICY
 
@@ -104,7 +104,7 @@ async def test_hold_allowed_by_polkit_only_the_holder_may_release(strict_scenari
     reply = holder.call("Hold", "sss", ["call", "org.example.Call", ""])
     (cookie,) = reply["body"]
     await assert_eventually(lambda: strict_scenario.bgscan() == '""', message="bgscan suspended")
-    (hold,) = (await props(strict_scenario.bus))["ActiveHolds"]
+    (hold,) = await named_holds(strict_scenario.bus)  # as root
     assert hold["caller"] == holder.unique_name and hold["caller_uid"] == 65534
 
     stolen = other.call("Release", "u", [cookie])
@@ -135,3 +135,43 @@ async def test_without_polkit_only_root_may_hold(strict_scenario, nobody, polkit
     assert untouched(strict_scenario)
     r = await asyncio.to_thread(scanguardctl, strict_scenario.address, "hold", "--", "true")
     assert r.returncode == 0, r.stderr  # root needs no polkit
+
+
+async def test_a_user_sees_who_holds_and_why_only_for_their_own_holds(strict_scenario, nobody,
+                                                                      polkit):
+    """Every local user reads ActiveHolds; it must not show them another user's reason,
+    application or uid (issue 47, item 6).  GetActiveHolds names the caller's user's own
+    holds, and root's call names every hold; scanguardctl status shows the same."""
+    polkit.allow(ACTION_HOLD)
+    secret = "Café ☕ appel chez le médecin"
+    reply = await api_call(strict_scenario.bus, "Hold", "sss", [secret, "org.example.Root", ""])
+    assert error_of(reply) is None, reply.body
+    (theirs,) = reply.body
+    holder = nobody()
+    (mine,) = holder.call("Hold", "sss", ["Café ☕ mine", "org.example.Mine", ""])["body"]
+    public_keys = {"cookie", "interface", "since"}
+
+    seen = holder.call("GetAll", "s", [IFACE], iface="org.freedesktop.DBus.Properties")
+    assert [set(h) for h in seen["body"][0]["ActiveHolds"]] == [public_keys, public_keys]
+    assert [h["cookie"] for h in seen["body"][0]["ActiveHolds"]] == [theirs, mine]
+    assert "médecin" not in json.dumps(seen, ensure_ascii=False)
+
+    (holds,) = nobody().call("GetActiveHolds")["body"]  # another connection of the same user
+    assert set(holds[0]) == public_keys and holds[0]["cookie"] == theirs
+    assert (holds[1]["reason"], holds[1]["application_id"], holds[1]["caller_uid"]) == (
+        "Café ☕ mine", "org.example.Mine", 65534)
+
+    every = await named_holds(strict_scenario.bus)  # as root
+    assert [(h["reason"], h["caller_uid"]) for h in every] == [(secret, 0), ("Café ☕ mine", 65534)]
+
+    r = await asyncio.to_thread(scanguardctl, strict_scenario.address, "status", user="nobody")
+    assert r.returncode == 0, r.stderr
+    assert f"hold {theirs} by another user on every interface for" in r.stdout
+    assert f"hold {mine} by org.example.Mine (uid 65534) on every interface" in r.stdout
+    assert "Café ☕ mine" in r.stdout and "médecin" not in r.stdout
+    j = await asyncio.to_thread(scanguardctl, strict_scenario.address, "status", "--json",
+                                user="nobody")
+    assert [set(h) for h in json.loads(j.stdout)["holds"]][0] == public_keys
+    assert "médecin" not in j.stdout
+    assert holder.call("Release", "u", [mine]) == {"body": []}
+    assert error_of(await api_call(strict_scenario.bus, "Release", "u", [theirs])) is None

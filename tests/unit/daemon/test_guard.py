@@ -384,7 +384,7 @@ async def test_a_journal_that_cannot_be_written_shows_error_and_leaves_bgscan(gu
     assert guard.state == P.ERROR and [s for s, _ in listener.states] == [P.ERROR]
     problem = (f"wlan0: cannot write {parts['journal'].path} (Read-only file system), so bgscan "
                "is left on (a crash could not restore it); check the directory's permissions")
-    reason = ("traffic 8.0 Mbit/s, 800 packets/s (threshold 1 Mbit/s); bgscan could not be "
+    reason = ("traffic 8.0 Mbit/s, 800 packets/s received and sent (threshold 1 Mbit/s); bgscan could not be "
               "suspended, see the problem")
     assert guard.reason == reason and guard.status().error == problem
     assert guard.scans.deferring and guard.status().deferring_scans
@@ -405,7 +405,7 @@ async def test_a_journal_that_cannot_be_written_shows_error_and_leaves_bgscan(gu
     guard.scans.deferral_status(True, None)
     await run(guard, counters, 8, 1)
     assert guard.engaged and guard.state == P.GUARDING and sup.networks[NET0]["bgscan"] == ""
-    assert guard.status().error == "" and guard.reason == "traffic 8.0 Mbit/s, 800 packets/s " \
+    assert guard.status().error == "" and guard.reason == "traffic 8.0 Mbit/s, 800 packets/s received and sent " \
         "(threshold 1 Mbit/s)"
 
 
@@ -420,15 +420,15 @@ async def test_the_reason_follows_the_traffic_while_guarding(guard, parts):
     await guard.step()
     await run(guard, counters, 8, 2)
     assert guard.state == P.GUARDING
-    assert guard.reason == "traffic 8.0 Mbit/s, 800 packets/s (threshold 1 Mbit/s)"
+    assert guard.reason == "traffic 8.0 Mbit/s, 800 packets/s received and sent (threshold 1 Mbit/s)"
     changes = listener.changes
     await run(guard, counters, 3, 1)
-    assert guard.reason == "traffic 3.0 Mbit/s, 300 packets/s (threshold 1 Mbit/s)"
+    assert guard.reason == "traffic 3.0 Mbit/s, 300 packets/s received and sent (threshold 1 Mbit/s)"
     assert guard.status().reason == guard.reason and "(traffic 3.0 Mbit/s" in guard.status_line()
     await run(guard, counters, 0.2, 1)  # quiet, not yet for release_after (2 s)
     assert guard.state == P.GUARDING
-    assert guard.reason == "traffic 0.2 Mbit/s, 20 packets/s, quiet for 1 s (released after 2 s)"
-    assert listener.states == [(P.GUARDING, "traffic 8.0 Mbit/s, 800 packets/s (threshold "
+    assert guard.reason == "traffic 0.2 Mbit/s, 20 packets/s received and sent, quiet for 1 s (released after 2 s)"
+    assert listener.states == [(P.GUARDING, "traffic 8.0 Mbit/s, 800 packets/s received and sent (threshold "
                                             "1 Mbit/s)")]
     assert listener.changes == changes + 2  # figures: sent with the others, throttled there
     await run(guard, counters, 0.2, 1)

@@ -99,17 +99,17 @@ def test_the_reason_gives_each_samples_figures_while_traffic_guards(clock):
     """Issue 34: the reason froze at the figures of the moment of engaging."""
     p = Policy(BASE)
     clock.feed(p, Rates(rx_bps=8e6, tx_bps=0.0, pps=700, seconds=1.0), n=3)
-    assert p.reason == "traffic 8.0 Mbit/s, 700 packets/s (threshold 1 Mbit/s or 60 packets/s)"
+    assert p.reason == "traffic 8.0 Mbit/s, 700 packets/s received and sent (threshold 1 Mbit/s or 60 packets/s)"
     clock.feed(p, Rates(rx_bps=0.0, tx_bps=3.2e6, pps=300, seconds=1.0))
-    assert p.reason == "traffic 3.2 Mbit/s, 300 packets/s (threshold 1 Mbit/s or 60 packets/s)"
+    assert p.reason == "traffic 3.2 Mbit/s, 300 packets/s received and sent (threshold 1 Mbit/s or 60 packets/s)"
     clock.feed(p, Rates(rx_bps=0.1e6, tx_bps=0.0, pps=5, seconds=1.0), n=4)
-    assert p.reason == "traffic 0.1 Mbit/s, 5 packets/s, quiet for 4 s (released after 10 s)"
+    assert p.reason == "traffic 0.1 Mbit/s, 5 packets/s received and sent, quiet for 4 s (released after 10 s)"
     p.observe_signal(clock.t, -80)  # weak: the signal is the reason, and stays so
     clock.feed(p, Rates(rx_bps=9e6, tx_bps=0.0, pps=800, seconds=1.0))
     assert p.state == P.WEAK and p.reason.startswith("signal -80 dBm below the floor")
     no_pps = Policy(dataclasses.replace(BASE, threshold_pps=0))
     clock.feed(no_pps, mbit(2.5), n=3)
-    assert no_pps.reason == "traffic 2.5 Mbit/s, 0 packets/s (threshold 1 Mbit/s)"
+    assert no_pps.reason == "traffic 2.5 Mbit/s, 0 packets/s received and sent (threshold 1 Mbit/s)"
 
 
 def test_band_between_release_and_threshold_keeps_guarding(clock):

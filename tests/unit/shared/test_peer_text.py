@@ -142,23 +142,31 @@ async def test_monitor_prints_no_peers_text_raw(monkeypatch, capsys):
                            interface="org.freedesktop.DBus.Properties",
                            member="PropertiesChanged", signature="sa{sv}as",
                            body=[IFACE, changed, []], sender=OWNER))
-        os.kill(os.getpid(), signal.SIGINT)  # what ends monitor: Ctrl-C
+        # what ends monitor: Ctrl-C, once the holds' change has been asked about
+        asyncio.get_running_loop().call_later(0.3, os.kill, os.getpid(), signal.SIGINT)
 
     async def properties(bus: Bus) -> dict:
         asyncio.get_running_loop().call_soon(feed)
         return {"Version": EVIL, "Devices": [device()], "ActiveHolds": [hold()]}
 
+    async def active_holds(bus: Bus, public: list) -> list:
+        # A change of ActiveHolds is shown as GetActiveHolds names it.
+        assert public == []
+        return [hold(cookie=18)]
+
     monkeypatch.setattr(show, "connect", connect)
     monkeypatch.setattr(show.NameOwners, "resolve", resolve)
     monkeypatch.setattr(show, "add_match", add_match)
     monkeypatch.setattr(show, "properties", properties)
+    monkeypatch.setattr(show, "active_holds", active_holds)
     assert await asyncio.wait_for(cli.cmd_monitor(argparse.Namespace()), 5) == 0
     out = capsys.readouterr().out
     clean(out)
     # monitoring, the device, a hold, the state change, the new device and the one that left,
-    # the hold released: one line each
-    assert len(out.splitlines()) == 7, out
-    assert "released" in out and "no longer guarded" in out and "-> guarding" not in out
+    # the new hold, the old one released: one line each
+    assert len(out.splitlines()) == 8, out
+    assert "hold 17 released" in out and "no longer guarded" in out and "-> guarding" not in out
+    assert "hold 18 by " in out
     assert "forged" not in out and "service stopped" not in out
 
 
