@@ -9,8 +9,15 @@ polkitd (as root: a private bus and a private mount namespace, see tests/policy/
 once without and once with our rule, and times CheckAuthorization over D-Bus for a process of
 user nobody: an unrelated action (our rule must return at once) and wifi.scan (our rule spawns
 its helper), with no daemon, while it watches (the helper allows and starts busctl in the
-background to report who asked) and while it defers (refuses, and reports the same way).  A test-only rule after ours says yes to wifi.scan (an active session).  Prints
-median and p95 in milliseconds; asserts nothing.
+background to report who asked) and while it defers (refuses, and reports the same way).  A
+test-only rule after ours says yes to wifi.scan (an active session).  The rule reuses an
+answer for 250 ms, so the checks of one case are spaced 300 ms apart: each wifi.scan check
+runs the helper.  Prints median and p95 in milliseconds.
+
+Then a flood: 8 connections asking about wifi.scan as fast as polkitd answers for 5 s,
+without our rule, with it while deferring, and with it while deferring for a daemon that
+never answers its reports: checks per second, helper reports, most reporting busctl
+processes alive at once.  Asserts nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +33,8 @@ import time
 from nm_scanguard.dbuslib import MessageBus, Variant
 from nm_scanguard.peers.bus import call
 from nm_scanguard.names import POLKIT
-from tests.policy.realpolkit import SCAN, UNRELATED, RealPolkit, available, process_start
+from tests.policy.realpolkit import (REUSE_S, SCAN, UNRELATED, RealPolkit, StandIn, available,
+                                     flood, process_start)
 
 
 async def timings(instances: list[RealPolkit], actions: list[str], n: int,
@@ -49,6 +57,7 @@ async def timings(instances: list[RealPolkit], actions: list[str], n: int,
                     ms = (time.perf_counter() - t0) * 1000
                     out.setdefault((i, action), ([], False))[0].append(ms)
                     out[(i, action)] = (out[(i, action)][0], bool(authorized))
+            await asyncio.sleep(REUSE_S + 0.05)  # each round's wifi.scan runs the helper
     finally:
         for bus in buses:
             bus.disconnect()
@@ -108,7 +117,30 @@ def main() -> int:
         if name.endswith("without our rule"):
             continue
         print(f"  {name:46} {med - base[kind][1]:+7.2f} {p95 - base[kind][2]:+7.2f} ms")
+    print(f"flood: 8 connections asking about wifi.scan for 5 s (load {os.getloadavg()[0]:.1f})")
+    print(f"{'case':48} {'checks/s':>9} {'reports':>8} {'busctl at once':>15}")
+    for label, with_rule, hang in (("without our rule", False, False),
+                                   ("with our rule, deferring", True, False),
+                                   ("with our rule, deferring, daemon hung", True, True)):
+        seen, reports = asyncio.run(flooded(with_rule, hang))
+        print(f"{label:48} {seen['checks'] / seen['seconds']:9.0f} {reports:8d} "
+              f"{seen['most reporters']:15d}")
     return 0
+
+
+async def flooded(with_rule: bool, hang: bool) -> tuple[dict, int]:
+    polkitd = RealPolkit(with_rule=with_rule)
+    stand_in = None
+    try:
+        stand_in = await StandIn(hang=hang).start(polkitd.bus.address)
+        polkitd.defer()
+        seen = await flood(polkitd, 5.0)
+        await asyncio.sleep(0.5)
+        return seen, len(stand_in.reports)
+    finally:
+        if stand_in is not None:
+            stand_in.stop()
+        polkitd.stop()
 
 
 if __name__ == "__main__":

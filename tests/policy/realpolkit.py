@@ -13,7 +13,10 @@ Used by tests/policy/test_real_polkit.py and tests/bench/bench_polkit.py.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import pwd
+import re
 import shutil
 import subprocess
 import tempfile
@@ -25,6 +28,9 @@ from tests.conftest import PrivateBus, start_private_bus, stop_process
 REPO = Path(__file__).resolve().parents[2]
 RULE = REPO / "systemd" / "50-nm-scanguard.rules"
 HELPER = REPO / "systemd" / "nm-scanguard-scan-deferral"
+# How long the rule reuses the helper's answer (REUSE_MS in the rule): after a change of the
+# state file, a check sees it once this has passed.
+REUSE_S = int(re.search(r"var REUSE_MS = ([0-9]+);", RULE.read_text()).group(1)) / 1000
 POLKITD = "/usr/lib/polkit-1/polkitd"
 SCAN = "org.freedesktop.NetworkManager.wifi.scan"
 # An action our rule must not look at (NetworkManager's own, installed with it).
@@ -119,9 +125,11 @@ class RealPolkit:
         tmp.write_text(f"{mode} {pid} {start}\n")
         tmp.chmod(0o644)
         tmp.replace(self.state)
+        time.sleep(REUSE_S + 0.05)  # the rule's last answer has expired
 
     def allow(self) -> None:
         self.state.unlink(missing_ok=True)
+        time.sleep(REUSE_S + 0.05)
 
     def watch(self) -> None:
         self.defer(mode="watch")
@@ -148,3 +156,91 @@ class RealPolkit:
         self.bus.stop()
         self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class StandIn:
+    """Owns our bus name on polkitd's bus and counts the ScanRequestSeen reports; answers them
+    at once, or never (`hang`: a daemon whose loop is stuck)."""
+
+    def __init__(self, hang: bool = False) -> None:
+        self.hang = hang
+        self.reports: list[list] = []
+        self.bus = None
+
+    async def start(self, address: str) -> "StandIn":
+        from nm_scanguard.dbuslib import Message, MessageBus, MessageType
+        from nm_scanguard.names import BUS_NAME, IFACE
+
+        self.bus = await MessageBus(bus_address=address).connect()
+
+        def on_call(msg: Message) -> bool | None:
+            if msg.message_type == MessageType.METHOD_CALL and msg.member == "ScanRequestSeen" \
+                    and msg.interface == IFACE:
+                self.reports.append(list(msg.body))
+                if not self.hang:
+                    self.bus.send(Message.new_method_return(msg))
+                return True
+            return None
+
+        self.bus.add_message_handler(on_call)
+        await self.bus.request_name(BUS_NAME)
+        return self
+
+    def stop(self) -> None:
+        self.bus.disconnect()
+
+
+async def flood(polkitd: RealPolkit, seconds: float, clients: int = 8) -> dict:
+    """`clients` connections asking polkitd about wifi.scan for a process of user nobody, each
+    as fast as answers come, for `seconds`; every 20 ms the busctl processes of user polkitd
+    are counted.  Returns the checks, their answers and the most reporters seen at once."""
+    from nm_scanguard.dbuslib import MessageBus, Variant
+    from nm_scanguard.names import POLKIT
+    from nm_scanguard.peers.bus import call
+
+    sleeper = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup",
+                                "--clear-groups", "sleep", "600"])
+    polkit_uid = pwd.getpwnam("polkitd").pw_uid
+    buses = [await MessageBus(bus_address=polkitd.bus.address).connect() for _ in range(clients)]
+    answers: list[bool] = []
+    most = 0
+    await asyncio.sleep(0.1)
+    subject = ["unix-process", {"pid": Variant("u", sleeper.pid),
+                                "start-time": Variant("t", int(process_start(sleeper.pid))),
+                                "uid": Variant("i", 65534)}]
+    end = time.monotonic() + seconds
+
+    async def ask(bus) -> None:
+        while time.monotonic() < end:
+            ((authorized, _c, _d),) = await call(bus, *POLKIT, "CheckAuthorization",
+                                                 "(sa{sv})sa{ss}us", [subject, SCAN, {}, 0, ""])
+            answers.append(bool(authorized))
+
+    def reporters() -> int:
+        n = 0
+        for d in Path("/proc").iterdir():
+            try:
+                if d.name.isdigit() and (d / "comm").read_text() == "busctl\n" \
+                        and d.stat().st_uid == polkit_uid \
+                        and (d / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    n += 1
+            except OSError:
+                pass
+        return n
+
+    async def count() -> None:
+        nonlocal most
+        while time.monotonic() < end:
+            most = max(most, reporters())
+            await asyncio.sleep(0.02)
+
+    try:
+        await asyncio.gather(count(), *(ask(b) for b in buses))
+    finally:
+        for b in buses:
+            b.disconnect()
+        sleeper.kill()
+        sleeper.wait()
+    return {"checks": len(answers), "authorized": sum(answers), "most reporters": most,
+            "seconds": seconds}
+

@@ -15,7 +15,7 @@ from typing import Iterator
 import pytest
 
 from tests.conftest import assert_eventually
-from tests.policy.realpolkit import SCAN, UNRELATED, RealPolkit, available
+from tests.policy.realpolkit import SCAN, UNRELATED, RealPolkit, StandIn, available, flood
 
 @pytest.fixture(autouse=True)
 def _real_polkitd_available() -> None:
@@ -149,3 +149,41 @@ async def test_a_refusal_reaches_the_daemon_through_busctl(polkitd):
         assert len(got) == 2
     finally:
         bus.disconnect()
+
+
+@pytest.mark.parametrize("mode", ["watch", "defer"])
+async def test_a_flood_of_scan_requests_runs_the_helper_a_few_times_a_second(polkitd, mode):
+    """Issue 47, item 4: a user asking for scans in a loop must not make polkitd fork a helper
+    per check (it handles one check at a time, for every program on the system).  The rule
+    reuses an answer for 250 ms: over 3 s of 8 clients asking as fast as polkitd answers,
+    the helper runs (and reports) at most 13 times, and every check gets the right answer."""
+    from tests.policy.realpolkit import REUSE_S
+
+    stand_in = await StandIn().start(polkitd.bus.address)
+    try:
+        polkitd.defer(mode=mode)
+        seen = await flood(polkitd, 3.0)
+        await asyncio.sleep(0.5)  # the last report's reply
+        reports = len(stand_in.reports)
+    finally:
+        stand_in.stop()
+    print(f"flood ({mode}): {seen}, reports {reports}")
+    assert seen["checks"] > 3 * (seen["seconds"] / REUSE_S), seen  # a flood, not a trickle
+    assert seen["authorized"] == (seen["checks"] if mode == "watch" else 0), seen
+    assert 1 <= reports <= seen["seconds"] / REUSE_S + 1, (reports, seen)
+
+
+async def test_a_daemon_that_never_answers_has_one_report_in_flight(polkitd):
+    """Each report's busctl waits up to 5 s for the daemon's reply; a daemon whose loop is
+    stuck must not collect one waiting busctl per check: the helper starts a report only once
+    the last one has ended."""
+    stand_in = await StandIn(hang=True).start(polkitd.bus.address)
+    try:
+        polkitd.defer()
+        seen = await flood(polkitd, 3.0)
+        reports = len(stand_in.reports)
+    finally:
+        stand_in.stop()
+    print(f"flood, daemon hung: {seen}, reports {reports}")
+    assert seen["checks"] > 20 and seen["authorized"] == 0, seen
+    assert reports == 1 and seen["most reporters"] == 1, (reports, seen)

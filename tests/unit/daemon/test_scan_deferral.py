@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -159,8 +160,16 @@ def uptime() -> float:
     return float(Path("/proc/uptime").read_text().split()[0])
 
 
-def helper(state: Path, tmp_path: Path, user: str = "alice", pid: str = "1") -> tuple[str, list[str]]:
-    """Run the helper with a fake busctl first in PATH; returns its answer and what busctl got."""
+# What the helper prints when it started a report: the answer, then the reporter's pid and
+# start time.
+REPORTED = re.compile(r"(defer|allow)\nreport [0-9]+ [0-9]+\n")
+
+
+def helper(state: Path, tmp_path: Path, user: str = "alice", pid: str = "1",
+           last: tuple[str, str] | None = None, full: bool = False) -> tuple[str, list[str]]:
+    """Run the helper with a fake busctl first in PATH; returns its answer (the first line;
+    everything it printed if `full`) and what busctl got.  `last`: the last report the rule
+    was told of (pid, start time)."""
     record = tmp_path / "busctl.args"
     fake = tmp_path / "bin" / "busctl"
     fake.parent.mkdir(exist_ok=True)
@@ -169,18 +178,24 @@ def helper(state: Path, tmp_path: Path, user: str = "alice", pid: str = "1") -> 
     fake.chmod(0o755)
     record.unlink(missing_ok=True)
     env = dict(os.environ, SCANGUARD_DEFER_FILE=str(state), PATH=f"{fake.parent}:/usr/bin:/bin")
-    r = subprocess.run(["dash", str(HELPER), user, pid], env=env, capture_output=True, timeout=10)
+    r = subprocess.run(["dash", str(HELPER), user, pid, *(last or ())], env=env,
+                       capture_output=True, timeout=10)
     assert r.returncode == 0 and r.stderr == b""
-    answer = r.stdout.decode()
+    out = r.stdout.decode()
+    answer = out.split("\n", 1)[0] + "\n"
     called: list[str] = []
-    if answer == "defer\n" or (answer == "allow\n" and state.exists()
-                               and state.read_text(errors="replace").startswith("watch ")):
+    if "\nreport " in out:
+        assert REPORTED.fullmatch(out), out
+    if "\nreport " in out or (
+            last is None and (answer == "defer\n" or (
+                answer == "allow\n" and state.exists()
+                and state.read_text(errors="replace").startswith("watch ")))):
         deadline = time.monotonic() + 5
         while not record.exists() and time.monotonic() < deadline:
             time.sleep(0.01)
         # a dead daemon's "watch" reports nothing: then nothing came after 5 s
         called = record.read_text(encoding="utf-8").splitlines() if record.exists() else []
-    return answer, called
+    return (out if full else answer), called
 
 
 @pytest.mark.parametrize("user", ["alice", CAFE])
@@ -205,6 +220,47 @@ def test_helper_answers_for_the_named_process_and_tells_the_daemon_who_asked(
     # the background; and it never starts the daemon by bus activation
     assert "--expect-reply=no" not in called and "--auto-start=no" in called
     assert "--timeout=5" in called
+
+
+@pytest.mark.parametrize("mode, answer", [("defer", "defer\n"), ("watch", "allow\n")])
+def test_helper_starts_no_report_while_the_last_one_runs(tmp_path, mode, answer):
+    """The rule hands back the report it was told of: while that process lives (same pid,
+    same start time) the helper answers and starts none; once it is gone, or the pid names
+    another process, it reports and names the new reporter."""
+    state = tmp_path / "defer-scans"
+    state.write_text(f"{mode} {os.getpid()} {start_time(os.getpid())}\n")
+    running = subprocess.Popen(["sleep", "30"])
+    try:
+        alive = (str(running.pid), start_time(running.pid))
+        assert helper(state, tmp_path, last=alive, full=True) == (answer, [])
+    finally:
+        running.kill()
+        running.wait()
+    out, called = helper(state, tmp_path, last=alive, full=True)  # ended: a new report
+    assert out.startswith(answer + "report ") and called[-7] == "ScanRequestSeen"
+    exited = subprocess.Popen(["true"])  # exited, not reaped (where PID 1 is slow to reap)
+    try:
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{exited.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        out, called = helper(state, tmp_path, last=(str(exited.pid), start_time(exited.pid)),
+                             full=True)
+    finally:
+        exited.wait()
+    assert out.startswith(answer + "report ") and called[-7] == "ScanRequestSeen"
+    out, called = helper(state, tmp_path, last=(str(os.getpid()), "1"), full=True)  # pid reused
+    assert out.startswith(answer + "report ") and called[-7] == "ScanRequestSeen"
+    for odd in (("x1", "2"), ("1", ""), ("-1", "2"), ("0", "0")):
+        out, called = helper(state, tmp_path, last=odd, full=True)
+        assert out.startswith(answer + "report ") and called[-7] == "ScanRequestSeen", odd
+
+
+def test_helper_names_no_report_when_there_is_no_daemon_to_tell(tmp_path):
+    state = tmp_path / "defer-scans"
+    assert helper(state, tmp_path, full=True) == ("allow\n", [])
+    state.write_text("watch 4194303 1\n")
+    assert helper(state, tmp_path, full=True) == ("allow\n", [])
 
 
 def test_helper_reports_pid_zero_and_no_program_for_a_strange_pid(tmp_path):
@@ -256,7 +312,8 @@ def test_helper_allows_when_it_cannot_read_the_file():
                      "dash", str(script), "alice", "1"]
         state.chmod(0o644)  # the control: readable, it defers (busctl fails quietly here)
         r = subprocess.run(as_nobody, env=env, capture_output=True, text=True, timeout=10)
-        assert (r.returncode, r.stdout, r.stderr) == (0, "defer\n", "")
+        assert (r.returncode, r.stderr) == (0, "") and REPORTED.fullmatch(r.stdout), r.stdout
+        assert r.stdout.startswith("defer\n")
         state.chmod(0)
         r = subprocess.run(as_nobody, env=env, capture_output=True, text=True, timeout=10)
         assert (r.returncode, r.stdout, r.stderr) == (0, "allow\n", "")
@@ -415,7 +472,7 @@ def test_helper_passes_the_requesters_name_to_the_real_busctl_as_a_safe_argument
     with requester(name) as pid:
         r = subprocess.run(["dash", str(HELPER), "alice", str(pid)], env=env,
                            capture_output=True, timeout=10)
-        assert (r.returncode, r.stdout, r.stderr) == (0, b"allow\n", b"")
+        assert (r.returncode, r.stderr) == (0, b"") and r.stdout.startswith(b"allow\nreport ")
         deadline = time.monotonic() + 10
         while not status.exists() and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -4,7 +4,10 @@ polkitd 122/126 run rules in duktape: Debian's `duk` command is that engine, so 
 in it (and in node when present, a second engine that would catch a duktape-only accident).  A
 fake `polkit` object records every spawn() and answers as the test says; the rule must:
 return NOT_HANDLED for every other action without spawning, never touch root, say NO (never an
-AUTH_* prompt) only when the helper answers exactly "defer", and fail open on anything else.
+AUTH_* prompt) only when the helper answers exactly "defer" (and, optionally, the report it
+started), and fail open on anything else.  The cases run one after another in one context, as
+polkitd runs checks, with a clock each case sets (Date.now): the rule reuses an answer for
+REUSE_MS and hands the helper the last report it started.
 """
 
 from __future__ import annotations
@@ -48,8 +51,11 @@ var polkit = {
 RUNNER = r"""
 var cases = CASES;
 var results = [];
+var clock = 0;
+Date.now = function() { return clock; };
 for (var i = 0; i < cases.length; i++) {
     var c = cases[i];
+    clock = (c.clock !== null) ? c.clock : (i + 1) * 3600000;
     polkit.spawned = [];
     polkit.answer = c.answer;
     var action = {id: c.action, lookup: function(k) { return undefined; }};
@@ -76,8 +82,10 @@ def run_rule(engine: str, cases: list[dict], tmp_path: Path) -> list[dict]:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def case(action: str = SCAN, user: str = "alice", pid: int = 4242, answer: str | None = "allow\n") -> dict:
-    return {"action": action, "user": user, "pid": pid, "answer": answer}
+def case(action: str = SCAN, user: str = "alice", pid: int = 4242, answer: str | None = "allow\n",
+         clock: int | None = None) -> dict:
+    """One check; `clock` is Date.now() in ms during it (default: an hour after the last)."""
+    return {"action": action, "user": user, "pid": pid, "answer": answer, "clock": clock}
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -101,7 +109,7 @@ def test_root_is_never_refused_and_spawns_nothing(engine, tmp_path):
 def test_deferring_says_no_and_passes_user_and_pid(engine, user, tmp_path):
     (r,) = run_rule(engine, [case(user=user, pid=31337, answer="defer\n")], tmp_path)
     assert r["result"] == "no"  # polkit.Result.NO, never an AUTH_* prompt
-    assert r["spawned"] == [[HELPER, user, "31337"]]
+    assert r["spawned"] == [[HELPER, user, "31337", "0", "0"]]  # no report started yet
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -118,7 +126,10 @@ def test_a_failing_helper_fails_open(engine, tmp_path):
 
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("garbage", ["", "defer", "DEFER\n", " defer\n", "defer\nallow\n",
-                                     "no\n", "yes\n", "defer \n", "déféř\n"])
+                                     "no\n", "yes\n", "defer \n", "déféř\n",
+                                     "defer\nreport 1 2", "defer\nreport x 2\n",
+                                     "defer\nreport 1\n", "defer\nreport 1 2 3\n",
+                                     "defer\nreport -1 2\n", "defer\nreport 1 2\nmore\n"])
 def test_garbage_output_fails_open(engine, garbage, tmp_path):
     (r,) = run_rule(engine, [case(answer=garbage)], tmp_path)
     assert r["result"] is None
@@ -132,3 +143,42 @@ def test_the_rule_runs_before_networkmanagers_and_the_defaults():
                     "49-local.rules", "60-site.rules"])
     assert names.index(RULE.name) < names.index("org.freedesktop.NetworkManager.rules")
     assert names.index("49-local.rules") < names.index(RULE.name) < names.index("60-site.rules")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("answer, result", [("defer\n", "no"), ("allow\n", None), ("throw", None)])
+def test_an_answer_serves_every_check_for_a_quarter_second(engine, answer, result, tmp_path):
+    """A flood of wifi.scan checks runs the helper at most once per 250 ms: the checks in
+    between get its answer without a spawn; other actions and root are unaffected."""
+    cases = [case(answer=answer, clock=10_000 + ms) for ms in (0, 1, 100, 249)]
+    cases += [case("org.freedesktop.NetworkManager.network-control", clock=10_100),
+              case(user="root", clock=10_101)]
+    cases += [case(answer="allow\n", clock=10_250), case(answer="allow\n", clock=10_251)]
+    results = run_rule(engine, cases, tmp_path)
+    assert [len(r["spawned"]) for r in results] == [1, 0, 0, 0, 0, 0, 1, 0]
+    assert [r["result"] for r in results[:4]] == [result] * 4
+    assert [r["result"] for r in results[4:]] == [None] * 4
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_clock_set_back_asks_the_helper_again(engine, tmp_path):
+    results = run_rule(engine, [case(answer="defer\n", clock=50_000),
+                                case(answer="allow\n", clock=20_000)], tmp_path)
+    assert [(r["result"], len(r["spawned"])) for r in results] == [("no", 1), (None, 1)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("user", ["alice", CAFE])
+def test_the_last_report_started_is_handed_to_the_next_helper(engine, user, tmp_path):
+    """The helper names the report it started; the rule passes it to the next run, which
+    starts none while that one runs.  An answer naming no report keeps the last one."""
+    results = run_rule(engine, [
+        case(user=user, pid=1, answer="defer\nreport 4321 98765\n", clock=1_000),
+        case(user=user, pid=2, answer="defer\n", clock=2_000),  # still in flight: none started
+        case(user=user, pid=3, answer="allow\nreport 4400 99000\n", clock=3_000),
+        case(user=user, pid=4, answer="allow\n", clock=4_000),
+    ], tmp_path)
+    assert [r["spawned"][0][1:] for r in results] == [
+        [user, "1", "0", "0"], [user, "2", "4321", "98765"], [user, "3", "4321", "98765"],
+        [user, "4", "4400", "99000"]]
+    assert [r["result"] for r in results] == ["no", "no", None, None]
