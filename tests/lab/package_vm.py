@@ -33,7 +33,7 @@ from tests.package.test_package import ENV, BuildError, build_deb, built_before
 
 from .lab import CONNECTION, wait_until
 from .systemd_lab import SystemdLab
-from .vm import REPO, idle_priority
+from .vm import BACKGROUND_SLOWDOWN, REPO, idle_priority
 
 VM_CHECK = REPO / "tests" / "package" / "vm-check.sh"
 DEBIAN_TESTS = REPO / "debian" / "tests"
@@ -112,6 +112,7 @@ def run_vm_check(deb: Path, build_seconds: float, background: bool = False,
             upgrade["previous"] = {k: str(v) for k, v in previous.items()}
         private = private_profile_check(lab, guest_deb, 600 if background else 300)
         reload = reload_check(lab)
+        burst = burst_check(lab)
         lab.save_diagnostics("package-vm")
     finally:
         lab.stop()
@@ -119,7 +120,7 @@ def run_vm_check(deb: Path, build_seconds: float, background: bool = False,
         f"total {time.monotonic() - t0:.0f} s{' (at idle priority, beside the checks)' if background else ''}; "
         f"output {lab.vm.rundir / 'vm-check.txt'}")
     return {"rc": rc, "out": out, "err": err, "sections": parse(out), "private": private,
-            "reload": reload, "upgrade": upgrade,
+            "reload": reload, "upgrade": upgrade, "burst": burst,
             "seconds": time.monotonic() - t0}
 
 
@@ -146,7 +147,7 @@ def private_profile_check(lab: SystemdLab, guest_deb: str, timeout: float) -> di
             lab.check("apt-get purge -y -q nm-scanguard", timeout)
             lab.check(f"apt-get install -y -q {guest_deb}", timeout)
         seen["installed"] = _installed(lab)
-        wait_until(lambda: lab.run("systemctl is-active --quiet scanguard")[0] == 0, 120,
+        wait_for(lab, lambda: lab.run("systemctl is-active --quiet scanguard")[0] == 0, 120,
                    "scanguard.service active")
         lab.ensure_connected()
         seen["service user"] = lab.check(
@@ -154,12 +155,12 @@ def private_profile_check(lab: SystemdLab, guest_deb: str, timeout: float) -> di
         lab.check("systemctl start systemd-logind", 60)
         lab.check(f"id {OWNER} >/dev/null 2>&1 || useradd --no-create-home --shell /bin/sh {OWNER}")
         lab.spawn(f"exec runuser -l {OWNER} -c 'exec sleep 3600'", name="owner-session")
-        wait_until(lambda: OWNER in lab.run("loginctl list-sessions --no-legend")[1], 60,
+        wait_for(lab, lambda: OWNER in lab.run("loginctl list-sessions --no-legend")[1], 60,
                    f"a login session of {OWNER}")
         uuid = lab.check(f"nmcli -g connection.uuid connection show id {con}").strip()
         lab.check(f"nmcli connection modify uuid {uuid} connection.permissions user:{OWNER}")
         t_private = time.monotonic()
-        seen["private"] = wait_until(
+        seen["private"] = wait_for(lab,
             lambda: (lambda d: d if "private to a user" in d.get("error", "")
                      and d.get("state") == "disabled" else None)(device()),
             120, "the status to show the private profile, disabled")
@@ -169,7 +170,7 @@ def private_profile_check(lab: SystemdLab, guest_deb: str, timeout: float) -> di
         # What the chosen behaviour means: a hold does not suspend bgscan here.
         hold = lab.spawn(f"exec scanguardctl hold --reason private-check --interface {IFACE} "
                          "-- sleep 1800", name="private-hold")
-        wait_until(lambda: "private-check" in lab.check("scanguardctl status", 60), timeout,
+        wait_for(lab, lambda: "private-check" in lab.check("scanguardctl status", 60), timeout,
                    "the hold to be granted")
         time.sleep(3)
         seen["held, unreadable"] = {"bgscan": lab.bgscan(), "state": device().get("state")}
@@ -182,15 +183,15 @@ def private_profile_check(lab: SystemdLab, guest_deb: str, timeout: float) -> di
         seen["advice"] = advice
         lab.check(advice, 60)
         t_fixed = time.monotonic()
-        wait_until(lambda: device().get("error") == "", 120, "the error to clear")
-        wait_until(lambda: lab.bgscan() == "", 120, "bgscan suspended under the hold")
-        wait_until(lambda: device().get("state") == "held", 60, "the state to say held")
+        wait_for(lab, lambda: device().get("error") == "", 120, "the error to clear")
+        wait_for(lab, lambda: lab.bgscan() == "", 120, "bgscan suspended under the hold")
+        wait_for(lab, lambda: device().get("state") == "held", 60, "the state to say held")
         seen["seconds to guard"] = time.monotonic() - t_fixed
         seen["held, readable"] = {"bgscan": lab.bgscan(), "state": device().get("state"),
                                   "error": device().get("error")}
         hold.stop()
         hold = None
-        wait_until(lambda: lab.bgscan() not in ("", None), 120, "bgscan restored after the hold")
+        wait_for(lab, lambda: lab.bgscan() not in ("", None), 120, "bgscan restored after the hold")
         seen["released"] = {"bgscan": lab.bgscan(), "state": device().get("state")}
     except Exception as e:  # reported by the test, beside vm-check.sh's results
         seen["failed"] = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
@@ -205,6 +206,13 @@ def private_profile_check(lab: SystemdLab, guest_deb: str, timeout: float) -> di
     seen["seconds"] = time.monotonic() - t0
     say(f"private profile check: {json.dumps(seen, ensure_ascii=False, default=str)[:4000]}")
     return seen
+
+
+def wait_for(lab: SystemdLab, cond, timeout: float, what: str, **kw):
+    """wait_until, BACKGROUND_SLOWDOWN times longer in a background VM (see VM.run): the
+    checks here judge what happened, and the figures they report, not how long a starved VM
+    took to get there."""
+    return wait_until(cond, timeout * (BACKGROUND_SLOWDOWN if lab.vm.background else 1), what, **kw)
 
 
 def _installed(lab: SystemdLab) -> str | None:
@@ -242,7 +250,7 @@ def reload_check(lab: SystemdLab) -> dict:
     seen: dict = {}
     original = None
     try:
-        wait_until(lambda: _active(lab), 120, "scanguard.service active")
+        wait_for(lab, lambda: _active(lab), 120, "scanguard.service active")
         pid = _main_pid(lab)
         original = lab.read_file(CONF)
         lab.write_file(CONF, original + "\nthreshold_mbit = Café ☕\n".encode())
@@ -263,6 +271,70 @@ def reload_check(lab: SystemdLab) -> dict:
         if original is not None:
             lab.write_file(CONF, original)
     say(f"reload check: {json.dumps(seen, ensure_ascii=False, default=str)[:3000]}")
+    return seen
+
+
+# Run as nobody in the guest, with the installed package's D-Bus layer: 3 connections x 100
+# GetRecentScanRequests at once (each looks the caller's name up in passwd); prints how many
+# were answered and the error names of the others.
+BURST = r"""
+import asyncio, json
+from nm_scanguard.dbuslib import BusType, Message, MessageBus, MessageType
+
+async def main():
+    buses = [await MessageBus(bus_type=BusType.SYSTEM).connect() for _ in range(3)]
+    def ask():
+        return Message(destination="io.github.nm_scanguard.ScanGuard1",
+                       path="/io/github/nm_scanguard/ScanGuard1",
+                       interface="io.github.nm_scanguard.ScanGuard1",
+                       member="GetRecentScanRequests")
+    replies = await asyncio.gather(*(b.call(ask()) for b in buses for _ in range(100)),
+                                   return_exceptions=True)
+    ok = [r for r in replies if getattr(r, "message_type", None) == MessageType.METHOD_RETURN]
+    errors = sorted({getattr(r, "error_name", None) or type(r).__name__
+                     for r in replies if r not in ok})
+    print(json.dumps({"ok": len(ok), "errors": errors}))
+
+asyncio.run(main())
+"""
+
+
+def burst_check(lab: SystemdLab) -> dict:
+    """Issue 47, item 3: a burst of GetRecentScanRequests from user nobody under a task limit,
+    the unit's way (TasksMax, the pids cgroup): the limit is set to the daemon's tasks before
+    the burst plus 2, so a burst that starts a thread per call fails; one look-up thread
+    passes.  Every call is answered, the daemon is the same process and logs no thread error.
+    The unit's own TasksMax is put back at the end.  Returns what it saw."""
+    seen: dict = {}
+    unit_max = None
+    try:
+        wait_for(lab, lambda: _active(lab), 120, "scanguard.service active")
+        pid = _main_pid(lab)
+        unit_max = lab.check("systemctl show -p TasksMax --value scanguard").strip()
+        seen["unit TasksMax"] = unit_max
+        seen["tasks before"] = int(lab.check(f"ls /proc/{pid}/task | wc -l").strip())
+        limit = seen["tasks before"] + 2
+        lab.check(f"systemctl set-property --runtime scanguard TasksMax={limit}", 120)
+        seen["TasksMax for the burst"] = lab.check(
+            "systemctl show -p TasksMax --value scanguard").strip()
+        since = lab.check("date +%s").strip()
+        lab.write_file("/run/lab/burst.py", BURST.encode())
+        # (root reads the script and hands it over: nobody need not read files under /run/lab)
+        rc, out, err = lab.run("cd / && setpriv --reuid=nobody --regid=nogroup --clear-groups "
+                               "python3 -c \"$(cat /run/lab/burst.py)\"", 300)
+        seen["burst"] = {"rc": rc, "out": out.strip(), "err": err[-2000:]}
+        seen["answers"] = json.loads(out.strip().splitlines()[-1]) if rc == 0 else None
+        seen["tasks after"] = int(lab.check(f"ls /proc/{pid}/task | wc -l").strip())
+        seen["same process"] = _active(lab) and _main_pid(lab) == pid
+        seen["thread errors"] = [line for line in lab.check(
+            f"journalctl -u scanguard --no-pager -o cat --since @{since}").splitlines()
+            if "new thread" in line or "Traceback" in line]
+    except Exception as e:  # reported by the test
+        _failure(seen, lab, e)
+    finally:
+        if unit_max is not None:
+            lab.run(f"systemctl set-property --runtime scanguard TasksMax={unit_max}", 120)
+    say(f"burst check: {json.dumps(seen, ensure_ascii=False, default=str)[:3000]}")
     return seen
 
 
@@ -367,7 +439,7 @@ def upgrade_check(lab: SystemdLab, guest_prev: str, guest_new: str, prev_version
             lab.check("apt-get purge -y -q nm-scanguard", timeout)
         lab.check(f"apt-get install -y -q {guest_prev}", timeout)
         seen["version before"] = version()
-        wait_until(lambda: _active(lab), 120, "the previous release's service active")
+        wait_for(lab, lambda: _active(lab), 120, "the previous release's service active")
         lab.ensure_connected()
         seen["bgscan before"] = original = lab.bgscan()
         # The administrator's edit: a comment with a user's text and one setting.
@@ -375,12 +447,12 @@ def upgrade_check(lab: SystemdLab, guest_prev: str, guest_new: str, prev_version
                        + "\n# Café ☕: a local edit\nrelease_after = 20\n".encode())
         lab.check("systemctl reload scanguard", 120)
         traffic = lab.start_traffic("upload", 900, None)
-        seen["state under the transfer"] = wait_until(
+        seen["state under the transfer"] = wait_for(lab,
             lambda: (lambda d: d.get("state") if d.get("state") == "guarding" else None)(device()),
             timeout, "the previous release to guard the transfer")
         hold = lab.spawn(f"exec scanguardctl hold --reason upgrade-check --interface {IFACE} "
                          "-- sleep 1800", name="upgrade-hold")
-        wait_until(lambda: "upgrade-check" in lab.check("scanguardctl status", 60), timeout,
+        wait_for(lab, lambda: "upgrade-check" in lab.check("scanguardctl status", 60), timeout,
                    "the hold to be granted")
         seen["bgscan guarded and held"] = lab.bgscan()
         seen["journal file"] = lab.check("cat /run/scanguard/suspended.json")
@@ -391,7 +463,7 @@ def upgrade_check(lab: SystemdLab, guest_prev: str, guest_new: str, prev_version
         lab.check(f"mkdir -p {dropins} && printf '[Service]\\nRestart=no\\n' "
                   f">{dropins}/50-upgrade-check.conf && systemctl daemon-reload", timeout)
         lab.check("systemctl kill -s KILL scanguard", timeout)
-        wait_until(lambda: not _active(lab), 60, "the previous release's daemon to die")
+        wait_for(lab, lambda: not _active(lab), 60, "the previous release's daemon to die")
         hold.stop(signal.SIGKILL)  # no Release call: it would activate the old daemon
         hold = None
         traffic.stop()
@@ -403,10 +475,10 @@ def upgrade_check(lab: SystemdLab, guest_prev: str, guest_new: str, prev_version
                                f"-o Dpkg::Options::=--force-confold {guest_new}", timeout)
         seen["upgrade"] = {"rc": rc, "out": out[-4000:], "err": err[-2000:]}
         seen["version after"] = version()
-        wait_until(lambda: _active(lab), 120, "this tree's service active after the upgrade")
+        wait_for(lab, lambda: _active(lab), 120, "this tree's service active after the upgrade")
         seen["daemon version"] = lab.check("scanguardd --version").strip()
         t = time.monotonic()
-        seen["bgscan restored"] = wait_until(lambda: lab.bgscan() == original, 120,
+        seen["bgscan restored"] = wait_for(lab, lambda: lab.bgscan() == original, 120,
                                              "the upgraded daemon to restore bgscan") and lab.bgscan()
         seen["seconds to restore"] = time.monotonic() - t
         seen["replay lines"] = [line for line in lab.check(
@@ -418,10 +490,10 @@ def upgrade_check(lab: SystemdLab, guest_prev: str, guest_new: str, prev_version
         # The upgraded service guards: a hold with this tree's CLI suspends, its end restores.
         hold = lab.spawn(f"exec scanguardctl hold --reason after-upgrade --interface {IFACE} "
                          "-- sleep 1800", name="upgrade-hold-after")
-        wait_until(lambda: lab.bgscan() == "", timeout, "a hold after the upgrade to suspend bgscan")
+        wait_for(lab, lambda: lab.bgscan() == "", timeout, "a hold after the upgrade to suspend bgscan")
         hold.stop()
         hold = None
-        seen["bgscan after a hold on the new release"] = wait_until(
+        seen["bgscan after a hold on the new release"] = wait_for(lab,
             lambda: lab.bgscan() == original, 120, "bgscan restored after the hold") and lab.bgscan()
     except Exception as e:  # reported by the test
         _failure(seen, lab, e)

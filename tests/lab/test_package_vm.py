@@ -185,6 +185,21 @@ def test_reload_with_a_bad_file_fails_with_the_reason(vm_check: dict) -> None:
     assert seen["mended"]["rc"] == 0 and seen["running on after the mended reload"], _shown(seen)
 
 
+def test_a_burst_of_calls_needs_one_thread_under_the_units_task_limit(vm_check: dict) -> None:
+    """Issue 47, item 3: 300 concurrent GetRecentScanRequests from nobody, with TasksMax at
+    the daemon's tasks plus 2 (a thread per look-up would exceed it): all answered, the same
+    process, no thread error in the journal, the unit's TasksMax in force again."""
+    seen = vm_check["burst"]
+    assert "failed" not in seen, _shown(seen)
+    assert seen["unit TasksMax"] == "8", _shown(seen)
+    assert seen["TasksMax for the burst"] == str(seen["tasks before"] + 2), _shown(seen)
+    assert seen["answers"] == {"ok": 300, "errors": []}, _shown(seen)
+    assert seen["same process"] and not seen["thread errors"], _shown(seen)
+    assert seen["tasks after"] <= seen["tasks before"] + 1, _shown(seen)
+    print(f"burst: 300 calls answered with {seen['tasks before']} task(s) before and "
+          f"{seen['tasks after']} after, under TasksMax={seen['TasksMax for the burst']}")
+
+
 def test_upgrade_from_the_previous_release(vm_check: dict) -> None:
     """Issue 34, item 11: the previous release (built from git) guarding a transfer under a hold
     dies without restoring; this tree's package installed over it reads the old journal and puts

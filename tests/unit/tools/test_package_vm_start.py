@@ -4,6 +4,8 @@ left the previous release installed with its conffile edited, the check purges b
 installs (a plain install over an edited conffile stops at dpkg's prompt)."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from tests.lab import package_vm
@@ -20,6 +22,7 @@ class LeftByAFailedUpgrade:
         self.installed = "0.1.0"
         self.commands: list[str] = []
         self.stop_at = stop_at
+        self.vm = SimpleNamespace(background=False)
 
     def run(self, cmd: str, timeout: float = 60) -> tuple[int, str, str]:
         self.commands.append(cmd)
