@@ -92,10 +92,15 @@ class Policy:
             self.busy = False
             self._reason = f"quiet for {now - self._quiet_since:.0f} s"
             self._last_poll = None  # next engagement starts with a fresh signal reading
+            return
         if self.busy and not self.weak:
             # While traffic is what guards, the reason gives this sample's figures, not those
             # of the moment the guard engaged.
             self._reason = self._traffic(now, rates)
+        elif not self.busy and not self.held:
+            # Idle, the reason answers "why is it not guarding?" with this sample's figures
+            # against the thresholds: a reason kept from an earlier event goes stale.
+            self._reason = self._idle(rates)
 
     def observe_unknown(self, now: float) -> None:
         """No sample this time: the counters could not be read, or the interface vanished.
@@ -113,6 +118,16 @@ class Policy:
         elif self.busy and not self.weak:
             self._reason = (f"traffic unknown for {unknown:.0f} s (no counters; released after "
                             f"{self.settings.release_after:g} s)")
+        elif not self.busy and not self.held:
+            self._reason = f"traffic unknown for {unknown:.0f} s (no counters)"
+
+    def _idle(self, rates: Rates) -> str:
+        s = self.settings
+        figures = f"traffic {rates.mbit:.1f} Mbit/s, {rates.pps:.0f} packets/s received and sent"
+        if self._busy_samples:
+            return (f"{figures} ({threshold_words(s)}; guarding after {s.engage_after} busy "
+                    f"samples in a row, {self._busy_samples} so far)")
+        return f"{figures}, under the {threshold_words(s)}"
 
     def _traffic(self, now: float, rates: Rates) -> str:
         s = self.settings

@@ -242,3 +242,32 @@ def test_settings_update_applies_to_next_samples(clock):
     clock.feed(p, mbit(5), n=3)
     p.update_settings(dataclasses.replace(BASE, enabled=False))
     assert p.state == P.DISABLED and p.reason == "disabled by settings"
+
+
+def test_an_idle_reason_gives_this_samples_figures_against_the_thresholds(clock):
+    """Idle, the reason is live: not "no traffic yet" for the whole connection, nor the
+    "quiet for" of the last release long after it."""
+    p = Policy(BASE)
+    assert p.reason == "no traffic yet"  # before the first sample
+    clock.feed(p, Rates(rx_bps=0.2e6, tx_bps=0.0, pps=3, seconds=1.0))
+    assert p.reason == "traffic 0.2 Mbit/s, 3 packets/s received and sent, under the threshold 1 Mbit/s or 60 packets/s"
+    clock.feed(p, Rates(rx_bps=5e6, tx_bps=0.0, pps=400, seconds=1.0))
+    assert p.state == P.IDLE
+    assert p.reason == ("traffic 5.0 Mbit/s, 400 packets/s received and sent (threshold 1 Mbit/s or "
+                        "60 packets/s; guarding after 3 busy samples in a row, 1 so far)")
+    clock.feed(p, mbit(5), n=2)
+    assert p.state == P.GUARDING
+    clock.feed(p, mbit(0.1), n=11)
+    assert p.state == P.IDLE and p.reason == "quiet for 10 s"  # the release says why
+    clock.feed(p, mbit(0.3, pps=7))
+    assert p.reason == "traffic 0.3 Mbit/s, 7 packets/s received and sent, under the threshold 1 Mbit/s or 60 packets/s"
+    p.observe_unknown(clock.t + 1)
+    p.observe_unknown(clock.t + 4)
+    assert p.reason == "traffic unknown for 3 s (no counters)"
+
+
+def test_a_hold_keeps_its_reason_while_the_link_is_idle(clock):
+    p = Policy(BASE)
+    p.set_held(True)
+    clock.feed(p, mbit(0.1), n=3)
+    assert p.state == P.HELD and p.reason == "held by an application"
