@@ -26,6 +26,34 @@ MAX_PROBLEMS = 9
 ERROR_CHARS = MAX_PROBLEMS * (MAX_TEXT + 2)
 
 
+# What each state word means, in the words of `scanguardctl status --help` and scanguardctl(1);
+# the D-Bus XML documents the same words (a test holds the three to the policy's states).
+STATE_MEANINGS = {
+    "idle": "the link is not busy and nothing holds it: bgscan runs as NetworkManager set it",
+    "guarding": "the link is busy: bgscan is suspended and other programs' scans are refused "
+                "or aborted",
+    "held": "an application holds it (scanguardctl hold): bgscan is suspended whatever the "
+            "traffic",
+    "roaming": "busy or held with the signal below signal_floor_dbm: the guard scans the "
+               "channels of the network's other known access points itself, bgscan still "
+               "suspended; a few seconds at most",
+    "released-weak-signal": "busy or held, but the signal is below signal_floor_dbm: bgscan "
+                            "is back on so that wpa_supplicant can roam (roam_scans = full, or "
+                            "targeted roaming found no better access point)",
+    "disabled": "enabled = no for this connection, or its profile cannot be read (the problem "
+                "says how to fix it): the guard leaves it alone",
+    "no-bgscan": "it would guard, but the network has no bgscan to suspend (e.g. a profile "
+                 "locked to one BSSID); other programs' scans are still refused",
+    "error": "it would guard, but suspending bgscan failed, so bgscan runs; the problem says "
+             "why, and it is tried again at each sample",
+}
+
+
+def state_words() -> str:
+    """The states and their meanings as one paragraph of help text."""
+    return "States: " + "; ".join(f"{word}: {meaning}" for word, meaning in STATE_MEANINGS.items()) + "."
+
+
 def device_line(d: Mapping[str, Any], *, connection: bool = True, age: bool = True) -> str:
     """One interface's status in one line, from its Devices entry (the keys of DeviceStatus):
     the one wording of `scanguardctl status` and `monitor` and of the daemon's STATUS= line in

@@ -21,6 +21,7 @@ from ..output import closed_pipe_quiet
 from ..peers.bus import (
     BusError,
 )
+from ..status import state_words
 from ..text import quoted, shown
 from .common import Failure, json_text
 from .configure import cmd_config_set, cmd_config_show, cmd_config_unset
@@ -140,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = _verb(sub, "status", cmd_status, "show each Wi-Fi interface's state and the active holds",
               description="One line per guarded Wi-Fi interface, then the holds: who "
                           "holds and why for your own, \"by another user\" for the "
-                          "others' (root sees all). Needs no privileges.")
+                          "others' (root sees all). Needs no privileges.",
+              epilog=state_words())
     s.add_argument("--json", action="store_true",
                    help="print {version, devices, holds} as JSON, for scripts")
 

@@ -233,3 +233,25 @@ def test_the_range_check_finds_a_wrong_range():
     assert not _accepts("engage_after", "1.5") and _accepts("sample_interval", "0.1")
     assert not _accepts("sample_interval", "0.09")
     assert not _accepts("threshold_mbit", "Café ☕")
+
+
+def test_every_state_word_is_explained_in_status_help_the_man_page_and_the_xml(pages):
+    """A user meets the state words in `scanguardctl status`: each one the policy can show is
+    explained in `status --help` and scanguardctl(1), as in the D-Bus XML's `state` list."""
+    from nm_scanguard.daemon import policy
+    from nm_scanguard.status import STATE_MEANINGS
+
+    words = {v for k, v in vars(policy).items() if k.isupper() and isinstance(v, str)}
+    assert set(STATE_MEANINGS) == words
+    status = next(a for a in cli.build_parser()._actions
+                  if isinstance(a, argparse._SubParsersAction)).choices["status"]
+    page = " ".join(plain(pages["scanguardctl.1"]).split())
+    xml = (REPO / "nm_scanguard" / "io.github.nm_scanguard.ScanGuard1.xml").read_text(encoding="utf-8")
+    listed = re.search(r"state\s+s\s+([a-z| \n-]+?)\n\s+idle:", xml)
+    assert listed, "the XML's Devices doc no longer lists the states"
+    assert set(listed.group(1).replace("|", " ").split()) == words
+    for word, meaning in STATE_MEANINGS.items():
+        # Compared without white space: help wraps at the terminal's width, also at hyphens.
+        assert "".join(f"{word}: {meaning}".split()) in "".join(status.format_help().split()), word
+        assert f"{word}: {' '.join(meaning.split())}" in page, word
+        assert re.search(rf"\b{re.escape(word)}:", xml), f"the XML does not explain {word}"
