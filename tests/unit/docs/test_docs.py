@@ -304,3 +304,41 @@ def test_no_document_repeats_another():
         for passage in _passages(path):
             first = seen.setdefault(passage, name)
             assert first == name, f"{first} and {name} both say: {passage[:80]}"
+
+
+def test_the_readmes_status_example_is_what_status_prints_for_its_figures():
+    """README's `scanguardctl status` line, rebuilt from its own figures by the code that prints
+    it: the policy's reason at the default settings and status.device_line."""
+    import time
+
+    from nm_scanguard.daemon.policy import Policy
+    from nm_scanguard.rates import Rates
+    from nm_scanguard.status import device_line
+
+    text = README.read_text(encoding="utf-8")
+    m = re.search(r"\$ scanguardctl status\n(.+)\n", text)
+    assert m, "README has no `scanguardctl status` example"
+    line = m.group(1)
+    f = re.fullmatch(
+        r"(?P<ifname>\S+) \('(?P<conn>[^']+)'\): guarding for (?P<m>\d+)m(?P<s>\d+)s \(traffic "
+        r"(?P<mbit>[\d.]+) Mbit/s, (?P<pps>\d+) packets/s.*; rx (?P<rx>[\d.]+) Mbit/s, tx "
+        r"(?P<tx>[\d.]+) Mbit/s, (?P<dbm>-\d+) dBm, .*", line)
+    assert f, f"README's status example is not a guarding line: {line}"
+    rx, tx = float(f["rx"]) * 1e6, float(f["tx"]) * 1e6
+    policy = Policy(Settings())
+    rates = Rates(rx_bps=rx, tx_bps=tx, pps=float(f["pps"]), seconds=1.0)
+    for t in range(Settings().engage_after):
+        policy.observe(1000.0 + t, rates)
+    assert policy.state == "guarding"
+    since = time.time() - (int(f["m"]) * 60 + int(f["s"])) - 0.5
+    device = {"interface": f["ifname"], "connection_id": f["conn"], "state": "guarding",
+              "reason": policy.reason, "since": since, "rx_bps": rx, "tx_bps": tx,
+              "signal_dbm": int(f["dbm"]), "suspended_bgscan": "x", "scans_guarding": 0,
+              "deferring_scans": True, "scan_requests_deferred": 0}
+    assert device_line(device) == line
+
+
+def test_the_readme_says_what_systemctl_status_leaves_out():
+    """The STATUS= line is status.device_line without the profile's name and the age."""
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    assert re.search(r"`systemctl status scanguard` shows it without the profile's name and age", text)
