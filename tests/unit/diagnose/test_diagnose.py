@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 
 import pytest
@@ -762,3 +763,20 @@ async def test_diagnose_says_when_the_scan_requests_could_not_be_read(monkeypatc
     _, _, props, detail = await D.guard_properties(None)
     assert props["RecentScanRequests"] == public and props["Devices"] == []
     assert detail == "its scan requests could not be read (Café ☕ failed)"
+
+
+def test_docs_quote_the_advice_and_verdicts_the_code_prints():
+    """docs/diagnose.md's example report and its guard-on quote, against the code's texts: the
+    example's advice for bgscan without the guard, and the sentences of a guarded run."""
+    from pathlib import Path
+
+    from nm_scanguard.diagnose.findings import ADVICE_GUARD_OFF, GUARDED_DURING_RUN
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "diagnose.md").read_text(encoding="utf-8")
+    example = next(block for block in doc.split("```")[1::2] if "\n== wlan1" in block)
+    bullets = [" ".join(b.split()) for b in re.split(r"\n\* ", example)[1:]]
+    bgscan = next(b for b in bullets if "bgscan (the periodic scan" in b)
+    assert bgscan.split(" spikes): ", 1)[1].split("\n")[0].startswith(
+        " ".join(ADVICE_GUARD_OFF["not-installed"].split()))
+    quoted = " ".join(doc.split())
+    assert f'"No Wi-Fi scan ran on wlan1, and latency stayed steady. {GUARDED_DURING_RUN}"' in quoted
