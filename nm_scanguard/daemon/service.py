@@ -152,7 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="scanguardd",
         formatter_class=_HelpFormatter,
         description="Suspend wpa_supplicant background scans (bgscan) while a Wi-Fi link is busy, "
-                    "and restore them exactly when it goes idle or the signal fades.",
+                    "and restore them exactly when it goes idle. When the signal fades while "
+                    "guarding, scan only the channels of the network's other known access "
+                    "points so that the station can roam (roam_scans = targeted), or give "
+                    "bgscan back (roam_scans = full, or when that finds nothing better).",
         epilog="Normally started by systemd as scanguard.service. See scanguard.conf(5) for the "
                "settings and scanguardctl(1) to look at what it is doing.",
     )

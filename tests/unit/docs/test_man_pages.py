@@ -255,3 +255,19 @@ def test_every_state_word_is_explained_in_status_help_the_man_page_and_the_xml(p
         assert "".join(f"{word}: {meaning}".split()) in "".join(status.format_help().split()), word
         assert f"{word}: {' '.join(meaning.split())}" in page, word
         assert re.search(rf"\b{re.escape(word)}:", xml), f"the XML does not explain {word}"
+
+
+def _control_description() -> str:
+    text = (REPO / "debian" / "control").read_text(encoding="utf-8")
+    return " ".join(text.split("\nDescription:", 1)[1].split())
+
+
+@pytest.mark.parametrize("where", ["scanguardd --help", "debian/control"])
+def test_no_summary_says_bgscan_comes_back_whenever_the_signal_fades(where):
+    """With roam_scans = targeted (the default) a fading signal keeps bgscan suspended while
+    the guard scans the known access points' channels: a summary that speaks of the signal
+    says so."""
+    text = (" ".join(service.build_parser().description.split()) if where == "scanguardd --help"
+            else _control_description())
+    assert "signal" in text
+    assert "known access points" in text, text
