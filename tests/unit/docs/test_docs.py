@@ -342,3 +342,19 @@ def test_the_readme_says_what_systemctl_status_leaves_out():
     """The STATUS= line is status.device_line without the profile's name and the age."""
     text = " ".join(README.read_text(encoding="utf-8").split())
     assert re.search(r"`systemctl status scanguard` shows it without the profile's name and age", text)
+
+
+def test_every_readme_section_named_elsewhere_exists():
+    """A message, a man page or a document that sends the reader to `README, "Section"` names
+    a heading the README has (a section that was renamed or merged leaves the reader lost)."""
+    have = {h.lower() for h in headings(README.read_text(encoding="utf-8"))}
+    named = []
+    for path in [*REPO.glob("nm_scanguard/**/*.py"), *LINKED, *REPO.glob("man/*.extra"), MAN5,
+                 REPO / "debian" / "control"]:
+        text = " ".join(path.read_text(encoding="utf-8").split())
+        named += [(path.name, n) for n in re.findall(r'(?<![\w/.])README(?:\.md)?, "([^"]+)"', text)]
+    assert [(p, n) for p, n in named if n.lower() not in have] == []
+
+
+def test_the_readme_section_check_sees_a_missing_heading():
+    assert "install on debian 12 or 13" not in {h.lower() for h in headings("# A\n## Install\n")}
