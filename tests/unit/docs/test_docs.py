@@ -358,3 +358,36 @@ def test_every_readme_section_named_elsewhere_exists():
 
 def test_the_readme_section_check_sees_a_missing_heading():
     assert "install on debian 12 or 13" not in {h.lower() for h in headings("# A\n## Install\n")}
+
+
+def _prose_defaults() -> list[tuple[str, str, str]]:
+    """(file, key, value) for each place prose states a setting's default: "15 s after
+    (`release_after`)", "`defer_client_scans = yes` (the default)"."""
+    keys = "|".join(KEYS)
+    found = []
+    for path in [README, *DOCS, *REPO.glob("man/*.extra"), MAN5, *REPO.glob("nm_scanguard/**/*.py")]:
+        text = " ".join(path.read_text(encoding="utf-8").split())
+        for m in re.finditer(rf"(-?\d[\d.]*)\s*(?:s|dBm|Mbit/s|packets/s|samples?)?\s*(?:\w+\s*)?"
+                             rf"\(`?({keys})`?[,)]", text):
+            found.append((path.name, m.group(2), m.group(1)))
+        for m in re.finditer(rf"`?({keys})\s*=\s*(-?[\w.]+)`?,?\s*\(?(?:the )?default", text):
+            found.append((path.name, m.group(1), m.group(2)))
+    return found
+
+
+def test_defaults_stated_in_prose_are_the_codes():
+    defaults = Settings().values()
+    found = _prose_defaults()
+    assert any(key == "release_after" for _, key, _ in found)  # README's "15 s after"
+    wrong = [(name, key, value) for name, key, value in found
+             if KEYS[key].parse(value) != defaults[key]]
+    assert wrong == []
+
+
+def test_the_state_words_the_readme_shows_are_the_daemons():
+    from nm_scanguard.status import STATE_MEANINGS
+
+    section = README.read_text(encoding="utf-8").split("\n## Check that it works\n", 1)[1].split("\n## ", 1)[0]
+    shown = set(re.findall(r"`([a-z][a-z-]+)`", section)) - set(KEYS) - {"monitor", "status"}
+    shown -= {w for w in shown if " " in w}
+    assert shown and shown <= set(STATE_MEANINGS), shown
