@@ -138,6 +138,7 @@ class DeviceStatus:
     own_scan_details: list[dict[str, Any]] = _typed("aa{sv}", [])
     roam_candidates: list[dict[str, Any]] = _typed("aa{sv}", [])
     roams: int = _typed("u", 0)
+    last_move: str = _typed("s", "")
     scans_by_source: dict[str, int] = _typed("a{su}", {})
     last_scan: str = _typed("s", "")
     connection_id: str = _typed("s", "")

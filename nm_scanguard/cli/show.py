@@ -72,6 +72,8 @@ def roam_line(d: dict[str, Any]) -> str | None:
                      f"{_channels(last.get('channels', []))}, {_ago(last.get('at', 0.0))} ago")
     if d.get("roams"):
         parts.append(f"asked wpa_supplicant to roam {d['roams']} time(s)")
+    if d.get("last_move"):
+        parts.append(f"last move {shown(d['last_move'])}")
     return "roaming: " + "; ".join(parts)
 
 

@@ -83,6 +83,7 @@ def device_status(g: Reported) -> DeviceStatus:
                           for o in g.roaming.own],
         roam_candidates=g.targeted.candidates_status(),
         roams=g.targeted.roams,
+        last_move=g.targeted.last_move,
         scans_by_source=dict(scans.scans_by_source),
         last_scan=scans.last_scan,
         connection_id=g.dev.connection_id,

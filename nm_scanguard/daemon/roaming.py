@@ -37,7 +37,7 @@ ROAM_SCAN_GAP = 30.0
 OWN_SCAN_LIMIT = 30.0
 OWN_SCANS_KEPT = 8  # scans of ours remembered for diagnose and the status
 
-FULL, TARGETED, REFRESH = "full", "targeted", "refresh"
+FULL, TARGETED, REFRESH, WALK = "full", "targeted", "refresh", "walk"
 
 
 class Owner(Protocol):
@@ -71,7 +71,7 @@ class OwnScan(NamedTuple):
     """A scan the guard asked for, for the status, `monitor` and `diagnose`."""
 
     at: float  # wall clock
-    kind: str  # FULL, TARGETED or REFRESH
+    kind: str  # FULL, TARGETED, REFRESH or WALK
     channels: tuple[int, ...]  # MHz; () for every channel
 
 
@@ -173,7 +173,7 @@ class Roaming:
             log.info("%s: asked wpa_supplicant for a %s scan of %s, it did not start one (%s)",
                      self.ifname, kind, mhz(channels), e)
             return False
-        log.log(logging.INFO if kind == TARGETED else logging.DEBUG,
+        log.log(logging.INFO if kind in (TARGETED, WALK) else logging.DEBUG,
                 "%s: asked wpa_supplicant for a %s scan of %s", self.ifname, kind, mhz(channels))
         owner.changed()
         return True

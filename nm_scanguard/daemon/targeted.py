@@ -13,6 +13,13 @@ channel for seconds.
 - While the signal is between the floor and bgscan's own threshold (where bgscan would scan
   every channel each short interval), one candidate channel is scanned every REFRESH_GAP, so
   that the candidates and wpa_supplicant's list stay fresh; above it, none.
+- A walk away from the AP, before the floor: between bgscan's threshold and the floor, each
+  time the signal has fallen WALK_DROP_DB below where the guard last looked (bgscan's threshold
+  on entering that band), at most one per WALK_GAP, the guard makes the targeted scan's kind of
+  scan (WALK).  wpa_supplicant moves by itself on its results when its own rule finds an AP
+  better; if it has not, one sample after the scan, the guard asks for a Roam to an AP better
+  by WALK_MARGIN_DB.  No move of ours within MOVE_GAP of the last move, whoever made it: two
+  APs of about the same signal do not make the station flap.
 - What every scan found, whoever asked, is learned (scan_done → learn) while roam_scans is
   `targeted`; with `full` nothing reads the candidates, so nothing is read for them.
 - A Roam wpa_supplicant refused (problem ROAM) is shown until a Roam succeeds or the fade
@@ -34,7 +41,7 @@ from ..peers.supplicant import Bss, SupplicantError, WpaSupplicant
 from . import policy as P
 from .candidates import Candidate, Candidates
 from .problems import CANDIDATES, ROAM
-from .roaming import REFRESH, TARGETED, Owner, Roaming, mhz
+from .roaming import REFRESH, TARGETED, WALK, Owner, Roaming, mhz
 
 log = logging.getLogger("scanguard")
 
@@ -55,6 +62,35 @@ ROAM_MARGIN_DB = 8
 # within REFRESH_GAP × channels: inside its 180 s expiry for up to four candidate channels,
 # and a Roam to an AP it forgot is refused and falls back (TARGETED_LIMIT).
 REFRESH_GAP = 40.0
+# A walk: one scan of the candidates' channels per this many dB the signal has fallen since the
+# guard last looked, between bgscan's threshold and the floor (the first look: this far below
+# the threshold, but no later than WALK_BEFORE_FLOOR_DB above the floor).  In the lab's walk
+# (1 dB/s, AP2 rising as AP1 falls; bgscan's threshold -70 dBm, floor -80) the link carried
+# its full rate down to -80 dBm and lost two thirds of it at -81 and -82, where the floor's
+# scan roamed it; a look at -76 (AP2 5 dB stronger) moved the station while its link still
+# held.  Smaller steps would scan more often than a marginal link is worth (each such scan
+# takes the station off its channel for about 0.07 s); a steady link with the ±3-4 dB jitter
+# of single readings does not fall 6 dB below the reading it was last looked at.
+WALK_DROP_DB = 6
+# With the default floor (-75 dBm) and NetworkManager's thresholds (-70 or -65), a first look
+# 6 dB below the threshold would come at or after the floor: it comes 2 dB above the floor at
+# the latest, so that a walk is looked at once before the link is poor.
+WALK_BEFORE_FLOOR_DB = 2
+# At most one walk scan per this many seconds, whatever the readings: a jittery link that
+# hovers around a step pays at most this rate.
+WALK_GAP = 5.0
+# Before the floor, ask for a Roam only to an AP this much stronger: wpa_supplicant's own rule
+# roams within the network on 3-5 dB in this band (wpa_supplicant_need_to_roam_within_ess,
+# 2.10); an AP that it declined but that is 5 dB stronger is more than one reading's jitter,
+# and the current link still holds, so the margin can be smaller than at the floor.
+WALK_MARGIN_DB = 5
+# No move asked by the guard within this many seconds of the last move of the station (its
+# own or one we asked for): the hysteresis in time that keeps two APs of about the same signal
+# from taking turns.
+MOVE_GAP = 30.0
+# A scan's end decides a move after a walk scan only this soon after it was asked for: the
+# candidates' signals are the scan's, not readings from minutes before.
+WALK_RESULTS_FRESH = 10.0
 # Where bgscan's threshold cannot be read off its string ("simple:30:-65:300" → -65):
 # NetworkManager's own (nm-supplicant-config.c).
 BGSCAN_THRESHOLD = -65
@@ -77,6 +113,20 @@ class Targeted:
         self._spent = False
         self._refresh_at: float | None = None
         self._refresh_next = 0  # which candidate channel the next refresh scans
+        # The walk: the signal the guard last looked at (None above bgscan's threshold), when
+        # it last made a walk scan, whether that scan ended (a move to decide at the next
+        # sample), and when the station last moved (monotonic).
+        self._looked_at_dbm: float | None = None
+        self._walk_at: float | None = None
+        self._walk_scanned = False
+        self._moved_at: float | None = None
+        self._look_from_here = False
+        self._looked_in_band = False  # a walk scan since the signal entered the band (or moved)
+        # Why the guard last looked (its scan's reason) and the AP it last asked to move to:
+        # what the status says of the station's last move (`last_move`).
+        self._why_looked = ""
+        self._roam_to = ""
+        self.last_move = ""
         self.current: Bss | None = None  # the AP the station is with, as last read
         self.roams = 0  # Roams asked for, for the status
 
@@ -89,14 +139,17 @@ class Targeted:
         if policy.state not in (P.WEAK, P.ROAMING):
             if policy.targeted:
                 policy.set_targeted(False, policy.reason)
-            owner.problems.clear(ROAM)
+            if self._targeted_at is not None or self._spent or self._looked_at_dbm is None:
+                owner.problems.clear(ROAM)  # the fade ended, or no walk is under way
             if self._targeted_at is not None and policy.state in P.ENGAGED:
                 log.info("%s: the signal is back above the floor (%s dBm): guarding goes on "
                          "on %s", self.ifname, _dbm(policy.signal), self._where())
             self._targeted_at, self._spent = None, False
-            await self._refresh()
+            if not await self._walk():
+                await self._refresh()
             return
         now = time.monotonic()
+        self._walk_scanned = False  # the fade's own scan decides from here
         if self._targeted_at is None:
             # Whether bgscan is suspended yet does not matter (a suspend may be under way in
             # another reconcile): ROAMING wants it suspended, and the reconcile that follows
@@ -111,6 +164,8 @@ class Targeted:
                 return
             channels = await self._channels()
             self._targeted_at, self._targeted_scanned, self._roam_asked = now, False, None
+            self._why_looked = (f"a targeted scan: the signal fell to {_dbm(policy.signal)} dBm, "
+                                "below the floor")
             policy.set_targeted(True, f"signal {_dbm(policy.signal)} dBm below the floor of "
                                       f"{owner.settings.signal_floor_dbm:.0f} dBm: scanning "
                                       f"{mhz(channels)} to roam, bgscan kept off")
@@ -160,6 +215,10 @@ class Targeted:
             self._roam_asked = ""  # nothing clearly better: wpa_supplicant's choice stands
             return
         self._roam_asked = best.bssid
+        await self._ask_roam(before, signal, best, "below the floor")
+
+    async def _ask_roam(self, before: Bss, signal: float, best: Candidate, when: str) -> None:
+        owner = self._owner
         try:
             await self._supplicant.roam(await owner.iface(), best.bssid)
         except SupplicantError as e:
@@ -168,10 +227,77 @@ class Targeted:
                                 f"{best.bssid} ({best.signal} dBm): {e}", ROAM)
             return
         self.roams += 1
+        self._moved_at = time.monotonic()
+        self._roam_to = best.bssid
         owner.problems.clear(ROAM)
-        log.info("%s: asked wpa_supplicant to roam from %s (%s dBm) to %s (%d dBm, %d MHz)",
-                 self.ifname, before.bssid, _dbm(signal), best.bssid, best.signal,
-                 best.frequency)
+        log.info("%s: asked wpa_supplicant to roam from %s (%s dBm) to %s (%d dBm, %d MHz) "
+                 "%s", self.ifname, before.bssid, _dbm(signal), best.bssid, best.signal,
+                 best.frequency, when)
+
+    async def _walk(self) -> bool:
+        """Between bgscan's threshold and the floor, while bgscan is suspended by us: a walk
+        scan per WALK_DROP_DB the signal fell, and the move after it (see the module's
+        docstring).  Whether it scanned or decided a move this sample."""
+        owner = self._owner
+        suspended, signal = owner.suspended, owner.policy.signal
+        if owner.settings.roam_scans != TARGETED or suspended is None or signal is None \
+                or owner.policy.state not in (P.GUARDING, P.HELD):
+            self._looked_at_dbm = None
+            return False
+        now = time.monotonic()
+        if self._walk_scanned:
+            self._walk_scanned = False
+            await self._move_if_better(WALK_MARGIN_DB, "before the floor")
+            return True
+        threshold = bgscan_threshold(suspended.saved)
+        if signal >= threshold:
+            self._looked_at_dbm, self._look_from_here = None, False
+            return False
+        if self._looked_at_dbm is None:
+            self._looked_at_dbm = float(signal if self._look_from_here else threshold)
+            self._looked_in_band = False
+        self._look_from_here = False
+        look_at = self._looked_at_dbm - WALK_DROP_DB
+        if not self._looked_in_band:
+            # No look yet since the signal entered the band (or the station moved).
+            look_at = max(look_at, owner.settings.signal_floor_dbm + WALK_BEFORE_FLOOR_DB)
+        if signal > look_at or self._roaming.is_ours() \
+                or (self._walk_at is not None and now - self._walk_at < WALK_GAP) \
+                or not self._others():
+            return False
+        channels = await self._channels()
+        fell = self._looked_at_dbm - signal
+        # The walk scan covers every candidate channel: it serves as the refresh too.
+        self._looked_at_dbm, self._walk_at, self._refresh_at = signal, now, now
+        self._looked_in_band = True
+        self._why_looked = f"a walk scan: the signal fell {fell:.0f} dB to {_dbm(signal)} dBm"
+        log.info("%s: the signal fell %.0f dB to %s dBm while guarding: scanning %s for a "
+                 "better access point of this network", self.ifname, fell, _dbm(signal),
+                 mhz(channels))
+        await self._roaming.own_scan(WALK, channels, self._ssid())
+        return True
+
+    async def _move_if_better(self, margin: int, when: str) -> None:
+        """After a walk scan: if wpa_supplicant has not moved by itself and an AP of the network
+        is better by `margin`, and the station has not moved within MOVE_GAP, ask it to."""
+        owner = self._owner
+        before = self.current
+        await self._read_current()
+        now = time.monotonic()
+        if self.current is None or before is None or self.current.bssid != before.bssid:
+            return  # it moved (or is moving) by itself
+        signal = owner.policy.signal if owner.policy.signal is not None else self.current.signal
+        best = next(iter(self._others()), None)
+        if best is None or best.signal < signal + margin:
+            log.info("%s: no access point of this network is %d dB stronger than %s (%s dBm): "
+                     "staying", self.ifname, margin, self._where(), _dbm(signal))
+            return
+        if self._moved_at is not None and now - self._moved_at < MOVE_GAP:
+            log.info("%s: %s (%d dBm) is %d dB stronger, but the station moved %.0f s ago: "
+                     "staying", self.ifname, best.bssid, best.signal, best.signal - signal,
+                     now - self._moved_at)
+            return
+        await self._ask_roam(before, signal, best, when)
 
     async def _refresh(self) -> None:
         """Between the floor and bgscan's threshold, while bgscan is suspended by us: one
@@ -205,7 +331,7 @@ class Targeted:
             if path is None:
                 self.current = None
             elif self.current is None or self.current.path != path:
-                self.current = await self._supplicant.bss(path)
+                self._now_with(await self._supplicant.bss(path))
         except SupplicantError as e:
             self._owner.look_up_again_if_gone(e)
             self._owner.problems.fail(f"{self.ifname}: cannot read which access point the "
@@ -232,7 +358,7 @@ class Targeted:
         current = next((b for b in seen if b.path == path), None)
         if current is None or not owner.dev.connection_uuid:
             return
-        self.current = current
+        self._now_with(current)
         known = len(self._others())
         now_known = self.candidates.learn(owner.dev.connection_uuid, current, seen,
                                           time.monotonic())
@@ -247,8 +373,26 @@ class Targeted:
         the next sample decide on a Roam."""
         if self._targeted_at is not None and self._roaming.own_kind == TARGETED:
             self._targeted_scanned = True
+        elif self._walk_at is not None and self._roaming.own_kind == WALK \
+                and time.monotonic() - self._walk_at < WALK_RESULTS_FRESH:
+            self._walk_scanned = True
         if not self._owner.stopping:  # a guard that stops learns nothing more
             self._owner.beside(self.learn())
+
+    def _now_with(self, bss: Bss) -> None:
+        """The station is with `bss`: a different AP than before is a move (MOVE_GAP)."""
+        if self.current is not None and self.current.bssid != bss.bssid:
+            self._moved_at = time.monotonic()
+            self._looked_at_dbm = None
+            self._look_from_here = True  # a new AP: the walk's steps count from its signal
+            by = "on the guard's Roam" if bss.bssid == self._roam_to else "by wpa_supplicant's own choice"
+            why = f", after {self._why_looked}" if self._why_looked else ""
+            self.last_move = (f"{time.strftime('%H:%M:%S')} from {self.current.bssid} to "
+                              f"{bss.bssid} ({bss.frequency} MHz) {by}{why}")
+            self._why_looked = self._roam_to = ""
+            log.info("%s: the station moved from %s to %s (%d MHz) %s%s", self.ifname,
+                     self.current.bssid, bss.bssid, bss.frequency, by, why)
+        self.current = bss
 
     def _where(self) -> str:
         return self.current.bssid if self.current is not None else "the current access point"

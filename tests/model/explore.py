@@ -106,6 +106,9 @@ EVENTS: tuple[Event, ...] = (
     _e("fade-stays", "fade(ifname='wlan0', itself=False, then=0.0)"),
     # between the floor and bgscan's threshold: the guard refreshes its candidates (one channel)
     _e("marginal", "signal(ifname='wlan0', rssi=-72, then=0.0)"),
+    # a walk: past the first look before the floor, the guard scans the candidates' channels
+    # and asks for a Roam to one clearly better
+    _e("walk", "signal(ifname='wlan0', rssi=-74, then=0.0)"),
     # liveness, where it can be judged (World.busy_check): both links busy for a while
     _e("busy-check", "busy_for_a_while()"),
     # wpa_supplicant: faults of the daemon's next call of one kind

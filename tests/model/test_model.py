@@ -152,8 +152,9 @@ class Machine(RuleBasedStateMachine):
         self._then(then)
 
     # -72: between the floor (-75) and bgscan's threshold (-70, -65), where the guard refreshes its
-    # candidates by scans of one channel
-    @rule(ifname=ifnames, rssi=st.sampled_from([-40, -60, -72, -78, -90]), then=then)
+    # candidates by scans of one channel; -74: past the walk's first look (2 dB above the floor),
+    # where it scans the candidates' channels and may ask for a Roam before the floor
+    @rule(ifname=ifnames, rssi=st.sampled_from([-40, -60, -72, -74, -78, -90]), then=then)
     def signal(self, ifname: str, rssi: int, then: float) -> None:
         self._step("signal")
         iface = self.world.wpa.ifaces.get(ifname)

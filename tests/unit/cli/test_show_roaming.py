@@ -44,3 +44,15 @@ def test_monitor_tells_each_new_own_scan_and_roam_once():
         "the guard's own targeted scan of 2412, 5180 MHz (roaming)",
         "the guard asked wpa_supplicant to roam to a stronger access point"]
     assert own_scan_news(now, now) == []
+
+
+def test_the_last_move_and_why_are_shown_escaped():
+    d = device(own_scan_details=[{"at": time.time(), "kind": "walk", "channels": [2437, 2462]}],
+               last_move="12:00:03 from 02:00:00:00:01:00 to 02:00:00:00:02:00 (2462 MHz) by "
+                         "wpa_supplicant's own choice, after a walk scan: the signal fell 6 dB "
+                         "to -76 dBm\x1b[2J")
+    line = roam_line(d)
+    assert line.endswith("last move 12:00:03 from 02:00:00:00:01:00 to 02:00:00:00:02:00 (2462 "
+                         "MHz) by wpa_supplicant's own choice, after a walk scan: the signal fell "
+                         "6 dB to -76 dBm\\x1b[2J")
+    assert "the last walk of 2437, 2462 MHz" in line

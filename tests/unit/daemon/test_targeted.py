@@ -12,7 +12,17 @@ import pytest
 from nm_scanguard.daemon import policy as P
 from nm_scanguard.daemon import roaming, targeted
 from nm_scanguard.daemon.guard import Guard
-from nm_scanguard.daemon.targeted import REFRESH_GAP, ROAM_MARGIN_DB, TARGETED_LIMIT, bgscan_threshold
+from nm_scanguard.daemon.targeted import (
+    MOVE_GAP,
+    REFRESH_GAP,
+    ROAM_MARGIN_DB,
+    TARGETED_LIMIT,
+    WALK_BEFORE_FLOOR_DB,
+    WALK_DROP_DB,
+    WALK_GAP,
+    WALK_MARGIN_DB,
+    bgscan_threshold,
+)
 from nm_scanguard.peers.supplicant import Bss
 from tests.unit.daemon import test_guard as G
 from tests.unit.daemon.test_abort import engage, fade
@@ -316,3 +326,133 @@ async def test_roam_scans_set_to_full_during_a_fade_releases_at_the_next_sample(
     await fade(guard, parts, -85)
     assert guard.state == P.WEAK and sup.networks[NET0]["bgscan"] == NM_BGSCAN
     assert sup.scan_channels == [(2412, 5180), ()]
+
+
+# ---- a walk: looked at before the floor -------------------------------------------------------
+
+THRESHOLD = bgscan_threshold(NM_BGSCAN)  # -70 dBm
+FIRST_LOOK = max(THRESHOLD - WALK_DROP_DB, int(SETTINGS.signal_floor_dbm) + WALK_BEFORE_FLOOR_DB)
+
+
+def walk_scans(guard: Guard) -> list[tuple[int, ...]]:
+    return [s.channels for s in guard.roaming.own if s.kind == "walk"]
+
+
+async def sample(guard: Guard, parts, clock, rssi: int, seconds: float = 1.0) -> None:
+    clock[0] += seconds
+    await fade(guard, parts, rssi)
+
+
+async def test_a_walk_is_looked_at_before_the_floor_and_moved_on_from_a_clearly_better_ap(
+        guard, parts, two_aps, clock, caplog):
+    """The signal falls 1 dB a second: no scan above bgscan's threshold, one scan of the
+    candidates' channels at the first look (before the floor), and a Roam to an AP better by
+    WALK_MARGIN_DB when wpa_supplicant did not move by itself; bgscan stays suspended, the
+    state guarding, and no scan of every channel."""
+    sup = parts["sup"]
+    ap1, ap2 = two_aps
+    caplog.set_level(logging.INFO, "scanguard")
+    await learned(guard, parts)
+    for rssi in range(-60, FIRST_LOOK, -1):
+        await sample(guard, parts, clock, rssi)
+        if guard.roaming.is_ours():
+            await scan_ends(guard, parts)
+    # above the threshold nothing; below it, the refresh's one channel
+    assert sup.scan_channels == [(5180,)] and walk_scans(guard) == []
+    await sample(guard, parts, clock, FIRST_LOOK)
+    assert walk_scans(guard) == [(2412, 5180)] and sup.scan_channels[-1] == (2412, 5180)
+    assert f"the signal fell {THRESHOLD - FIRST_LOOK} dB to {FIRST_LOOK} dBm while guarding" in caplog.text
+    sup.bss_list = [ap1._replace(signal=FIRST_LOOK), ap2._replace(signal=FIRST_LOOK + WALK_MARGIN_DB)]
+    await scan_ends(guard, parts)
+    await sample(guard, parts, clock, FIRST_LOOK - 1)
+    assert sup.roams == [ap2.bssid] and guard.targeted.roams == 1
+    assert "before the floor" in caplog.text
+    assert guard.state == P.GUARDING and sup.networks[NET0]["bgscan"] == ""
+    assert () not in sup.scan_channels
+    sup.current_bss_path = ap2.path  # the Roam done
+    await guard.targeted.learn()
+    move = guard.status().last_move
+    assert f"from {ap1.bssid} to {ap2.bssid} (5180 MHz) on the guard's Roam, after a walk scan: " \
+           f"the signal fell {THRESHOLD - FIRST_LOOK} dB to {FIRST_LOOK} dBm" in move
+
+
+async def test_a_walk_scan_finding_nothing_clearly_better_leaves_wpa_supplicants_choice(
+        guard, parts, two_aps, clock):
+    sup = parts["sup"]
+    ap1, ap2 = two_aps
+    await learned(guard, parts)
+    await sample(guard, parts, clock, FIRST_LOOK)
+    sup.bss_list = [ap1._replace(signal=FIRST_LOOK), ap2._replace(signal=FIRST_LOOK + WALK_MARGIN_DB - 1)]
+    await scan_ends(guard, parts)
+    await sample(guard, parts, clock, FIRST_LOOK)
+    assert sup.roams == [] and walk_scans(guard) == [(2412, 5180)]
+
+
+LOW_FLOOR = dataclasses.replace(SETTINGS, signal_floor_dbm=-85.0)  # room for two looks
+LOW_FIRST_LOOK = max(THRESHOLD - WALK_DROP_DB, int(LOW_FLOOR.signal_floor_dbm) + WALK_BEFORE_FLOOR_DB)
+
+
+async def test_two_aps_of_equal_signal_do_not_make_the_station_flap(guard, parts, two_aps, clock):
+    """A link that stays marginal with the jitter of single readings (±4 dB), the other AP as
+    strong: one look on entering the band, then none (the signal never falls WALK_DROP_DB
+    below it), no Roam, and the refresh's one channel every REFRESH_GAP."""
+    sup = parts["sup"]
+    ap1, ap2 = two_aps
+    guard.update(guard.dev, LOW_FLOOR)
+    await learned(guard, parts)
+    sup.bss_list = [ap1._replace(signal=LOW_FIRST_LOOK), ap2._replace(signal=LOW_FIRST_LOOK)]
+    jitter = [0, -3, 2, -4, 3, -2, 1, -3]
+    for i in range(120):
+        await sample(guard, parts, clock, LOW_FIRST_LOOK + jitter[i % len(jitter)])
+        if guard.roaming.is_ours():
+            await scan_ends(guard, parts)
+    assert sup.roams == [] and len(walk_scans(guard)) == 1
+    assert guard.state == P.GUARDING
+    assert [c for c in sup.scan_channels if len(c) == 1] == [(5180,)] * 2  # refreshes, 120 s
+
+
+async def test_no_move_of_ours_within_the_move_gap_of_the_last_move(guard, parts, two_aps, clock,
+                                                                    caplog):
+    """wpa_supplicant moved to AP2 by itself on a walk scan's results; the signal falls on AP2
+    and the next walk scan finds AP1 clearly better within MOVE_GAP: the station stays.  After
+    MOVE_GAP, a further fall and look: it is moved."""
+    sup = parts["sup"]
+    ap1, ap2 = two_aps
+    caplog.set_level(logging.INFO, "scanguard")
+    guard.update(guard.dev, LOW_FLOOR)
+    await learned(guard, parts)
+    await sample(guard, parts, clock, LOW_FIRST_LOOK)
+    assert len(walk_scans(guard)) == 1
+    sup.current_bss_path = ap2.path  # its own rule moved it on the walk scan's results
+    sup.bss_list = [ap1._replace(signal=LOW_FIRST_LOOK), ap2._replace(signal=THRESHOLD - 1)]
+    await scan_ends(guard, parts)
+    await sample(guard, parts, clock, THRESHOLD - 1)
+    assert "the station moved from" in caplog.text and sup.roams == []
+    assert "by wpa_supplicant's own choice, after a walk scan" in guard.status().last_move
+    await sample(guard, parts, clock, THRESHOLD - 1)  # steps count from AP2's signal
+    on_ap2 = THRESHOLD - 1 - WALK_DROP_DB
+    await sample(guard, parts, clock, on_ap2, seconds=WALK_GAP)
+    assert len(walk_scans(guard)) == 2
+    sup.bss_list = [ap1._replace(signal=on_ap2 + WALK_MARGIN_DB + 1), ap2._replace(signal=on_ap2)]
+    await scan_ends(guard, parts)
+    await sample(guard, parts, clock, on_ap2)
+    assert sup.roams == [] and "but the station moved" in caplog.text
+    clock[0] += MOVE_GAP
+    await sample(guard, parts, clock, on_ap2 - WALK_DROP_DB)
+    assert len(walk_scans(guard)) == 3
+    await scan_ends(guard, parts)
+    await sample(guard, parts, clock, on_ap2 - WALK_DROP_DB)
+    assert sup.roams == [ap1.bssid] and guard.state == P.GUARDING
+
+
+async def test_no_walk_scan_with_roam_scans_full_or_above_bgscans_threshold(guard, parts, two_aps,
+                                                                            clock):
+    sup = parts["sup"]
+    await learned(guard, parts)
+    for rssi in range(-50, THRESHOLD, -1):  # strong, down to the threshold: nothing
+        await sample(guard, parts, clock, rssi, seconds=WALK_GAP)
+    assert sup.scan_channels == []
+    guard.update(guard.dev, dataclasses.replace(SETTINGS, roam_scans="full"))
+    await sample(guard, parts, clock, FIRST_LOOK, seconds=WALK_GAP)
+    await sample(guard, parts, clock, FIRST_LOOK - 1, seconds=WALK_GAP)
+    assert sup.scan_channels == [] and walk_scans(guard) == []
