@@ -623,3 +623,27 @@ def test_a_clean_stop_restores_what_no_guard_holds(restart):
         state.bgscan_is_safe()
     finally:
         state.teardown()
+
+
+def test_a_walk_before_the_floor_is_looked_at_and_roamed_with_bgscan_kept_off():
+    """Busy on AP1 with AP2 known and strong; AP1's signal falls to -74 dBm, above the floor
+    (-75) and past the walk's first look (-73): the guard scans the two channels (a walk scan,
+    never aborted), wpa_supplicant moves to AP2 on its results (14 dB stronger), and the guard
+    goes on guarding, bgscan "" all along and no scan of every channel."""
+    state = Machine()
+    try:
+        _guarding_with_a_second_ap(state)
+        world, guard = state.world, state.world.instance.daemon.guards["wlan0"]
+        state.signal(ifname="wlan0", rssi=-74, then=0.0)
+        for _ in range(8):
+            state.advance(t=0.5)
+            state.bgscan_is_safe()
+            assert guard.state == "guarding"
+            assert world.wpa.ifaces["wlan0"].current.bgscan == "", "bgscan kept suspended"
+        assert _daemon_scans(state) == [(2412, 5500)]
+        assert [s.kind for s in guard.roaming.own] == ["walk"]
+        assert world.wpa.ifaces["wlan0"].bss.bssid == "02:00:00:00:00:02"
+        assert guard.targeted.roams == 0
+        assert "by wpa_supplicant's own choice, after a walk scan" in guard.status().last_move
+    finally:
+        state.teardown()
