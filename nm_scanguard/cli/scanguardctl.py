@@ -17,7 +17,7 @@ from ..config import (
     KEYS,
     ConfigError,
 )
-from ..output import closed_pipe_quiet
+from ..output import run_main
 from ..peers.bus import (
     BusError,
 )
@@ -250,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return closed_pipe_quiet(lambda: _main(argv))
+    return run_main("scanguardctl", lambda: _main(argv))
 
 
 def _main(argv: list[str] | None) -> int:

@@ -195,14 +195,14 @@ async def cmd_monitor(args: argparse.Namespace) -> int:
     # the signals of the connection that owns the service's name are shown.
     owners = NameOwners((NAME,))
 
-    closed: list[BrokenPipeError] = []
+    closed: list[OSError] = []  # standard output's write error (output.run_main reports it)
 
     def on_message(msg: Message) -> None:
-        # The library would log an exception from a handler and go on: a reader that has gone
-        # (monitor | head) ends the monitor instead.
+        # The library would log an exception from a handler and go on: output that cannot be
+        # written (monitor | head, > /dev/full) ends the monitor instead.
         try:
             show(msg)
-        except BrokenPipeError as e:
+        except OSError as e:
             closed.append(e)
             stop.set()
 
@@ -242,7 +242,7 @@ async def cmd_monitor(args: argparse.Namespace) -> int:
                 named = public
             try:
                 show_holds(named)
-            except BrokenPipeError as e:
+            except OSError as e:
                 closed.append(e)
                 stop.set()
 

@@ -29,7 +29,7 @@ from ..config import (
 )
 from ..dbuslib import SKIPPED, Message, MessageBus, MessageType
 from ..names import BUS_NAME, DBUS
-from ..output import closed_pipe_quiet
+from ..output import run_main
 from ..peers.bus import BusError, NoSystemBus, call, close_bus, connect_system
 from ..peers.supplicant import SupplicantError
 from ..text import one_line, shown
@@ -176,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return closed_pipe_quiet(lambda: _main(argv))
+    return run_main("scanguardd", lambda: _main(argv))
 
 
 def _main(argv: list[str] | None) -> int:
