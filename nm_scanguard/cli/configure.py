@@ -33,15 +33,21 @@ def _profiles() -> ModuleType:
 
 
 def _global(path: str) -> Settings:
-    """The global settings for the config verbs.  A file named with --config must exist
-    (Failure); a bad file is only a warning, since the verbs still work with the defaults."""
+    """The global settings as the service reads them at start: a file named with --config must
+    exist, and a bad file is an error, as `scanguardd --check-config` says (ConfigError)."""
+    return load_file(path, required=named_file_required(path))
+
+
+def _global_base(path: str) -> Settings:
+    """The global settings that `config set` checks a profile's values against.  A bad file is
+    only a warning there: the profile's values can still be checked, against the defaults."""
     try:
-        return load_file(path, required=named_file_required(path))
-    except ConfigMissing as e:
-        raise Failure(str(e)) from None
+        return _global(path)
+    except ConfigMissing:
+        raise
     except ConfigError as e:
         print(f"scanguardctl: warning: {e}; the service will not start until it is fixed. "
-              "Showing built-in defaults instead", file=sys.stderr)
+              "Checking against the built-in defaults instead", file=sys.stderr)
         return Settings()
 
 
@@ -62,19 +68,29 @@ def cmd_config_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _unprefixed(text: str) -> str:
+    return text[len(USER_DATA_PREFIX):] if text.startswith(USER_DATA_PREFIX) else text
+
+
 def _key(text: str) -> str:
-    key = text[len(USER_DATA_PREFIX):] if text.startswith(USER_DATA_PREFIX) else text
+    """A known key as given (with or without "scanguard."), or a Failure naming the known keys
+    and the likeliest one meant."""
+    key = _unprefixed(text)
     if key not in KEYS:
-        raise Failure(f"unknown key {quoted(text, NAME_CHARS)} (known keys: {', '.join(KEYS)})")
+        from difflib import get_close_matches
+
+        near = get_close_matches(key, KEYS, n=1)
+        meant = f"; did you mean {near[0]}?" if near else ""
+        raise Failure(f"unknown key {quoted(text, NAME_CHARS)}{meant} "
+                      f"(known keys: {', '.join(KEYS)})")
     return key
 
 
 def cmd_config_set(args: argparse.Namespace) -> int:
-    base = _global(args.config)  # a mistyped --config is said before NetworkManager is asked
-    p = _profiles()
-    conn = p.find(p.client(), args.connection)
-    where = f"profile '{shown(conn.get_id(), NAME_CHARS)}'"
+    # What the command line and the global file say is checked before NetworkManager is asked:
+    # a mistyped key or value, or --config, is said at once, whatever NetworkManager's state.
     values: dict[str, str] = {}
+    where = f"profile {quoted(args.connection, NAME_CHARS)}"
     for item in args.assignments:
         key, sep, text = item.partition("=")
         if not sep:
@@ -82,6 +98,10 @@ def cmd_config_set(args: argparse.Namespace) -> int:
         key = _key(key.strip())
         parse_value(key, text, where)  # raises ConfigError with the expected form
         values[key] = text.strip()
+    base = _global_base(args.config)
+    p = _profiles()
+    conn = p.find(p.client(), args.connection)
+    where = f"profile '{shown(conn.get_id(), NAME_CHARS)}'"
     # Check the result as a whole (release thresholds above engage thresholds, ...).
     merged = {**p.scanguard_data(conn), **values}
     parsed = {}
@@ -100,9 +120,13 @@ def cmd_config_unset(args: argparse.Namespace) -> int:
     p = _profiles()
     conn = p.find(p.client(), args.connection)
     present = p.scanguard_data(conn)
+    # A key this version does not know is refused (a typing mistake must not pass for "is not
+    # set"), unless the profile has it: `config show` lists such keys as ignored, and this is
+    # how they are removed.  All are checked before anything is changed.
+    wanted = [_unprefixed(text) if _unprefixed(text) in present else _key(text)
+              for text in args.keys]
     keys = []
-    for text in args.keys:
-        key = text[len(USER_DATA_PREFIX):] if text.startswith(USER_DATA_PREFIX) else text
+    for key in wanted:
         if key not in present:
             print(f"scanguardctl: {shown(conn.get_id(), NAME_CHARS)}: {USER_DATA_PREFIX}{key} is not set",
                   file=sys.stderr)

@@ -29,6 +29,23 @@ from .hold import HOLD_FAILED, cmd_hold, cmd_reload
 from .profiles import ProfileError
 from .show import cmd_monitor, cmd_status
 
+# ---- arguments -------------------------------------------------------------------------------
+
+def _utf8(text: str) -> str:
+    """An argument passed on to the service or NetworkManager, which take text in UTF-8 only.
+    Python gives bytes of an argument that are not UTF-8 as lone surrogates (PEP 383), which
+    no D-Bus library can send: refused here, naming the argument, not later as a bus failure."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        code = ord(text[e.start])
+        what = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+        where = f"after {quoted(text[:e.start])}" if e.start else "at the start"
+        raise argparse.ArgumentTypeError(f"not valid UTF-8 ({what} {where}); write it in "
+                                         "UTF-8") from None
+    return text
+
+
 # ---- diagnose ---------------------------------------------------------------------------------
 
 def _positive_seconds(text: str) -> float:
@@ -160,11 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
                      "when COMMAND cannot be run, 127 when it is not found; 128+N "
                      "when it was killed by signal N.")
     h.usage_status = HOLD_FAILED
-    h.add_argument("--reason", default="",
+    h.add_argument("--reason", default="", type=_utf8,
                    help="why, shown in your and root's status (e.g. \"video call\")")
-    h.add_argument("--app-id", default="scanguardctl",
+    h.add_argument("--app-id", default="scanguardctl", type=_utf8,
                    help="application id shown in your and root's status")
-    h.add_argument("--interface", default="", metavar="IFACE",
+    h.add_argument("--interface", default="", metavar="IFACE", type=_utf8,
                    help="hold only this Wi-Fi interface (default: all)")
     h.add_argument("--strict", action="store_true",
                    help=f"do not run COMMAND unless the hold is taken (exit {HOLD_FAILED})")
@@ -195,19 +212,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     cs = _verb(csub, "show", cmd_config_show, "effective settings and where each one came from")
     config_option(cs)
-    cs.add_argument("connection", nargs="?", metavar="CONNECTION",
+    cs.add_argument("connection", nargs="?", metavar="CONNECTION", type=_utf8,
                     help="a NetworkManager profile name or UUID")
     cset = _verb(csub, "set", cmd_config_set, "store settings in a NetworkManager profile",
                  description="Validate, then write scanguard.KEY user data into the "
                              "profile through libnm. The daemon picks the change up "
                              "at once.")
     config_option(cset)
-    cset.add_argument("connection", metavar="CONNECTION", help="profile name or UUID")
+    cset.add_argument("connection", metavar="CONNECTION", type=_utf8, help="profile name or UUID")
     cset.add_argument("assignments", nargs="+", metavar="KEY=VALUE",
                       help=f"keys: {', '.join(KEYS)}")
     cu = _verb(csub, "unset", cmd_config_unset, "remove settings from a NetworkManager profile")
     config_option(cu)
-    cu.add_argument("connection", metavar="CONNECTION", help="profile name or UUID")
+    cu.add_argument("connection", metavar="CONNECTION", type=_utf8, help="profile name or UUID")
     cu.add_argument("keys", nargs="+", metavar="KEY")
 
     d = _verb(sub, "diagnose", cmd_diagnose, "find out whether Wi-Fi stalls are scans, and who "
@@ -229,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seconds", type=_positive_seconds, default=120.0, metavar="N",
                    help="how long to record (default: %(default)g; bgscan's short interval is "
                         "30 s, its long one 300 s)")
-    d.add_argument("--interface", default="", metavar="IFACE",
+    d.add_argument("--interface", default="", metavar="IFACE", type=_utf8,
                    help="only this Wi-Fi interface (default: every connected one)")
     d.add_argument("--json", action="store_true",
                    help="print the recording and the findings as JSON, for scripts")

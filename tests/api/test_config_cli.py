@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from nm_scanguard.config import KEYS
 from tests.api.harness import REPO, scanguardctl
 from tests.conftest import assert_eventually
 
@@ -123,9 +124,16 @@ async def test_config_show_without_connection_and_with_a_broken_file(scenario):
     assert any(line.split()[:3] == ["sample_interval", "0.2", str(scenario.daemon.config)]
                for line in r.stdout.splitlines())
     scenario.daemon.config.write_text("[scanguard]\nsample_interval = often\n")
-    r = await ctl(scenario, "show")
-    assert r.returncode == 0
-    assert "sample_interval = 'often' is not valid" in r.stderr and "built-in defaults" in r.stderr
+    for args in (("show",), ("show", "Home")):  # an error, as --check-config says it
+        r = await ctl(scenario, *args)
+        assert r.returncode == 1 and r.stdout == ""
+        assert r.stderr == (f"scanguardctl: {scenario.daemon.config} [scanguard]: sample_interval "
+                            "= 'often' is not valid; expected a number of seconds from 0.1 to 60\n")
+    # config set still checks the profile's values, against the defaults, and says so.
+    r = await ctl(scenario, "set", "Home", "threshold_mbit=5")
+    assert r.returncode == 0, r.stderr
+    assert "sample_interval = 'often' is not valid" in r.stderr
+    assert "Checking against the built-in defaults instead" in r.stderr
 
 
 def daemon_check(*args):
@@ -188,6 +196,28 @@ async def test_config_set_says_so_when_the_setting_did_not_survive(scenario, pro
         "Ubuntu: canonical/netplan#615); set it for every network in "
         "/etc/scanguard/scanguard.conf instead\n")
     assert scenario.nm.user_data(conn) == {}
+
+
+@pytest.mark.parametrize("profile", ["Home", "Café ☕"])
+async def test_config_unset_refuses_an_unknown_key(scenario, profile):
+    """A mistyped key is not "not set": it is refused, before anything is removed; a key the
+    profile has that this version does not know (`config show` lists it as ignored) goes."""
+    if profile != "Home":
+        scenario.nm.rename_profile(scenario.conn, profile)
+    scenario.nm.set_user_data(scenario.conn, {"scanguard.threshold_mbit": "5",
+                                              "scanguard.old_key": profile})
+    r = await ctl(scenario, "unset", profile, "threshold_mbit", "threshhold_mbit")
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr == ("scanguardctl: unknown key 'threshhold_mbit'; did you mean threshold_mbit? "
+                        "(known keys: " + ", ".join(KEYS) + ")\n")
+    assert scenario.nm.user_data(scenario.conn) == {"scanguard.threshold_mbit": "5",
+                                                     "scanguard.old_key": profile}
+
+    r = await ctl(scenario, "unset", profile, "threshold_mbit", "scanguard.old_key", "enabled")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"{profile}: removed scanguard.threshold_mbit, scanguard.old_key\n"
+    assert r.stderr == f"scanguardctl: {profile}: scanguard.enabled is not set\n"
+    assert scenario.nm.user_data(scenario.conn) == {}
 
 
 async def test_config_unset_says_so_when_a_setting_stays(scenario):
