@@ -13,7 +13,12 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, NamedTuple, Protocol
 
-from ..config import Settings, load_file
+from ..config import (
+    ConfigMissing,
+    Settings,
+    load_file,
+    named_file_required,
+)
 from ..dbuslib import Message, MessageBus, MessageType
 from ..peers.bus import BusError, NameOwners, add_match
 from ..peers.netlink import LinkCounters
@@ -51,6 +56,17 @@ MATCH_RULES = (
     *NM_SIGNALS,
     *WPAS_SIGNALS,
 )
+
+
+def reread(path: str | None) -> Settings:
+    """The global file read again as the start read it (ConfigError if it does not load).  A
+    file named with --config must still be there: one deleted since the start is refused as it
+    would have been then, not read as "built-in defaults"."""
+    try:
+        return load_file(path, required=path is not None and named_file_required(path))
+    except ConfigMissing:
+        raise ConfigMissing(f"{path}: no such file, and the service reads only this file (its "
+                            "--config): put it back, or restart it without --config") from None
 
 
 class Tasks(Protocol):
@@ -248,8 +264,8 @@ class Daemon:
                              warned=self._profile_warnings)
 
     async def reload(self) -> None:
-        """Re-read the global file; on error keep the old settings and raise ConfigError."""
-        self.settings = load_file(self.config_path)
+        """Re-read the global file (reread); on error keep the old settings and raise ConfigError."""
+        self.settings = reread(self.config_path)
         log.info("configuration reloaded from %s", self.config_path)
         await self.sync()
 

@@ -38,3 +38,19 @@ async def test_reload_without_the_service(system_bus):
     r = await asyncio.to_thread(scanguardctl, system_bus.address, "reload")
     assert r.returncode == 1
     assert r.stderr.startswith("scanguardctl: the scanguard service is not running")
+
+
+async def test_reload_after_the_config_file_was_deleted_is_refused(scenario):
+    """Started with --config FILE, the service reads that file only: once deleted, a reload is
+    refused as the start would have been, not read as "built-in defaults"."""
+    conf = scenario.daemon.config
+    conf.write_text("[scanguard]\nsample_interval = 0.2\nthreshold_mbit = 7\n")
+    r = await asyncio.to_thread(scanguardctl, scenario.address, "reload")
+    assert r.returncode == 0, r.stderr
+    conf.unlink()
+    r = await asyncio.to_thread(scanguardctl, scenario.address, "reload")
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr == (f"scanguardctl: {conf}: no such file, and the service reads only this "
+                        "file (its --config): put it back, or restart it without --config; the "
+                        "previous settings stay in force\n")
+    assert (await scenario.device())["settings"]["threshold_mbit"] == 7.0
