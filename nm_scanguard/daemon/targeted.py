@@ -20,12 +20,10 @@ channel for seconds.
   better; if it has not, one sample after the scan, the guard asks for a Roam to an AP better
   by WALK_MARGIN_DB.  No move of ours within MOVE_GAP of the last move, whoever made it: two
   APs of about the same signal do not make the station flap.
-- What every scan found, whoever asked, is learned (scan_done → learn) while roam_scans is
-  `targeted`; with `full` nothing reads the candidates, so nothing is read for them.
-- A Roam wpa_supplicant refused (problem ROAM) is shown until a Roam succeeds or the fade
-  ends: after that it says nothing about what the guard is doing.  A read of the APs that
-  failed (the BSS list, or the one the station is with: problem CANDIDATES) is shown until the
-  next read succeeds or wpa_supplicant restarts.
+- Where the station is, what the scans found, its moves and the Roams asked: station.py.
+- A Roam wpa_supplicant refused (problem ROAM) is shown until a Roam succeeds, the fade ends,
+  or (asked before the floor) the walk is over: after that it says nothing about what the
+  guard is doing.
 
 A Targeted belongs to one Guard and touches neither bgscan nor the journal: the policy's
 `targeted` flag is what keeps bgscan off, and it ends with the fade or the fallback.
@@ -37,11 +35,13 @@ import logging
 import time
 from typing import Any
 
-from ..peers.supplicant import Bss, SupplicantError, WpaSupplicant
+from ..peers.supplicant import Bss, WpaSupplicant
 from . import policy as P
-from .candidates import Candidate, Candidates
-from .problems import CANDIDATES, ROAM
+from .candidates import Candidates
+from .problems import ROAM
 from .roaming import REFRESH, TARGETED, WALK, Owner, Roaming, mhz
+from .station import Station
+from .station import dbm as _dbm
 
 log = logging.getLogger("scanguard")
 
@@ -101,8 +101,7 @@ class Targeted:
                  candidates: Candidates | None = None) -> None:
         self._owner = owner
         self._roaming = roaming  # asks for the scans, knows which are ours
-        self._supplicant = supplicant
-        self.candidates = candidates if candidates is not None else Candidates()
+        self.station = Station(owner, supplicant, candidates)
         self.ifname = owner.ifname
         # This fade: when the targeted path took it on (monotonic), whether its scan ended,
         # the Roam asked for ("" none was worth it, "wpa_supplicant": it moved by itself), and
@@ -113,29 +112,46 @@ class Targeted:
         self._spent = False
         self._refresh_at: float | None = None
         self._refresh_next = 0  # which candidate channel the next refresh scans
-        # The walk: the signal the guard last looked at (None above bgscan's threshold), when
-        # it last made a walk scan, whether that scan ended (a move to decide at the next
-        # sample), and when the station last moved (monotonic).
+        # The walk: the signal the guard last looked at (None outside the band between bgscan's
+        # threshold and the floor), whether it looked since the signal entered the band, when it
+        # last made a walk scan and whether that scan ended (a move to decide at the next
+        # sample), and the station's moves already counted (after one, steps count from the new
+        # AP's signal).
         self._looked_at_dbm: float | None = None
+        self._looked_in_band = False
         self._walk_at: float | None = None
         self._walk_scanned = False
-        self._moved_at: float | None = None
-        self._look_from_here = False
-        self._looked_in_band = False  # a walk scan since the signal entered the band (or moved)
-        # Why the guard last looked (its scan's reason) and the AP it last asked to move to:
-        # what the status says of the station's last move (`last_move`).
-        self._why_looked = ""
-        self._roam_to = ""
-        self.last_move = ""
-        self.current: Bss | None = None  # the AP the station is with, as last read
-        self.roams = 0  # Roams asked for, for the status
+        self._moves_seen = 0
 
-    def _ssid(self) -> bytes | None:
-        return self.current.ssid if self.current is not None else None
+    # What the guard and the status read of the station.
+    @property
+    def candidates(self) -> Candidates:
+        return self.station.candidates
+
+    @property
+    def current(self) -> Bss | None:
+        return self.station.current
+
+    @property
+    def roams(self) -> int:
+        return self.station.roams
+
+    @property
+    def last_move(self) -> str:
+        return self.station.last_move
+
+    async def learn(self) -> None:
+        await self.station.learn()
+
+    def candidates_status(self) -> list[dict[str, Any]]:
+        return self.station.candidates_status()
+
+    def supplicant_restarted(self) -> None:
+        self.station.supplicant_restarted()
 
     async def fade(self) -> None:
         """Decide, each sample, how a weak signal is handled, and move the targeted path on."""
-        owner, policy = self._owner, self._owner.policy
+        owner, policy, station = self._owner, self._owner.policy, self.station
         if policy.state not in (P.WEAK, P.ROAMING):
             if policy.targeted:
                 policy.set_targeted(False, policy.reason)
@@ -143,7 +159,7 @@ class Targeted:
                 owner.problems.clear(ROAM)  # the fade ended, or no walk is under way
             if self._targeted_at is not None and policy.state in P.ENGAGED:
                 log.info("%s: the signal is back above the floor (%s dBm): guarding goes on "
-                         "on %s", self.ifname, _dbm(policy.signal), self._where())
+                         "on %s", self.ifname, _dbm(policy.signal), station.where())
             self._targeted_at, self._spent = None, False
             if not await self._walk():
                 await self._refresh()
@@ -156,20 +172,20 @@ class Targeted:
             # this sample's keeps or makes it so.
             if self._spent or owner.settings.roam_scans != TARGETED:
                 return
-            if not self._others():
+            if not station.others():
                 log.info("%s: the signal fell below the floor and no other access point of "
                          "this network is known: releasing bgscan for a scan of every channel",
                          self.ifname)
                 self._spent = True
                 return
-            channels = await self._channels()
+            channels = await station.channels()
             self._targeted_at, self._targeted_scanned, self._roam_asked = now, False, None
-            self._why_looked = (f"a targeted scan: the signal fell to {_dbm(policy.signal)} dBm, "
-                                "below the floor")
+            station.why_looked = (f"a targeted scan: the signal fell to {_dbm(policy.signal)} "
+                                  "dBm, below the floor")
             policy.set_targeted(True, f"signal {_dbm(policy.signal)} dBm below the floor of "
                                       f"{owner.settings.signal_floor_dbm:.0f} dBm: scanning "
                                       f"{mhz(channels)} to roam, bgscan kept off")
-            if not await self._roaming.own_scan(TARGETED, channels, self._ssid()):
+            if not await self._roaming.own_scan(TARGETED, channels, station.ssid()):
                 self._give_up("wpa_supplicant did not start the targeted scan")
             return
         if owner.settings.roam_scans != TARGETED:
@@ -188,57 +204,29 @@ class Targeted:
         policy.set_targeted(False, f"signal {_dbm(policy.signal)} dBm below the floor: {why}; "
                                    "bgscan left on so it can roam")
 
-    def _others(self) -> list[Candidate]:
-        current = self.current.bssid if self.current is not None else None
-        return self.candidates.others(self._owner.dev.connection_uuid, current)
-
-    async def _channels(self) -> list[int]:
-        """The targeted scan's channels: the current AP's and the other candidates'."""
-        await self._read_current()
-        current = self.current
-        return self.candidates.channels(self._owner.dev.connection_uuid,
-                                        current.bssid if current else None,
-                                        current.frequency if current else None)
-
     async def _roam_if_better(self) -> None:
         """One sample after our targeted scan ended: if wpa_supplicant has not moved by itself
         and an AP of the network is better by ROAM_MARGIN_DB, ask it to move there."""
-        owner = self._owner
-        before = self.current
-        await self._read_current()
-        if self.current is None or before is None or self.current.bssid != before.bssid:
+        station = self.station
+        before = station.current
+        await station.read_current()
+        if before is None or station.current is None or station.moved_since(before):
             self._roam_asked = "wpa_supplicant"  # it moved (or is moving) by itself
             return
-        signal = owner.policy.signal if owner.policy.signal is not None else self.current.signal
-        best = next(iter(self._others()), None)
+        signal = self._owner.policy.signal
+        signal = signal if signal is not None else station.current.signal
+        best = next(iter(station.others()), None)
         if best is None or best.signal < signal + ROAM_MARGIN_DB:
             self._roam_asked = ""  # nothing clearly better: wpa_supplicant's choice stands
             return
         self._roam_asked = best.bssid
-        await self._ask_roam(before, signal, best, "below the floor")
-
-    async def _ask_roam(self, before: Bss, signal: float, best: Candidate, when: str) -> None:
-        owner = self._owner
-        try:
-            await self._supplicant.roam(await owner.iface(), best.bssid)
-        except SupplicantError as e:
-            owner.look_up_again_if_gone(e)
-            owner.problems.fail(f"{self.ifname}: cannot move to the stronger access point "
-                                f"{best.bssid} ({best.signal} dBm): {e}", ROAM)
-            return
-        self.roams += 1
-        self._moved_at = time.monotonic()
-        self._roam_to = best.bssid
-        owner.problems.clear(ROAM)
-        log.info("%s: asked wpa_supplicant to roam from %s (%s dBm) to %s (%d dBm, %d MHz) "
-                 "%s", self.ifname, before.bssid, _dbm(signal), best.bssid, best.signal,
-                 best.frequency, when)
+        await station.ask_roam(before, signal, best, "below the floor")
 
     async def _walk(self) -> bool:
         """Between bgscan's threshold and the floor, while bgscan is suspended by us: a walk
         scan per WALK_DROP_DB the signal fell, and the move after it (see the module's
         docstring).  Whether it scanned or decided a move this sample."""
-        owner = self._owner
+        owner, station = self._owner, self.station
         suspended, signal = owner.suspended, owner.policy.signal
         if owner.settings.roam_scans != TARGETED or suspended is None or signal is None \
                 or owner.policy.state not in (P.GUARDING, P.HELD):
@@ -247,62 +235,65 @@ class Targeted:
         now = time.monotonic()
         if self._walk_scanned:
             self._walk_scanned = False
-            await self._move_if_better(WALK_MARGIN_DB, "before the floor")
+            await self._move_if_better()
             return True
         threshold = bgscan_threshold(suspended.saved)
+        moved = station.moves != self._moves_seen
+        self._moves_seen = station.moves
         if signal >= threshold:
-            self._looked_at_dbm, self._look_from_here = None, False
+            self._looked_at_dbm = None
             return False
-        if self._looked_at_dbm is None:
-            self._looked_at_dbm = float(signal if self._look_from_here else threshold)
+        if self._looked_at_dbm is None or moved:
+            # Entering the band the steps count from the threshold; after a move, from the
+            # new AP's signal.
+            self._looked_at_dbm = float(signal if moved else threshold)
             self._looked_in_band = False
-        self._look_from_here = False
         look_at = self._looked_at_dbm - WALK_DROP_DB
         if not self._looked_in_band:
-            # No look yet since the signal entered the band (or the station moved).
             look_at = max(look_at, owner.settings.signal_floor_dbm + WALK_BEFORE_FLOOR_DB)
         if signal > look_at or self._roaming.is_ours() \
                 or (self._walk_at is not None and now - self._walk_at < WALK_GAP) \
-                or not self._others():
+                or not station.others():
             return False
-        channels = await self._channels()
+        channels = await station.channels()
         fell = self._looked_at_dbm - signal
         # The walk scan covers every candidate channel: it serves as the refresh too.
         self._looked_at_dbm, self._walk_at, self._refresh_at = signal, now, now
         self._looked_in_band = True
-        self._why_looked = f"a walk scan: the signal fell {fell:.0f} dB to {_dbm(signal)} dBm"
+        station.why_looked = f"a walk scan: the signal fell {fell:.0f} dB to {_dbm(signal)} dBm"
         log.info("%s: the signal fell %.0f dB to %s dBm while guarding: scanning %s for a "
                  "better access point of this network", self.ifname, fell, _dbm(signal),
                  mhz(channels))
-        await self._roaming.own_scan(WALK, channels, self._ssid())
+        await self._roaming.own_scan(WALK, channels, station.ssid())
         return True
 
-    async def _move_if_better(self, margin: int, when: str) -> None:
-        """After a walk scan: if wpa_supplicant has not moved by itself and an AP of the network
-        is better by `margin`, and the station has not moved within MOVE_GAP, ask it to."""
-        owner = self._owner
-        before = self.current
-        await self._read_current()
-        now = time.monotonic()
-        if self.current is None or before is None or self.current.bssid != before.bssid:
+    async def _move_if_better(self) -> None:
+        """After a walk scan: if wpa_supplicant has not moved by itself, an AP of the network
+        is better by WALK_MARGIN_DB, and the station has not moved within MOVE_GAP, ask it
+        to."""
+        station = self.station
+        before = station.current
+        await station.read_current()
+        if before is None or station.current is None or station.moved_since(before):
             return  # it moved (or is moving) by itself
-        signal = owner.policy.signal if owner.policy.signal is not None else self.current.signal
-        best = next(iter(self._others()), None)
-        if best is None or best.signal < signal + margin:
+        signal = self._owner.policy.signal
+        signal = signal if signal is not None else station.current.signal
+        best = next(iter(station.others()), None)
+        now = time.monotonic()
+        if best is None or best.signal < signal + WALK_MARGIN_DB:
             log.info("%s: no access point of this network is %d dB stronger than %s (%s dBm): "
-                     "staying", self.ifname, margin, self._where(), _dbm(signal))
-            return
-        if self._moved_at is not None and now - self._moved_at < MOVE_GAP:
+                     "staying", self.ifname, WALK_MARGIN_DB, station.where(), _dbm(signal))
+        elif station.moved_at is not None and now - station.moved_at < MOVE_GAP:
             log.info("%s: %s (%d dBm) is %d dB stronger, but the station moved %.0f s ago: "
                      "staying", self.ifname, best.bssid, best.signal, best.signal - signal,
-                     now - self._moved_at)
-            return
-        await self._ask_roam(before, signal, best, when)
+                     now - station.moved_at)
+        else:
+            await station.ask_roam(before, signal, best, "before the floor")
 
     async def _refresh(self) -> None:
         """Between the floor and bgscan's threshold, while bgscan is suspended by us: one
         candidate channel every REFRESH_GAP (see the module's docstring)."""
-        owner = self._owner
+        owner, station = self._owner, self.station
         suspended, signal = owner.suspended, owner.policy.signal
         if owner.settings.roam_scans != TARGETED or suspended is None or signal is None \
                 or owner.policy.state not in (P.GUARDING, P.HELD) \
@@ -311,101 +302,26 @@ class Targeted:
         now = time.monotonic()
         if self._refresh_at is not None and now - self._refresh_at < REFRESH_GAP:
             return
-        current = self.current
-        channels = sorted({c.frequency for c in self._others()}
+        current = station.current
+        channels = sorted({c.frequency for c in station.others()}
                           - {current.frequency if current else 0})
         if not channels:
             return
         self._refresh_at = now
         channel = channels[self._refresh_next % len(channels)]
         self._refresh_next += 1
-        await self._roaming.own_scan(REFRESH, [channel], self._ssid())
-
-    # ---- what the scans found -------------------------------------------------------------
-
-    async def _read_current(self) -> None:
-        """The AP the station is with now (CurrentBSS), into `current`."""
-        try:
-            iface = await self._owner.iface()
-            path = await self._supplicant.current_bss(iface)
-            if path is None:
-                self.current = None
-            elif self.current is None or self.current.path != path:
-                self._now_with(await self._supplicant.bss(path))
-        except SupplicantError as e:
-            self._owner.look_up_again_if_gone(e)
-            self._owner.problems.fail(f"{self.ifname}: cannot read which access point the "
-                                      f"station is with: {e}", CANDIDATES)
-            return
-        self._owner.problems.clear(CANDIDATES)
-
-    async def learn(self) -> None:
-        """Read wpa_supplicant's BSS list and remember the network's access points (run
-        beside the sampling after every scan, and when the guard starts)."""
-        owner = self._owner
-        if owner.settings.roam_scans != TARGETED:
-            return
-        try:
-            iface = await owner.iface()
-            path = await self._supplicant.current_bss(iface)
-            seen = await self._supplicant.bsses(iface)
-        except SupplicantError as e:
-            owner.look_up_again_if_gone(e)
-            owner.problems.fail(f"{self.ifname}: cannot read the access points wpa_supplicant "
-                                f"found: {e}; the known ones are kept", CANDIDATES)
-            return
-        owner.problems.clear(CANDIDATES)
-        current = next((b for b in seen if b.path == path), None)
-        if current is None or not owner.dev.connection_uuid:
-            return
-        self._now_with(current)
-        known = len(self._others())
-        now_known = self.candidates.learn(owner.dev.connection_uuid, current, seen,
-                                          time.monotonic())
-        if now_known - 1 != known:
-            log.info("%s: %d other access point(s) of this network known: %s", self.ifname,
-                     now_known - 1, ", ".join(f"{c.bssid} ({c.frequency} MHz, {c.signal} dBm)"
-                                              for c in self._others()) or "none")
-        owner.changed()
+        await self._roaming.own_scan(REFRESH, [channel], station.ssid())
 
     def scan_done(self) -> None:
-        """A scan of this interface ended: learn what it found; our targeted scan's end lets
-        the next sample decide on a Roam."""
+        """A scan of this interface ended: learn what it found; our targeted or walk scan's
+        end lets the next sample decide on a move."""
         if self._targeted_at is not None and self._roaming.own_kind == TARGETED:
             self._targeted_scanned = True
         elif self._walk_at is not None and self._roaming.own_kind == WALK \
                 and time.monotonic() - self._walk_at < WALK_RESULTS_FRESH:
             self._walk_scanned = True
         if not self._owner.stopping:  # a guard that stops learns nothing more
-            self._owner.beside(self.learn())
-
-    def _now_with(self, bss: Bss) -> None:
-        """The station is with `bss`: a different AP than before is a move (MOVE_GAP)."""
-        if self.current is not None and self.current.bssid != bss.bssid:
-            self._moved_at = time.monotonic()
-            self._looked_at_dbm = None
-            self._look_from_here = True  # a new AP: the walk's steps count from its signal
-            by = "on the guard's Roam" if bss.bssid == self._roam_to else "by wpa_supplicant's own choice"
-            why = f", after {self._why_looked}" if self._why_looked else ""
-            self.last_move = (f"{time.strftime('%H:%M:%S')} from {self.current.bssid} to "
-                              f"{bss.bssid} ({bss.frequency} MHz) {by}{why}")
-            self._why_looked = self._roam_to = ""
-            log.info("%s: the station moved from %s to %s (%d MHz) %s%s", self.ifname,
-                     self.current.bssid, bss.bssid, bss.frequency, by, why)
-        self.current = bss
-
-    def _where(self) -> str:
-        return self.current.bssid if self.current is not None else "the current access point"
-
-    def candidates_status(self) -> list[dict[str, Any]]:
-        """The network's known access points, for the status."""
-        return [{"bssid": c.bssid, "frequency": c.frequency, "signal": c.signal,
-                 "current": self.current is not None and c.bssid == self.current.bssid}
-                for c in self.candidates.known(self._owner.dev.connection_uuid)]
-
-    def supplicant_restarted(self) -> None:
-        self.current = None
-        self._owner.problems.clear(CANDIDATES)  # said of the old process's list
+            self._owner.beside(self.station.learn())
 
 
 def bgscan_threshold(bgscan: str) -> int:
@@ -417,6 +333,3 @@ def bgscan_threshold(bgscan: str) -> int:
     except ValueError:
         return BGSCAN_THRESHOLD
 
-
-def _dbm(value: float | None) -> str:
-    return "?" if value is None else f"{value:.0f}"

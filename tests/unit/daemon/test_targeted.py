@@ -203,7 +203,7 @@ async def test_a_refused_roam_is_shown_and_the_limit_still_falls_back(guard, par
 
 @pytest.mark.parametrize("read, said", [
     ("learn", "cannot read the access points wpa_supplicant found"),
-    ("_read_current", "cannot read which access point the station is with")])
+    ("read_current", "cannot read which access point the station is with")])
 async def test_an_unreadable_read_of_the_aps_keeps_what_is_known_and_shows_once(
         read, said, guard, parts, two_aps, clock, caplog):
     """The BSS list (read after every scan) and the current AP (read each sample of a fade)."""
@@ -211,14 +211,14 @@ async def test_an_unreadable_read_of_the_aps_keeps_what_is_known_and_shows_once(
     caplog.set_level(logging.INFO, "scanguard")
     await learned(guard, parts)
     sup.bss_error = ACCESS_DENIED
-    await getattr(guard.targeted, read)()
-    await getattr(guard.targeted, read)()  # the same failure again: logged once
+    await getattr(guard.targeted.station, read)()
+    await getattr(guard.targeted.station, read)()  # the same failure again: logged once
     assert said in guard.status().error
     assert caplog.text.count(said) == 1
     assert len(guard.targeted.candidates.known("u-1")) == 2
     assert guard.targeted.current == two_aps[0]
     sup.bss_error = None
-    await getattr(guard.targeted, read)()
+    await getattr(guard.targeted.station, read)()
     assert said not in guard.status().error
 
 
@@ -248,7 +248,7 @@ async def test_the_current_ap_is_read_alone_not_with_the_whole_list(guard, parts
     async def whole_list(iface_path: str) -> list[Bss]:
         raise AssertionError("the whole BSS list was read to find the current AP")
     sup.bsses = whole_list
-    await guard.targeted._read_current()
+    await guard.targeted.station.read_current()
     assert guard.targeted.current == two_aps[1]
 
 
