@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
+import time
 
 from ..dbuslib import Message, MessageBus, MessageFlag, MessageType
 from ..names import BUS_NAME as NAME
@@ -28,6 +30,12 @@ HOLD_FAILED = 125
 # Said where the daemon's reply says `use "" for every Wi-Fi interface`, its API's terms.
 _API_EVERY_INTERFACE = 'use "" for every Wi-Fi interface'
 _CLI_EVERY_INTERFACE = "omit --interface to hold every Wi-Fi interface"
+# A command that exits sooner than this many seconds after it started most likely ended before
+# what the hold was for: a program that hands its work to an instance already running
+# (`firefox URL` with Firefox open, `code FILE`) returns at once, and the hold with it.
+QUICK_EXIT = 5.0
+# The signals that end a hold without a command: Ctrl-C, kill, the terminal closing.
+END_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _warn(text: str) -> None:
@@ -35,12 +43,13 @@ def _warn(text: str) -> None:
 
 
 class Holder:
-    """The hold around one command, kept while the command runs: taken at the start, taken
-    again whenever the service's bus name gets a new owner (a restart, an upgrade, a service
-    that was down at the start), released at the end.  A hold that cannot be taken is a
-    warning, never a reason to stop the command: only --strict refuses to start it."""
+    """The hold around one command (or, with `program` None, until a signal ends it), kept
+    while the command runs: taken at the start, taken again whenever the service's bus name
+    gets a new owner (a restart, an upgrade, a service that was down at the start), released
+    at the end.  A hold that cannot be taken is a warning, never a reason to stop the command:
+    only --strict refuses to start it."""
 
-    def __init__(self, args: argparse.Namespace, program: str) -> None:
+    def __init__(self, args: argparse.Namespace, program: str | None) -> None:
         self.body = [args.reason, args.app_id, args.interface]
         self.program = program
         self.bus: MessageBus | None = None
@@ -105,8 +114,7 @@ class Holder:
         if not self.watching:
             return
         if not change[1]:
-            _warn(f"the scanguard service stopped, so {self.program} runs without a hold until "
-                  "it is back")
+            _warn(f"the scanguard service stopped, so {self._unheld()} until it is back")
         else:
             self._retake()
 
@@ -127,8 +135,12 @@ class Holder:
                 return
             if self.owners.owner(NAME) == owner:  # no newer instance to ask
                 _warn(f"{started}, but the hold could not be taken{' again' if again else ''}: "
-                      f"{why}; {self.program} keeps running without it")
+                      f"{why}; " + (f"{self.program} keeps running without it" if self.program
+                                    else "nothing is held until it starts again"))
                 return
+
+    def _unheld(self) -> str:
+        return f"{self.program} runs without a hold" if self.program else "nothing is held"
 
     async def stop(self) -> None:
         """Release the hold, if the instance that gave it still runs, and disconnect."""
@@ -152,22 +164,52 @@ async def cmd_hold(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
-    if not command:
-        raise Failure("hold needs a command to run: scanguardctl hold -- COMMAND [ARGS...]",
-                      HOLD_FAILED)
-    program = shown(command[0])
+    program = shown(command[0]) if command else None
     holder = Holder(args, program)
     try:
         why = await holder.start()
+        if program is None:
+            if why is not None:  # with no command to run, a hold is all there is to do
+                raise Failure(f"no hold could be taken: {why}", HOLD_FAILED)
+            return await _hold_until_ended(args)
         if why is not None:
             if args.strict:
                 raise Failure(f"no hold could be taken, so {program} was not run (--strict): "
                               f"{why}", HOLD_FAILED)
             _warn(f"running {program} without a hold, so Wi-Fi background scans may run during "
                   f"it: {why} (--strict would not run it)")
-        return await _run(command)
+        began = time.monotonic()
+        rc = await _run(command)
+        took = time.monotonic() - began
+        if why is None and took < QUICK_EXIT and rc not in (126, 127):
+            _warn(f"the hold ended after {took:.1f} s, when {program} exited: a command that "
+                  "hands its work to an instance already running (such as `firefox URL` "
+                  "while Firefox is open) returns at once; to hold for as long as you need, "
+                  "run `scanguardctl hold --reason REASON` without a command and press Ctrl-C "
+                  "when done")
+        return rc
     finally:
         await holder.stop()
+
+
+async def _hold_until_ended(args: argparse.Namespace) -> int:
+    """Hold until Ctrl-C, SIGTERM or SIGHUP: each ends it normally (exit 0, the hold
+    released), since ending it is the only way a hold without a command is meant to end."""
+    loop = asyncio.get_running_loop()
+    ended = asyncio.Event()
+    for sig in END_SIGNALS:
+        loop.add_signal_handler(sig, ended.set)
+    try:
+        where = (f"interface {shown(args.interface)}" if args.interface
+                 else "every Wi-Fi interface")
+        why = f" ({shown(args.reason)})" if args.reason else ""
+        print(f"holding{why}: Wi-Fi background scans stay suspended on {where} until you press "
+              f"Ctrl-C or send SIGTERM (kill {os.getpid()})", flush=True)
+        await ended.wait()
+    finally:
+        for sig in END_SIGNALS:
+            loop.remove_signal_handler(sig)
+    return 0
 
 
 async def _run(command: list[str]) -> int:

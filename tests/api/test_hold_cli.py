@@ -8,20 +8,24 @@ DaemonProcess stop and start, what `systemctl restart scanguard` (and every upgr
 from __future__ import annotations
 
 import asyncio
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from nm_scanguard.cli.hold import QUICK_EXIT
 from nm_scanguard.peers.bus import call
 from nm_scanguard.dbuslib import Message, MessageBus, MessageType
 from nm_scanguard.names import DBUS
-from tests.api.harness import NAME, REPO, env_for, kill, named_holds, scanguardctl
+from tests.api.harness import BGSCAN, NAME, REPO, env_for, kill, named_holds, scanguardctl
 from tests.conftest import assert_eventually
 
 REASONS = ["backup", "Café ☕"]
 NOT_RUNNING = "the scanguard service is not running"
+BGSCAN_QUOTED = f'"{BGSCAN}"'
 
 
 def started(address: str, *args: str) -> subprocess.Popen:
@@ -63,8 +67,11 @@ async def test_strict_does_not_run_the_command_and_exits_125(system_bus, reason)
 
 async def test_holds_own_usage_errors_exit_125_and_a_missing_command_127(system_bus):
     r = await asyncio.to_thread(scanguardctl, system_bus.address, "hold")
-    assert r.returncode == 125
-    assert "scanguardctl: hold needs a command to run: scanguardctl hold -- COMMAND" in r.stderr
+    assert r.returncode == 125  # without a command, a hold is all there is to do
+    assert r.stderr == f"scanguardctl: no hold could be taken: {NOT_RUNNING} and could not be " \
+                       "started (org.freedesktop.DBus.Error.ServiceUnknown); see `systemctl " \
+                       "status scanguard`\n", r.stderr
+    assert r.stdout == ""
     r = await asyncio.to_thread(scanguardctl, system_bus.address, "hold", "--reason")
     assert r.returncode == 125 and "expected one argument" in r.stderr
     r = await asyncio.to_thread(scanguardctl, system_bus.address, "hold", "--Café", "--", "true")
@@ -186,8 +193,58 @@ async def test_a_forged_name_owner_change_is_not_believed(scenario, tmp_path):
         flag.touch()
         _, err = await asyncio.to_thread(proc.communicate, timeout=20)
         assert proc.returncode == 4, err
-        assert err == ""
+        assert "scanguard service" not in err, err  # neither "stopped" nor "restarted"
         assert await holds(scenario) == []  # released: hold still knew its giver
     finally:
         forger.disconnect()
         kill(proc)
+
+
+# ---- a hold without a command, and one whose command returns at once ------------------------
+
+@pytest.mark.parametrize("reason,sig", [("Café ☕", signal.SIGTERM), ("video call", signal.SIGINT)])
+async def test_without_a_command_it_holds_until_a_signal_then_releases(scenario, reason, sig):
+    proc = started(scenario.address, "hold", "--reason", reason)
+    try:
+        async def held():
+            return [h["reason"] for h in await holds(scenario)] == [reason]
+        await assert_eventually(held, message="the hold is listed")
+        await assert_eventually(lambda: scenario.bgscan() == '""', message="bgscan suspended")
+        line = await asyncio.to_thread(proc.stdout.readline)
+        assert line == (f"holding ({reason}): Wi-Fi background scans stay suspended on every "
+                        f"Wi-Fi interface until you press Ctrl-C or send SIGTERM (kill "
+                        f"{proc.pid})\n")
+        await asyncio.sleep(QUICK_EXIT + 0.5)  # it does not end by itself
+        assert proc.poll() is None and scenario.bgscan() == '""'
+
+        proc.send_signal(sig)
+        out, err = await asyncio.to_thread(proc.communicate, timeout=20)
+        assert proc.returncode == 0, err
+        assert (out, err) == ("", "")
+        assert await holds(scenario) == []
+        await assert_eventually(lambda: scenario.bgscan() == BGSCAN_QUOTED,
+                                message="bgscan restored")
+    finally:
+        kill(proc)
+
+
+@pytest.mark.parametrize("reason", REASONS)
+async def test_a_hold_whose_command_returns_at_once_says_so(scenario, reason):
+    """`firefox URL` with Firefox open hands the URL over and exits: the hold ends with it,
+    which the user must learn, with what to do instead."""
+    r = await asyncio.to_thread(scanguardctl, scenario.address, "hold", "--reason", reason,
+                                "--", "sh", "-c", 'echo "handed over $1"', "sh", reason)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"handed over {reason}\n"
+    assert re.fullmatch(
+        r"scanguardctl: warning: the hold ended after \d+\.\d s, when sh exited: a command that "
+        r"hands its work to an instance already running \(such as `firefox URL` while Firefox is "
+        r"open\) returns at once; to hold for as long as you need, run `scanguardctl hold "
+        r"--reason REASON` without a command and press Ctrl-C when done\n", r.stderr), r.stderr
+    assert await holds(scenario) == []
+
+
+async def test_a_command_that_runs_longer_is_not_warned_about(scenario):
+    r = await asyncio.to_thread(scanguardctl, scenario.address, "hold", "--reason", "Café ☕",
+                                "--", "sleep", str(QUICK_EXIT + 0.5))
+    assert (r.returncode, r.stderr) == (0, "")
