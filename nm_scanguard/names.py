@@ -16,6 +16,7 @@ ERROR_UNKNOWN_HOLD = ERROR + ".UnknownHold"
 ERROR_TOO_MANY_HOLDS = ERROR + ".TooManyHolds"
 ERROR_BAD_CONFIG = ERROR + ".BadConfig"
 ERROR_NOT_READY = ERROR + ".NotReady"
+ERROR_OFF = ERROR + ".Off"
 ERROR_FAILED = ERROR + ".Failed"
 
 # Standard error names we send or test for.

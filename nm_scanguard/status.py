@@ -41,7 +41,8 @@ STATE_MEANINGS = {
                             "is back on so that wpa_supplicant can roam (roam_scans = full, or "
                             "targeted roaming found no better access point)",
     "disabled": "enabled = no for this connection, or its profile cannot be read (the problem "
-                "says how to fix it): the guard leaves it alone",
+                "says how to fix it), or nm-scanguard is off (enabled = no in the settings "
+                "file): the guard leaves it alone",
     "no-bgscan": "it would guard, but the network has no bgscan to suspend (e.g. a profile "
                  "locked to one BSSID); other programs' scans are still refused",
     "error": "it would guard, but suspending bgscan failed, so bgscan runs; the problem says "

@@ -20,6 +20,7 @@ from ..peers.bus import (
     unwrap,
 )
 from ..text import escaped, shown
+from .off import MASKED, OFF_EXIT, UNIT_MASKED, masked
 
 HOLD_TIMEOUT = 130.0  # Hold and Reload: polkit may be asking for a password
 
@@ -43,6 +44,10 @@ async def connect() -> MessageBus:
 
 
 def explain(e: BusError) -> Failure:
+    # A service that cannot be started because the administrator masked it is off by choice,
+    # not broken: said so, with how to undo it.
+    if e.name == UNIT_MASKED or (e.name in UNREACHABLE and masked()):
+        return Failure(MASKED, OFF_EXIT)
     if e.name in UNREACHABLE:
         return Failure("the scanguard service is not running and could not be started "
                        f"({e.name}); see `systemctl status scanguard`")

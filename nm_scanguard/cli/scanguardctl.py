@@ -7,6 +7,7 @@ import asyncio
 import inspect
 import logging
 import math
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -25,9 +26,12 @@ from ..status import state_words
 from ..text import quoted, shown
 from .common import Failure, json_text
 from .configure import cmd_config_set, cmd_config_show, cmd_config_unset
-from .hold import HOLD_FAILED, cmd_hold, cmd_reload
+from .history import cmd_history
+from .hold import HOLD_FAILED, QUICK_EXIT, cmd_hold, cmd_reload
+from .off import OFF_EXIT
 from .profiles import ProfileError
 from .show import cmd_monitor, cmd_status
+from .since import EXAMPLES, since_argument
 
 # ---- arguments -------------------------------------------------------------------------------
 
@@ -158,23 +162,33 @@ def build_parser() -> argparse.ArgumentParser:
     s = _verb(sub, "status", cmd_status, "show each Wi-Fi interface's state and the active holds",
               description="One line per guarded Wi-Fi interface, then the holds: who "
                           "holds and why for your own, \"by another user\" for the "
-                          "others' (root sees all). Needs no privileges.",
+                          "others' (root sees all). Needs no privileges. While "
+                          "nm-scanguard is off by the administrator's choice "
+                          "(scanguard.service masked, or enabled = no in the settings "
+                          f"file), it says so first and exits {OFF_EXIT}.",
               epilog=state_words())
     s.add_argument("--json", action="store_true",
-                   help="print {version, devices, holds} as JSON, for scripts")
+                   help="print {version, off, devices, holds} as JSON, for scripts")
 
-    h = _verb(sub, "hold", cmd_hold, "keep bgscan suspended while a command runs",
+    h = _verb(sub, "hold", cmd_hold, "keep bgscan suspended until Ctrl-C, or while a command "
+                                     "runs",
               description="Take a hold (bgscan stays suspended whatever the traffic, "
-                          "unless the signal is weak), run COMMAND, release the hold "
-                          "when it exits and exit with its status. COMMAND runs even "
+                          "unless the signal is weak). Without COMMAND, hold until "
+                          "Ctrl-C, SIGTERM or SIGHUP, then release the hold and exit 0: "
+                          "run it in a terminal for as long as a call lasts. With "
+                          "COMMAND, run it, release the hold when it exits and exit with "
+                          "its status; a COMMAND that hands its work to a program "
+                          "already running (`firefox URL`) exits at once, and a hold "
+                          f"that ended within {QUICK_EXIT:g} s says so. COMMAND runs even "
                           "if no hold can be taken (the scanguard service is not "
                           "running, polkit says no, ...): a warning says why, unless "
                           "--strict. When the service restarts, the hold is taken "
                           "again. The hold ends when COMMAND exits or scanguardctl is "
                           "killed.",
-              epilog=f"Exit status: COMMAND's own; {HOLD_FAILED} when hold itself "
-                     "fails (no COMMAND, a usage error, no hold under --strict); 126 "
-                     "when COMMAND cannot be run, 127 when it is not found; 128+N "
+              epilog=f"Exit status: COMMAND's own (without COMMAND: 0 once ended by a "
+                     f"signal); {HOLD_FAILED} when hold itself "
+                     "fails (a usage error, no hold under --strict or without COMMAND); "
+                     "126 when COMMAND cannot be run, 127 when it is not found; 128+N "
                      "when it was killed by signal N.")
     h.usage_status = HOLD_FAILED
     h.add_argument("--reason", default="", type=_utf8,
@@ -186,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--strict", action="store_true",
                    help=f"do not run COMMAND unless the hold is taken (exit {HOLD_FAILED})")
     h.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]",
-                   help="the command to run while holding")
+                   help="the command to run while holding (none: hold until Ctrl-C)")
 
     _verb(sub, "reload", cmd_reload, "make the service re-read its settings file",
           description="Ask the running service to re-read its settings file (as "
@@ -263,6 +277,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     _verb(sub, "monitor", cmd_monitor, "follow state changes, rates, scans and holds live",
           description="Print changes as they happen until interrupted (Ctrl-C).")
+
+    hi = _verb(sub, "history", cmd_history, "what the guard did: guarded spells, scans refused "
+                                            "or aborted and who asked, roams",
+               description="Read the systemd journal of scanguard.service and show, in local "
+                           "time: each guarded spell (bgscan suspended, then restored, and for "
+                           "how long), other programs' scan requests that the polkit rule "
+                           "refused and who asked, scans aborted while guarding, roams, and "
+                           "bgscan restored at a start after a crash. Needs root or a member "
+                           "of the systemd-journal or adm group: journald shows anyone else "
+                           "only their own entries, and history then says what to do and "
+                           "exits 1.")
+    hi.add_argument("--since", type=since_argument, default="today", metavar="TIME",
+                    help=f"from TIME on (default: today), as journalctl takes it: {EXAMPLES}")
+    hi.add_argument("--json", action="store_true",
+                    help="print {unit, since, until, events} as JSON, for scripts")
+    # `--since -1h` as journalctl takes it: argparse reads a word after an option as its value
+    # only if it does not look like an option, and "-1h" looks like one unless it is "negative
+    # number"-like; this verb has no option that starts with a digit.
+    hi._negative_number_matcher = re.compile(r"^-[0-9]")
     return p
 
 

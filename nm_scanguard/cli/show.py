@@ -21,6 +21,7 @@ from ..peers.bus import (
 from ..status import FIELDS, aborted_total, device_line, duration, requests, who_scanned
 from ..text import NAME_CHARS, shown
 from .common import Failure, active_holds, connect, json_text, properties
+from .off import OFF_EXIT, off_by_settings
 
 # ---- status ----------------------------------------------------------------------------------
 
@@ -108,7 +109,7 @@ def status_json(props: dict[str, Any]) -> dict[str, Any]:
         for key in FIELDS:  # a key the daemon left out (signal_dbm when unknown) is null
             d.setdefault(key, None)
         devices.append(d)
-    return {"version": props.get("Version", ""), "devices": devices,
+    return {"version": props.get("Version", ""), "off": props.get("Off", ""), "devices": devices,
             "holds": list(props.get("ActiveHolds", []))}
 
 
@@ -120,11 +121,17 @@ async def cmd_status(args: argparse.Namespace) -> int:
         props = await properties(bus)
     finally:
         bus.disconnect()
+    # Off by the administrator's choice (enabled = no) is not an error, but a script asking
+    # whether the guard works must learn it: the exit status of a masked unit's status.
+    off = props.get("Off", "")
+    done = OFF_EXIT if off else 0
     if args.json:
         print(json_text(status_json(props)))
-        return 0
+        return done
     devices, holds = props.get("Devices", []), props.get("ActiveHolds", [])
-    if not devices:
+    if off:
+        print(off_by_settings(off))
+    elif not devices:
         print("no activated Wi-Fi connection: nothing to guard")
     for d in devices:
         print(device_line(d))
@@ -133,7 +140,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
                 print(f"  {shown(d.get('interface', '?'), NAME_CHARS)}: {extra}")
     for h in holds:
         print(hold_line(h))
-    return 0
+    return done
 
 
 # ---- monitor ---------------------------------------------------------------------------------
@@ -222,6 +229,9 @@ async def cmd_monitor(args: argparse.Namespace) -> int:
                   f"({shown(reason)})", flush=True)
         elif msg.member == "PropertiesChanged" and msg.body[0] == IFACE:
             changed = unwrap(msg.body[1])
+            if "Off" in changed:
+                print(f"{_stamp()} " + (off_by_settings(changed["Off"]) if changed["Off"]
+                                        else "nm-scanguard is on again"), flush=True)
             if "Devices" in changed:
                 show_devices(changed["Devices"])
             if "ActiveHolds" in changed:
@@ -256,6 +266,8 @@ async def cmd_monitor(args: argparse.Namespace) -> int:
         props = await properties(bus)
         print(f"{_stamp()} monitoring nm-scanguard {shown(props.get('Version', ''))}; Ctrl-C to stop",
               flush=True)
+        if props.get("Off"):
+            print(f"{_stamp()} {off_by_settings(props['Off'])}", flush=True)
         show_devices(props.get("Devices", []))
         show_holds(props.get("ActiveHolds", []))
         await stop.wait()

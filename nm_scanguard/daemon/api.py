@@ -27,6 +27,7 @@ from ..names import (
     ERROR_BAD_CONFIG,
     ERROR_FAILED,
     ERROR_NOT_READY,
+    ERROR_OFF,
     ERROR_TOO_MANY_HOLDS,
     ERROR_UNKNOWN_HOLD,
     IFACE,
@@ -42,6 +43,7 @@ from .api_holders import HolderWatch, Holding
 from .api_properties import Announcer, Shown, holds, property_values, requests
 from .export import CallError, ExportedObject, load_interface
 from .holds import Hold, HoldError, check_text
+from .policy import off_reason
 
 
 class Guarding(Shown, Holding, Protocol):
@@ -99,6 +101,11 @@ class Api:
 
     async def _hold(self, msg: Message) -> Message:
         reason, app_id, interface = msg.body
+        off = off_reason(self.daemon.settings)
+        if off:
+            raise CallError(ERROR_OFF, f"nm-scanguard is off: {off}, so a hold would keep "
+                            "nothing off; an administrator turns it on with enabled = yes there "
+                            "and `scanguardctl reload`")
         hold: Hold | None = None
         try:
             check_text("reason", reason)

@@ -1,4 +1,4 @@
-"""What the system-bus API's object shows: its properties (Version, Devices, ActiveHolds,
+"""What the system-bus API's object shows: its properties (Version, Off, Devices, ActiveHolds,
 RecentScanRequests) and how their changes go out.
 
 A state change goes out at once (StateChanged, then Devices); any other change is coalesced to
@@ -12,12 +12,14 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from .. import __version__
+from ..config import Settings
 from ..dbuslib import Variant
 from ..status import DeviceStatus
 from ..text import cut
 from .changes import Changes
 from .export import ExportedObject
 from .holds import HOLD_FIELDS, Hold, Holds
+from .policy import off_reason
 from .throttle import Throttle
 from .who_asked import WhoAsked
 
@@ -33,6 +35,8 @@ class Shown(Protocol):
     who_asked: WhoAsked
     state_changed: Changes[[str, str, str]]  # (interface, state, reason)
     changed: Changes[[]]  # any figure changed
+
+    settings: Settings  # the settings file's: its `enabled = no` turns it off (off.py)
 
     def status(self) -> list[DeviceStatus]: ...
 
@@ -76,6 +80,7 @@ def requests(daemon: Shown, reader: int | None = None, own: str = "") -> Variant
 def property_values(daemon: Shown) -> dict[str, Variant]:
     return {
         "Version": Variant("s", __version__),
+        "Off": Variant("s", off_reason(daemon.settings)),
         "Devices": devices(daemon.status()),
         "ActiveHolds": holds(daemon),
         "RecentScanRequests": requests(daemon),
@@ -89,6 +94,7 @@ class Announcer:
         self.daemon = daemon
         self.object = obj
         self._devices_sent: list[Any] | None = None
+        self._off_sent = off_reason(daemon.settings)
         self._devices = Throttle(DEVICES_EVERY, self._send_devices)
         self._active_holds = Throttle(HOLDS_EVERY, lambda: self.object.emit_properties(["ActiveHolds"]))
         self._recent_requests = Throttle(REQUESTS_EVERY, self._send_requests)
@@ -96,11 +102,19 @@ class Announcer:
     def start(self) -> None:
         self.daemon.state_changed.connect(self.state_changed)
         self.daemon.changed.connect(self._devices.poke)
+        self.daemon.changed.connect(self._off_changed)
         self.daemon.holds.changed.connect(self._active_holds.poke)
 
     def state_changed(self, ifname: str, state: str, reason: str) -> None:
         self.object.emit_signal("StateChanged", "sss", [ifname, state, cut(reason)])
         self._devices.flush()
+
+    def _off_changed(self) -> None:
+        """Off changes only with a reload, which ends with a change of the figures."""
+        off = off_reason(self.daemon.settings)
+        if off != self._off_sent:
+            self._off_sent = off
+            self.object.emit_properties(["Off"], {"Off": Variant("s", off)})
 
     def requests_changed(self) -> None:
         self._recent_requests.poke()

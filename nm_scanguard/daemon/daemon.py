@@ -37,6 +37,7 @@ from .guard import Guard
 from .guards import Guards
 from .holds import Holds
 from .journal import Journal
+from .off import say_switched, status_line
 from .replay import restore_journal
 from .suspension import Suspender
 from .systemd_status import SystemdStatus
@@ -121,7 +122,7 @@ class Daemon:
         self._settings_retry: asyncio.Task[None] | None = None
         self._sync_lock = asyncio.Lock()
         self._sync_pending = False
-        self.systemd = SystemdStatus(self.guards.status_line)
+        self.systemd = SystemdStatus(lambda: status_line(self.settings, self.guards.status_line))
 
     @property
     def peers(self) -> Peers:
@@ -152,6 +153,7 @@ class Daemon:
         from following NetworkManager and answering; a guard that finds its network's "" in
         the journal takes the entry over, and the replay leaves that network alone."""
         self.deferral.set(False)  # whatever a previous instance left says nothing about now
+        say_switched(None, self.settings)
         await self.who_asked.follow_scans(self.peers.bus)
         await self.sync()
         self._retry_journal()
@@ -256,6 +258,8 @@ class Daemon:
         is not guarded: its settings may say `enabled = no`, and a person who turned the guard
         off for a network must not find it on there; leaving bgscan as NetworkManager set it
         is what happens without scanguard.  The guard shows why (Guard status `error`)."""
+        if not self.settings.enabled:  # the administrator's off switch (off.py): no profile
+            return self.settings  # turns it back on
         if dev.settings_error:
             return self.settings.with_values(
                 {"enabled": False},
@@ -265,8 +269,9 @@ class Daemon:
 
     async def reload(self) -> None:
         """Re-read the global file (reread); on error keep the old settings and raise ConfigError."""
-        self.settings = reread(self.config_path)
+        before, self.settings = self.settings, reread(self.config_path)
         log.info("configuration reloaded from %s", self.config_path)
+        say_switched(before, self.settings)
         await self.sync()
 
     async def wifi_interfaces(self) -> list[str]:

@@ -42,6 +42,28 @@ ENGAGED = (GUARDING, HELD, ROAMING)
 NEAR_FLOOR_DB = 10.0
 
 
+def off_reason(s: Settings) -> str:
+    """Why nm-scanguard is off for every connection: `enabled = no` in the settings file, the
+    administrator's off switch, which no profile turns back on (Daemon.settings_for); "" while
+    the file leaves it on."""
+    if s.enabled:
+        return ""
+    source = s.source("enabled")
+    return "enabled = no" + (f" in {source}" if source != "default" else "")
+
+
+def disabled_reason(s: Settings) -> str:
+    """Why a connection is left alone, by where its `enabled = no` came from: its profile
+    ("profile <id>"), a profile that cannot be read ("unreadable profile <id>",
+    Daemon.settings_for), or the settings file, which turns nm-scanguard off everywhere."""
+    source = s.source("enabled")
+    if source.startswith("unreadable profile "):
+        return "its profile cannot be read (see the problem)"
+    if source.startswith("profile "):
+        return f"enabled = no in {source}"
+    return f"nm-scanguard is off: {off_reason(s)}"
+
+
 def threshold_words(s: Settings) -> str:
     """What makes a link busy, in the words of the status and the log."""
     pps = f" or {s.threshold_pps} packets/s" if s.threshold_pps > 0 else ""
@@ -192,7 +214,7 @@ class Policy:
     @property
     def reason(self) -> str:
         if not self.settings.enabled:
-            return "disabled by settings"
+            return disabled_reason(self.settings)
         return self._reason
 
     def signal_poll_due(self, now: float) -> bool:

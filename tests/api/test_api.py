@@ -203,7 +203,7 @@ async def test_status_json_schema(scenario):
     r = scanguardctl(scenario.address, "status", "--json")
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
-    assert set(data) == {"version", "devices", "holds"}
+    assert set(data) == {"version", "off", "devices", "holds"} and data["off"] == ""
     (dev,) = data["devices"]
     types = {"interface": str, "state": str, "reason": str, "since": float, "rx_bps": float,
              "tx_bps": float, "pps": float, "suspended_bgscan": str, "network": str,

@@ -10,7 +10,9 @@ from nm_scanguard.daemon import api, api_callers, api_holders, api_properties
 from nm_scanguard.daemon import holds as holds_module
 from nm_scanguard.daemon.api import Api
 from nm_scanguard.daemon.changes import Changes
+from nm_scanguard.daemon.export import CallError
 from nm_scanguard.attribution import Request
+from nm_scanguard.config import Settings
 from nm_scanguard.dbuslib import Message, MessageFlag
 from nm_scanguard.daemon.holds import Holds
 from nm_scanguard.names import BUS_NAME
@@ -43,6 +45,7 @@ class FakeDaemon:
         self.state_changed: Changes[[str, str, str]] = Changes()
         self.changed: Changes[[]] = Changes()
         self.who_asked = FakeWhoAsked()
+        self.settings = Settings()
 
     def status(self) -> list[DeviceStatus]:
         return [DeviceStatus(interface="wlan0", state=self.state, rx_bps=self.rx, signal_dbm=None)]
@@ -111,6 +114,36 @@ async def test_nothing_is_announced_when_nothing_changed(monkeypatch):
     daemon.changed()
     daemon.changed()
     assert bus.devices_changes() == 1
+
+
+@pytest.mark.parametrize("conf", ["/etc/scanguard/scanguard.conf", "/tmp/Café ☕.conf"])
+async def test_while_off_off_says_why_and_a_hold_is_refused(monkeypatch, conf):
+    """`enabled = no` in the settings file: the Off property says so (announced when a reload
+    changes it), and Hold is refused with Error.Off, so that no holder believes it is held."""
+    bus, daemon, a = started(monkeypatch)
+    assert api_properties.property_values(daemon)["Off"].value == ""
+    daemon.settings = Settings().with_values({"enabled": False}, conf)
+    daemon.changed()
+    daemon.changed()  # no change: not announced again
+    offs = [m.body[1]["Off"].value for m in bus.sent
+            if m.member == "PropertiesChanged" and "Off" in m.body[1]]
+    assert offs == [f"enabled = no in {conf}"]
+    assert api_properties.property_values(daemon)["Off"].value == f"enabled = no in {conf}"
+
+    hold = Message(destination=BUS_NAME, path=api.PATH, interface=api.IFACE, member="Hold",
+                   signature="sss", body=["Café ☕", "", ""], sender=":1.7", serial=1)
+    with pytest.raises(CallError) as refused:
+        await a._hold(hold)
+    assert refused.value.name == api.ERROR_OFF
+    assert refused.value.text == (f"nm-scanguard is off: enabled = no in {conf}, so a hold would "
+                                  "keep nothing off; an administrator turns it on with enabled = "
+                                  "yes there and `scanguardctl reload`")
+    assert daemon.holds.all() == []
+
+    daemon.settings = Settings()
+    daemon.changed()
+    assert [m.body[1]["Off"].value for m in bus.sent
+            if m.member == "PropertiesChanged" and "Off" in m.body[1]] == [f"enabled = no in {conf}", ""]
 
 
 async def test_active_holds_changes_are_coalesced_under_a_flood(monkeypatch):

@@ -237,11 +237,22 @@ def test_disabled_never_wants_to_engage(clock):
     assert p.state == P.DISABLED and not p.want_engaged and not p.signal_poll_due(clock.t)
 
 
-def test_settings_update_applies_to_next_samples(clock):
+@pytest.mark.parametrize("source,reason", [
+    ("profile Café ☕", "enabled = no in profile Café ☕"),
+    ("unreadable profile Café ☕", "its profile cannot be read (see the problem)"),
+    ("/etc/scanguard/Café ☕.conf", "nm-scanguard is off: enabled = no in /etc/scanguard/Café ☕.conf"),
+])
+def test_settings_update_applies_to_next_samples(clock, source, reason):
+    """Disabled, the reason says by whom: the profile, or the settings file, which is the
+    administrator's off switch (Daemon.settings_for gives every connection the file's no)."""
     p = Policy(BASE)
     clock.feed(p, mbit(5), n=3)
-    p.update_settings(dataclasses.replace(BASE, enabled=False))
-    assert p.state == P.DISABLED and p.reason == "disabled by settings"
+    assert p.want_engaged
+    p.update_settings(BASE.with_values({"enabled": False}, source))
+    assert p.state == P.DISABLED and p.reason == reason and not p.want_engaged
+    p.set_held(True)
+    clock.feed(p, mbit(500), n=10)
+    assert p.state == P.DISABLED and not p.want_engaged and not p.signal_poll_due(clock.t)
 
 
 def test_an_idle_reason_gives_this_samples_figures_against_the_thresholds(clock):
