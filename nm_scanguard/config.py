@@ -101,7 +101,9 @@ def _number(lo: float, hi: float, integer: bool = False) -> Callable[[str], floa
 KEYS: dict[str, Key] = {
     k.name: k
     for k in (
-        Key("enabled", _bool, "yes or no", "Guard this connection at all.", _YES_NO),
+        Key("enabled", _bool, "yes or no", "Guard at all: no in a profile leaves that network "
+            "alone; no in the settings file turns nm-scanguard off for every connection, whatever "
+            "their profiles say (daemon/off.py).", _YES_NO),
         Key("threshold_mbit", _number(0.0, 100000.0), "a number of Mbit/s from 0 to 100000",
             "Busy when receive or transmit rate is at or above this."),
         Key("threshold_pps", _number(0, 10_000_000, True), "a whole number of packets/s (0 = off)",
