@@ -30,6 +30,7 @@ KINDS = {
     "KEY=VALUE": "assignment", "KEY": "key",
     "-- COMMAND [ARGS...]": "command",
     "REASON": "text", "APP_ID": "text", "N": "text", "ADDR": "text",
+    "TIME": "time",
 }
 
 # The settings keys that take one of a few words, with those words (yes/no, targeted/full).
@@ -146,6 +147,8 @@ _scanguardctl_value()
             _scanguardctl_add "$2" "$(printf '%s=\n' @KEYS@)" ;;
         key)
             _scanguardctl_add "$2" "$(printf '%s\n' @KEYS@)" ;;
+        time)  # history --since: the forms people use most; any journalctl time is taken
+            _scanguardctl_add "$2" "$(printf '%s\n' today yesterday -1h -24h)" ;;
     esac
 }
 

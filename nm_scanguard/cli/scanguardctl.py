@@ -289,7 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "only their own entries, and history then says what to do and "
                            "exits 1.")
     hi.add_argument("--since", type=since_argument, default="today", metavar="TIME",
-                    help=f"from TIME on (default: today), as journalctl takes it: {EXAMPLES}")
+                    help=f"show what happened from TIME on (default: today, from midnight), "
+                         f"local time as journalctl takes it: {EXAMPLES}")
     hi.add_argument("--json", action="store_true",
                     help="print {unit, since, until, events} as JSON, for scripts")
     # `--since -1h` as journalctl takes it: argparse reads a word after an option as its value

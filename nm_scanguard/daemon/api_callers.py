@@ -10,10 +10,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from .. import log_lines
 from ..dbuslib import Message, MessageBus, Variant
 from ..names import ACCESS_DENIED, ACTION_RELOAD, DBUS, ERROR_NOT_READY, INVALID_ARGS, POLKIT
 from ..peers.bus import NO_REPLY, TIMEOUT, BusError, call
-from ..text import MAX_TEXT, quoted
+from ..text import MAX_TEXT
 from .export import CallError
 
 log = logging.getLogger("scanguard.api")
@@ -180,8 +181,7 @@ async def reporter(bus: MessageBus, msg: Message, method: str, user: str, pid: i
     if len(user) > MAX_TEXT or len(program) > MAX_PROGRAM:
         raise CallError(INVALID_ARGS, f"user ({len(user)} characters) or program "
                         f"({len(program)}) is too long: at most {MAX_TEXT} and {MAX_PROGRAM}")
-    who = f"user {quoted(user)}" if user else "a user"
-    return who + (f" ({quoted(program) + ', ' if program else ''}pid {pid})" if pid else "")
+    return log_lines.who(user, pid, program)
 
 
 _polkit_uid: int | None = None

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from .. import log_lines
 from ..config import Settings
 from ..peers.nm import WifiDevice
 from ..peers.supplicant import ObjectGone, SupplicantError, WpaSupplicant
@@ -222,16 +223,15 @@ class Guard:
             self.no_bgscan = None  # whatever was found before, this try failed (ERROR)
             raise
         self.no_bgscan = None
-        log.info("%s: bgscan suspended on %s (was \"%s\"): %s", self.ifname,
-                 suspended.network, shown(suspended.saved), self.policy.reason)
+        log.info(log_lines.SUSPENDED, self.ifname, suspended.network, shown(suspended.saved),
+                 self.policy.reason)
 
     async def _release(self, why: str) -> None:
         suspended = self.suspended
         if suspended is None:
             return
         await self._suspender.restore(suspended, self.ifname)
-        log.info("%s: bgscan restored to \"%s\": %s", self.ifname,
-                 shown(suspended.saved), why)
+        log.info(log_lines.RESTORED, self.ifname, shown(suspended.saved), why)
 
     async def network_changed(self, net: str | None) -> None:
         """wpa_supplicant's CurrentNetwork changed (NM re-activated, or we lost the AP)."""
@@ -245,8 +245,7 @@ class Guard:
         """NetworkRemoved took the object our "" was on (Ledger.network_removed ended that
         suspension): NetworkManager re-activating, most often, with a new object at the same
         path and a fresh bgscan.  Engage there if the link is still busy."""
-        log.info("%s: network %s was removed (NetworkManager re-activating?)", self.ifname,
-                 gone.network)
+        log.info(log_lines.NETWORK_REMOVED, self.ifname, gone.network)
         await self.reconcile()
 
     def supplicant_restarted(self) -> None:

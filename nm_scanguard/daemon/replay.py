@@ -13,6 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable, Collection
 from functools import partial
 
+from .. import log_lines
 from ..peers.supplicant import SupplicantError
 from ..text import shown
 from .evidence import interface, interface_of, not_running, supplicant_gone
@@ -119,8 +120,7 @@ async def _replay_one(suspender: Suspender, net: str, s: State,
             raise _NoSupplicant(f"wpa_supplicant left while restoring ({e})") from None
         _kept(ledger, net, s, e)
         return KEPT
-    log.info("%s: restored bgscan \"%s\" that a previous instance left suspended on %s",
-             ifname, shown(s.saved), net)
+    log.info(log_lines.REPLAYED, ifname, shown(s.saved), net)
     return RESTORED
 
 

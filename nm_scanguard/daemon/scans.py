@@ -13,7 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
-from .. import attribution
+from .. import attribution, log_lines
 from ..attribution import Request
 from ..config import Settings
 from ..peers.supplicant import NoScanRunning, SupplicantError, WpaSupplicant
@@ -161,11 +161,10 @@ class ScanWatch:
         owner.problems.clear(ABORT)
         self.scans_aborted[when] += 1
         self._aborted_now += 1
-        if self._aborted_now == 1:
-            log.info("%s: aborted a scan %s (abort_scans); further ones are counted in "
-                     "scanguardctl status", self.ifname,
-                     "that was running when the guard engaged" if when == AT_ENGAGE
-                     else f"that started while guarding, asked for by {who_scanned(self.deferring)}")
+        if self._aborted_now == 1 and when == AT_ENGAGE:
+            log.info(log_lines.ABORTED_AT_ENGAGE, self.ifname)
+        elif self._aborted_now == 1:
+            log.info(log_lines.ABORTED, self.ifname, who_scanned(self.deferring))
         owner.changed()
 
     # ---- counting and labelling -------------------------------------------------------------
@@ -180,12 +179,9 @@ class ScanWatch:
                     log.info("%s: the scan the guard asked for to roam ran after guarding "
                              "resumed", self.ifname)
             elif self.deferring:
-                log.info("%s: a scan ran while guarding, though client scan requests are "
-                         "refused; it was asked for by %s", self.ifname, who_scanned(True))
+                log.info(log_lines.SCAN_RAN_REFUSING, self.ifname, who_scanned(True))
             else:
-                log.info("%s: a scan ran while guarding, asked for by %s; bgscan cannot stop "
-                         "those; defer_client_scans = yes refuses NetworkManager's clients",
-                         self.ifname, who_scanned(False))
+                log.info(log_lines.SCAN_RAN, self.ifname, who_scanned(False))
         else:
             self.scans_idle += 1
         self._owner.changed()
@@ -246,17 +242,15 @@ class ScanWatch:
         self.scan_requests_deferred += 1
         self._deferred_now += 1
         if self._deferred_now == 1:
-            log.info("%s: refused a Wi-Fi scan request from %s while guarding (defer_client_scans); "
-                     "further ones are counted in scanguardctl status", self.ifname, who)
+            log.info(log_lines.REFUSED, self.ifname, who)
         self._owner.changed()
 
     def state_changed(self, state: str, deferring: bool) -> None:
         """The guard shows `state` now (`deferring`: other programs' scan requests refused in
         it): a guarded period that ended sums up what it refused and aborted."""
         if self._deferred_now and not deferring:
-            log.info("%s: %d Wi-Fi scan request(s) of other programs were refused while "
-                     "guarding", self.ifname, self._deferred_now)
+            log.info(log_lines.REFUSED_COUNT, self.ifname, self._deferred_now)
             self._deferred_now = 0
         if self._aborted_now and state not in GUARDED:
-            log.info("%s: %d scan(s) were aborted while guarding", self.ifname, self._aborted_now)
+            log.info(log_lines.ABORTED_COUNT, self.ifname, self._aborted_now)
             self._aborted_now = 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 
+from .. import log_lines
 from ..ifname import valid_ifname
 from ..peers.supplicant import ObjectGone, SupplicantError, UncertainOutcome, WpaSupplicant
 from ..text import shown
@@ -139,8 +140,7 @@ class Suspender:
         s = self._go(net, Ev.READ_EMPTY, op=op)
         if s is None:
             raise NothingToSuspend(ALREADY_OFF)
-        log.info("%s: bgscan on %s is still off from an earlier suspension (was \"%s\"); "
-                 "taking it over", ifname, net, shown(s.saved))
+        log.info(log_lines.TAKEN_OVER, ifname, net, shown(s.saved))
         return s
 
     async def _put_back(self, net: str, ifname: str, value: str, op: int) -> State:

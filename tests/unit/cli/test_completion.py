@@ -135,3 +135,11 @@ def test_hold_completes_a_command_after_its_options(script):
     assert "sleep" in complete(script, "scanguardctl hold --reason 'x' --strict sle")
     assert complete(script, "scanguardctl hold -- cat Ca", False) == ["Café ☕.conf"]
     assert complete(script, "scanguardctl hold --str") == ["--strict"]
+
+
+def test_history_since_offers_the_common_times(script):
+    assert complete(script, "scanguardctl hist") == ["history"]
+    assert complete(script, "scanguardctl history --since ") == ["today", "yesterday", "-1h", "-24h"]
+    assert complete(script, "scanguardctl history --since -") == ["-1h", "-24h"]
+    assert complete(script, "scanguardctl history --since=y") == ["yesterday"]
+    assert complete(script, "scanguardctl history --") == ["--help", "--since", "--json"]
