@@ -362,34 +362,40 @@ def dep8_tests(control: Path = DEBIAN_TESTS / "control") -> list[dict]:
 
 
 def previous_release(repo: Path = REPO) -> tuple[str, str]:
-    """(version, commit) of the release before this tree's, from git.
+    """(version, commit) of the release before this tree's, from debian/changelog and git.
 
-    A release is the commit that adds its debian/changelog entry (NEWS.md).  The previous
-    release's package is built from the last commit before the one that added this tree's top
-    entry: its top entry is the previous version, and it is the newest tree that carried that
-    version, which is what a machine that built the package from a checkout then runs.  (The
-    commit that added the 0.1.0 entry itself does not build: its debian/rules wrote
-    scanguardctl(1) from nm_scanguard/cli.py, which the next commit added.)  With this tree's
-    top entry not committed yet, that is HEAD."""
+    The previous release is the newest entry below the top one that is released (distribution
+    not UNRELEASED): with an unreleased top entry (0.3.0~dev, NEWS.md) that is the last release,
+    and so it stays when the release replaces that entry with its own (0.3.0).  Its package is
+    built from the newest commit whose top debian/changelog entry is that version, which is what
+    a machine that built the package from a checkout then runs: the parent of the commit that
+    put another entry on top, or HEAD if that entry is not committed yet.  (The commit that
+    added the 0.1.0 entry itself does not build: its debian/rules wrote scanguardctl(1) from
+    nm_scanguard/cli.py, which the next commit added.)"""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
                               check=True).stdout
 
-    versions = re.findall(r"^nm-scanguard \(([^)]+)\) ",
-                          (repo / "debian" / "changelog").read_text(encoding="utf-8"), re.M)
-    if len(versions) < 2:
-        raise BuildError(f"debian/changelog has no release before {versions[:1]}")
-    current, previous = versions[0], versions[1]
-    line = f"nm-scanguard ({current}) "
-    base = "HEAD"
-    for commit in git("log", "--format=%H", f"-S{line}", "--", "debian/changelog").split():
-        if line in git("show", f"{commit}:debian/changelog"):  # added here, not removed
-            base = f"{commit}^"
+    def top(changelog: str) -> str | None:
+        found = re.search(r"^nm-scanguard \(([^)]+)\) ", changelog, re.M)
+        return found.group(1) if found else None
+
+    entries = re.findall(r"^nm-scanguard \(([^)]+)\) (\S+);",
+                         (repo / "debian" / "changelog").read_text(encoding="utf-8"), re.M)
+    released = [version for version, dist in entries[1:] if dist != "UNRELEASED"]
+    if not released:
+        raise BuildError(f"debian/changelog has no release before {entries[0][0] if entries else None}")
+    previous = released[0]
+    newer = None  # the commit after it that changed debian/changelog
+    for commit in git("log", "--format=%H", "--", "debian/changelog").split():
+        if top(git("show", f"{commit}:debian/changelog")) == previous:
+            base = f"{newer}^" if newer else "HEAD"
             break
-    top = re.search(r"^nm-scanguard \(([^)]+)\) ", git("show", f"{base}:debian/changelog"), re.M)
-    if top is None or top.group(1) != previous:
-        raise BuildError(f"{base}'s debian/changelog starts with {top and top.group(1)}, not the "
-                         f"previous release {previous}")
+        newer = commit
+    else:
+        raise BuildError(f"no commit has the previous release {previous} on top of debian/changelog")
+    if top(git("show", f"{base}:debian/changelog")) != previous:  # e.g. a merge in between
+        raise BuildError(f"{base}'s debian/changelog does not start with the previous release {previous}")
     return previous, git("rev-parse", base).strip()
 
 

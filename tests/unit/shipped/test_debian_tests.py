@@ -1,7 +1,8 @@
 """debian/tests (autopkgtest) and how the package VM runs it and finds the previous release
 (tests/lab/package_vm.py; issue 34, items 11 and the autopkgtest): the control file names an
 executable POSIX sh script for each test, the D-Bus test runs files that exist, and the previous
-release is the last commit before the one that added the top debian/changelog entry."""
+release is the newest released debian/changelog entry below the top one (an UNRELEASED ~dev
+entry is not a release: issue 50, item 3), built from the last commit that had it on top."""
 
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ def test_the_control_parser_reads_continuations_alternatives_and_comments(tmp_pa
 
 
 ENTRY = "nm-scanguard ({v}) unstable; urgency=medium\n\n  * {text}\n\n -- A B <a@b>  Thu, 26 Nov 2026 10:00:00 +0000\n\n"
+DEV = ENTRY.replace(") unstable;", ") UNRELEASED;")
 
 
 @pytest.mark.skipif(not shutil.which("git"), reason="needs git")
@@ -79,5 +81,21 @@ def test_the_previous_release_is_the_commit_before_the_new_entry(tmp_path):
     (tmp_path / "debian" / "changelog").write_text(ENTRY.format(v="0.2.0", text="x") + old)
     assert previous_release(tmp_path) == ("0.1.0", last_old)
     commit(ENTRY.format(v="0.2.0", text="x") + old, "release 0.2.0")
-    commit(ENTRY.format(v="0.2.0", text="x, more") + old, "after the release")
+    last_020 = commit(ENTRY.format(v="0.2.0", text="x, more") + old, "after the release")
     assert previous_release(tmp_path) == ("0.1.0", last_old)
+
+    # Development after 0.2.0 under an UNRELEASED 0.3.0~dev entry: the previous release is 0.2.0,
+    # not the entry below the top by position alone, and stays so as the ~dev entry grows and when
+    # the release replaces it.
+    released = ENTRY.format(v="0.2.0", text="x, more") + old
+    (tmp_path / "debian" / "changelog").write_text(DEV.format(v="0.3.0~dev", text="Café ☕") + released)
+    assert previous_release(tmp_path) == ("0.2.0", last_020)
+    commit(DEV.format(v="0.3.0~dev", text="Café ☕") + released, "open 0.3.0~dev")
+    commit(DEV.format(v="0.3.0~dev", text="Café ☕, more") + released, "work on 0.3.0~dev")
+    assert previous_release(tmp_path) == ("0.2.0", last_020)
+    commit(ENTRY.format(v="0.3.0", text="y") + released, "release 0.3.0")
+    assert previous_release(tmp_path) == ("0.2.0", last_020)
+    # Two UNRELEASED entries on top (one left by mistake): still the last release.
+    (tmp_path / "debian" / "changelog").write_text(
+        DEV.format(v="0.4.0~dev", text="z") + DEV.format(v="0.3.0~dev", text="z") + released)
+    assert previous_release(tmp_path) == ("0.2.0", last_020)
