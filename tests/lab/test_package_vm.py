@@ -7,7 +7,9 @@ hostapd AP, and tests/package/vm-check.sh runs in the guest on the .deb and wlan
 user/groups/capabilities/seccomp, STATUS=, the CLI as an unprivileged user, polkit and bus
 policy refusals, a hold suspending bgscan, reload, SIGKILL restart, a run with the system call
 filter in log mode, a probe of every sandbox directive from inside the unit, bus activation,
-`apt-get remove` restoring bgscan and stopping the service, `apt-get purge` leaving nothing.
+the off switches (a masked unit that no call or connection starts, `enabled = no`), a hold
+without a command ended by SIGTERM, `apt-get remove` restoring bgscan and stopping the service,
+`apt-get purge` leaving nothing.
 Then (tests/lab/package_vm.py): the upgrade from the previous release's package, built from
 git, to this tree's, a profile private to another user, and `systemctl reload` with a bad
 settings file.  debian/tests run with autopkgtest in the clean roots (make clean-install).
@@ -126,6 +128,48 @@ def test_every_sandbox_directive_in_force(vm_check: dict) -> None:
 def test_journal_clean(vm_check: dict) -> None:
     _section(vm_check, "journal", ["journal free of sandbox errors",
                                    "no seccomp kills logged by the kernel"])
+
+
+def test_a_masked_unit_stays_off_and_says_so(vm_check: dict) -> None:
+    """Issue 50, item 2: bus activation starts the service at every scanguardctl call and
+    dispatcher event, so only a mask keeps it off: a reapply of the connection (the dispatcher
+    script) and a status as the unprivileged user leave it stopped, the bus is not even asked,
+    status says it is masked with exit status 3, and after the unmask the next call starts it."""
+    _section(vm_check, "off switch: systemctl mask", [
+        "systemctl mask --now scanguard", "masked: the service is stopped",
+        "masked: bgscan as NetworkManager set it",
+        "the dispatcher script, run as NetworkManager runs it, exits 0 in silence",
+        f"a reapply of {IFACE} and the dispatcher run leave it stopped",
+        "... and the bus was not asked to start it",
+        "scanguardctl status as sgcheck says it is masked, exit status 3",
+        "... and did not start it", "systemctl unmask scanguard",
+        "unmasked, scanguardctl status as sgcheck starts it by bus activation",
+        "... the service is active again", "... started by the bus",
+        f"... and follows {IFACE} again"])
+
+
+def test_enabled_no_keeps_it_running_and_idle(vm_check: dict) -> None:
+    """Issue 50, item 2: enabled = no in the settings file and a reload give back the bgscan a
+    hold kept suspended, status (exit 3) and systemctl status say it is off, a hold is refused;
+    the packaged file back, the same hold suspends bgscan again."""
+    _section(vm_check, "off switch: enabled = no", [
+        "a hold suspends bgscan before it is turned off", "systemctl reload with enabled = no",
+        "the daemon gives bgscan back, the hold still there",
+        "scanguardctl status as sgcheck says it is off by enabled = no, exit status 3",
+        "systemctl status says it is off", "a hold without a command is refused, exit status 125",
+        "systemctl reload with the packaged file", "on again: scanguardctl status exits 0",
+        "on again: the hold still there suspends bgscan", "releasing that hold restores bgscan"])
+
+
+def test_a_hold_without_a_command_lasts_until_sigterm(vm_check: dict) -> None:
+    """Issue 50, item 1: `scanguardctl hold --reason R` holds until a signal, says so, and
+    SIGTERM releases it (exit status 0, bgscan restored)."""
+    _section(vm_check, "hold without a command", [
+        "scanguardctl hold without a command suspends bgscan",
+        "it says that it holds and how to end it", "scanguardctl status shows the hold",
+        "it still holds after 6 s", "bgscan still suspended",
+        "SIGTERM ends it with exit status 0", "and releases the hold: bgscan restored",
+        "no hold left"])
 
 
 def test_remove_restores_bgscan_and_stops(vm_check: dict) -> None:
