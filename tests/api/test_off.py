@@ -99,25 +99,29 @@ async def test_dbus_daemons_masked_unit_error_is_said_plainly(system_bus, tmp_pa
         bus.disconnect()
 
 
-async def test_the_dispatcher_script_leaves_a_masked_unit_alone(scenario, tmp_path):
+@pytest.mark.parametrize("where", ["etc", "run"])  # systemctl mask, and mask --runtime
+async def test_the_dispatcher_script_leaves_a_masked_unit_alone(scenario, tmp_path, where):
     """A masked unit gets no DeviceEvent (the bus would try to start it and log the failure at
     every event); the script stays silent and exits 0 as always."""
     sysfs = fake_sysfs(tmp_path / "net", [scenario.ifname])
+    units = {d: tmp_path / d / "systemd" / "system" for d in ("etc", "run")}
+    for d in units.values():
+        d.mkdir(parents=True)
 
-    def dispatch(answer: str) -> subprocess.CompletedProcess:
-        bindir, _ = fake_systemctl(tmp_path / answer, answer)
+    def dispatch() -> subprocess.CompletedProcess:
         env = nm_env(scenario.address, sysfs, scenario.ifname, "up")
-        env["PATH"] = f"{bindir}:{env['PATH']}"
+        env["SCANGUARD_UNIT_DIRS"] = f"{units['etc']} {units['run']}"
         return subprocess.run([str(SCRIPT), scenario.ifname, "up"], env=env,
                               capture_output=True, text=True, timeout=20)
 
     before = scenario.daemon.log().count("dispatcher:")
-    for answer in ("masked", "masked-runtime"):
-        (tmp_path / answer).mkdir()
-        r = await asyncio.to_thread(dispatch, answer)
-        assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
-    (tmp_path / "enabled").mkdir()
-    r = await asyncio.to_thread(dispatch, "enabled")  # the script waits for the reply
+    (units[where] / "scanguard.service").symlink_to("/dev/null")
+    r = await asyncio.to_thread(dispatch)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+    (units[where] / "scanguard.service").unlink()  # unmasked
+    # an overriding unit file of the administrator's own is no mask
+    (units[where] / "scanguard.service").symlink_to("/lib/systemd/system/scanguard.service")
+    r = await asyncio.to_thread(dispatch)  # the script waits for the reply
     assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
     assert scenario.daemon.log().count("dispatcher:") == before + 1
 
