@@ -43,11 +43,13 @@ COUNTS = {"scans-refused": "scan-refused", "scans-aborted": "scan-aborted"}  # t
 
 @dataclass(frozen=True)
 class Entry:
-    """One journal entry of the unit: when (seconds since the epoch), which process, what."""
+    """One journal entry of the unit: when (seconds since the epoch), which process of which
+    boot, what."""
 
     at: float
     pid: int | None
     message: str
+    boot: str = ""
 
 
 @dataclass
@@ -102,89 +104,103 @@ def entries(raw: Iterable[Mapping[str, Any]], since: float) -> Iterator[Entry]:
             pid = int(pid) if pid is not None else None
         except (TypeError, ValueError):
             pid = None
+        boot = _boot_id(r["_BOOT_ID"]) if r.get("_BOOT_ID") else ""
         if at >= since and isinstance(message, str):
-            yield Entry(at, pid, message)
+            yield Entry(at, pid, message, boot)
 
 
 # ---- from lines to events -----------------------------------------------------------------
 
 class _History:
-    """Reads the parsed lines in order and keeps the events they make."""
+    """Reads the parsed lines in order and keeps the events they make.  A daemon process is
+    its boot and pid: a spell it left open ends when another process of the same boot logs an
+    event (a restart), or with its boot; lines of another boot that the journal interleaves
+    (a machine's own journal files read beside another's) do not end it."""
 
     def __init__(self) -> None:
         self.events: list[Event] = []
-        self.open: dict[str, Event] = {}  # interface -> the spell going on there
-        self.counted: dict[tuple[str, str], Event] = {}  # (kind, interface) -> awaiting its count
-        self.last_heard: dict[int, float] = {}  # daemon pid -> its latest line
+        self.open: dict[tuple[str, str], Event] = {}  # (boot, interface) -> its spell going on
+        # (kind, boot, interface) -> the first refused or aborted scan, awaiting its count
+        self.counted: dict[tuple[str, str, str], Event] = {}
+        self.last_heard: dict[tuple[str, int], float] = {}  # (boot, pid) -> its latest line
 
     def heard(self, e: Entry) -> None:
         """Any line of the unit: the last time its process was heard of."""
         if e.pid is not None:
-            self.last_heard[e.pid] = e.at
+            self.last_heard[(e.boot, e.pid)] = e.at
 
     def add(self, e: Entry, line: dict[str, Any]) -> None:
-        kind, iface = line["kind"], line.get("interface", "")
+        kind, where = line["kind"], (e.boot, line.get("interface", ""))
         self._daemon_changed(e, line)
+        spell = self.open.get(where)
         if kind == "suspended":
-            if iface in self.open:
-                self._close(self.open[iface], e.at, "suspended again")
-            self._spell(e, iface, line, line["reason"])
+            if spell is not None:
+                self._close(spell, e.at, "suspended again")
+            self._spell(e, where, line, line["reason"])
         elif kind == "taken-over":
-            spell = self.open.get(iface)
             if spell is not None and spell.fields["network"] == line["network"]:
                 spell.pid, spell.fields["across_restart"] = e.pid, True
             else:
-                self._spell(e, iface, line, None).fields["across_restart"] = True
+                self._spell(e, where, line, None).fields["across_restart"] = True
         elif kind == "restored":
-            spell = self.open.get(iface) or self._spell(None, iface, line, None)
+            spell = spell or self._spell(None, where, line, None)
             self._close(spell, e.at, "restored", line["reason"])
         elif kind == "network-removed":
-            spell = self.open.get(iface)
             if spell is not None and spell.fields["network"] == line["network"]:
                 self._close(spell, e.at, "network removed")
         elif kind == "scan-ran":
-            spell = self.open.get(iface)
             if spell is not None:
                 spell.fields["scans_while_guarding"] += 1
         elif kind in SCAN_FIELDS:  # the first of a guarded spell; the rest are only counted
-            self.counted[(kind, iface)] = self._row(
-                kind, e.at, iface, {k: line.get(k) for k in SCAN_FIELDS[kind]})
+            self.counted[(kind, *where)] = self._row(
+                kind, e.at, where, {k: line.get(k) for k in SCAN_FIELDS[kind]})
         elif kind in COUNTS:  # how many in all, as guarding ends
-            first = self.counted.pop((COUNTS[kind], iface), None)
+            first = self.counted.pop((COUNTS[kind], *where), None)
             if first is None:  # its first line came before the span read: a row of its own
-                first = self._row(COUNTS[kind], e.at, iface, dict.fromkeys(SCAN_FIELDS[COUNTS[kind]]))
+                first = self._row(COUNTS[kind], e.at, where,
+                                  dict.fromkeys(SCAN_FIELDS[COUNTS[kind]]))
             first.fields["count"] = line["count"]
         elif kind == "roamed":
-            self._row(kind, e.at, iface, {k: line.get(k) for k in ("from", "to", "mhz", "how")})
+            self._row(kind, e.at, where, {k: line.get(k) for k in ("from", "to", "mhz", "how")})
         elif kind == "replayed":
-            self._row("restored-after-restart", e.at, iface,
+            self._row("restored-after-restart", e.at, where,
                       {"bgscan": line["bgscan"], "network": line["network"]})
 
     def _daemon_changed(self, e: Entry, line: dict[str, Any]) -> None:
-        """An event from another daemon process: a spell the previous one left open ended with
-        it (a spell it left in the crash journal that the new one takes over goes on).  Only
-        events count: `scanguardd --check-config` (ExecReload=) logs under the unit too."""
+        """An event from another daemon process of the same boot: a spell the previous one left
+        open ended with it (a spell it left in the crash journal that the new one takes over
+        goes on).  Only events count: `scanguardd --check-config` (ExecReload=) logs under the
+        unit too."""
         if e.pid is None:
             return
-        for spell in list(self.open.values()):
-            if spell.pid is None or spell.pid == e.pid:
+        for (boot, iface), spell in list(self.open.items()):
+            if boot != e.boot or spell.pid is None or spell.pid == e.pid:
                 continue
-            if line["kind"] == "taken-over" and spell.interface == line["interface"]:
+            if line["kind"] == "taken-over" and iface == line["interface"]:
                 continue
-            self._close(spell, self.last_heard.get(spell.pid), "daemon stopped")
+            self._close(spell, self.last_heard.get((boot, spell.pid)), "daemon stopped")
 
-    def _row(self, kind: str, at: float | None, iface: str, fields: dict[str, Any]) -> Event:
-        event = Event(kind, at, iface, fields)
+    def end(self, this_boot: str) -> None:
+        """The lines are read: a spell still open from another boot ended with that boot."""
+        for (boot, _), spell in list(self.open.items()):
+            if boot and this_boot and boot != this_boot:
+                heard = self.last_heard.get((boot, spell.pid)) if spell.pid is not None else None
+                self._close(spell, heard, "system stopped")
+
+    def _row(self, kind: str, at: float | None, where: tuple[str, str],
+             fields: dict[str, Any]) -> Event:
+        event = Event(kind, at, where[1], fields)
         self.events.append(event)
         return event
 
-    def _spell(self, e: Entry | None, iface: str, line: dict[str, Any], reason: str | None) -> Event:
-        spell = self._row("guarded", e.at if e else None, iface, {
+    def _spell(self, e: Entry | None, where: tuple[str, str], line: dict[str, Any],
+               reason: str | None) -> Event:
+        spell = self._row("guarded", e.at if e else None, where, {
             "until": None, "seconds": None, "ended": "ongoing", "network": line.get("network"),
             "bgscan": line["bgscan"], "reason": reason, "restored_because": None,
             "scans_while_guarding": 0, "across_restart": False})
         spell.pid = e.pid if e else None
-        self.open[iface] = spell
+        self.open[where] = spell
         return spell
 
     def _close(self, spell: Event, at: float | None, ended: str, why: str | None = None) -> None:
@@ -192,11 +208,25 @@ class _History:
         f["until"], f["ended"], f["restored_because"] = at, ended, why
         if at is not None and spell.at is not None:
             f["seconds"] = round(at - spell.at, 3)
-        if self.open.get(spell.interface) is spell:
-            del self.open[spell.interface]
+        for where, open_spell in list(self.open.items()):
+            if open_spell is spell:
+                del self.open[where]
 
 
-def history(lines: Iterable[Entry]) -> tuple[list[Event], int]:
+def current_boot() -> str:
+    """This boot's id as the journal's _BOOT_ID has it (32 hex digits); "" if unknown."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return _boot_id(f.read())
+    except OSError:
+        return ""
+
+
+def _boot_id(value: object) -> str:
+    return str(value).strip().replace("-", "").lower()
+
+
+def history(lines: Iterable[Entry], this_boot: str = "") -> tuple[list[Event], int]:
     """The events the lines make, by time, and how many lines of the unit there were."""
     h = _History()
     seen = 0
@@ -206,6 +236,7 @@ def history(lines: Iterable[Entry]) -> tuple[list[Event], int]:
         line = log_lines.parse(e.message)
         if line is not None:
             h.add(e, line)
+    h.end(this_boot)
     return sorted(h.events, key=lambda ev: ev.when), seen
 
 
@@ -287,6 +318,7 @@ def _row(ev: Event, clock: _Clock, since: Since, now: float) -> tuple[str, str]:
             what = "guarded" + (f" {duration(f['seconds'])}" if f["seconds"] is not None else "")
             until = {"restored": "until", "network removed": "until the network went away at",
                      "daemon stopped": "until the daemon stopped, last heard at",
+                     "system stopped": "until the system went down, last heard at",
                      "suspended again": "until suspended again at"}[f["ended"]]
             until += f" {clock(f['until'])}" if f["until"] is not None else " (unknown)"
         parts = [f"began before {clock(since.at)}"] if ev.at is None else []
@@ -352,7 +384,7 @@ def as_text(events: list[Event], since: Since, now: float) -> str:
 
 def cmd_history(args: argparse.Namespace) -> int:
     since: Since = args.since
-    events, seen = history(entries(journal_entries(since.at), since.at))
+    events, seen = history(entries(journal_entries(since.at), since.at), current_boot())
     if not seen and (need := journal_access()) is not None:
         raise Failure(need)
     now = time.time()

@@ -18,6 +18,7 @@ import pwd
 import sys
 import time
 import types
+import uuid
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -37,6 +38,7 @@ parts, guard = G.parts, G.guard  # the fixtures of test_guard
 USER_TEXT = "Café ☕"
 DAEMON = Path(log_lines.__file__).parent / "daemon"
 PID, NEXT_PID = 812, 9431
+THIS_BOOT, LAST_BOOT, ELSEWHERE = (uuid.UUID(int=n) for n in (0xB007, 0xB006, 0x07E4))
 PARIS = ZoneInfo("Europe/Paris")
 
 
@@ -59,10 +61,11 @@ def at(clock: str, day: str = "2026-11-30") -> float:
     return dt.datetime.fromisoformat(f"{day} {clock}").replace(tzinfo=PARIS).timestamp()
 
 
-def entry(clock: str, message: str, pid: int = PID, unit: str = H.UNIT, day: str = "2026-11-30") -> dict:
+def entry(clock: str, message: str, pid: int = PID, unit: str = H.UNIT, day: str = "2026-11-30",
+          boot: uuid.UUID = THIS_BOOT) -> dict:
     """A journal entry as journald keeps it (FakeReader converts it as python3-systemd does)."""
     return {"__REALTIME_TIMESTAMP": int(at(clock, day) * 1_000_000), "_PID": pid,
-            "MESSAGE": message, "_SYSTEMD_UNIT": unit, "PRIORITY": 6}
+            "MESSAGE": message, "_SYSTEMD_UNIT": unit, "PRIORITY": 6, "_BOOT_ID": boot}
 
 
 class FakeReader:
@@ -103,6 +106,7 @@ def reader(monkeypatch):
     monkeypatch.setitem(sys.modules, "systemd", package)
     monkeypatch.setitem(sys.modules, "systemd.journal", module)
     monkeypatch.setattr(FakeReader, "ENTRIES", [])
+    monkeypatch.setattr(H, "current_boot", lambda: THIS_BOOT.hex)
     return FakeReader
 
 
@@ -362,6 +366,29 @@ def test_a_spell_taken_over_by_the_next_daemon_goes_on(journal, capsys):
     (spell,) = events
     assert spell.fields["ended"] == "restored" and spell.fields["seconds"] == 3600
     assert spell.fields["across_restart"]
+
+
+def test_a_spell_ends_with_its_boot_and_not_with_another_machines_lines(journal, capsys):
+    """The last boot's spell never restored ended with that boot; a spell of this boot goes on
+    through lines of another daemon that the journal interleaves from another boot (a machine
+    whose journal files are read beside its own, as the lab's guest reads the host's)."""
+    journal.ENTRIES = [
+        entry("07:00:00", log_lines.SUSPENDED % ("wlan0", NET, "simple:30:-70:86400", "traffic"),
+              pid=77, boot=LAST_BOOT),
+        entry("07:10:00", "wlan0: guarding (traffic 9 Mbit/s)", pid=77, boot=LAST_BOOT),
+        entry("09:00:00", log_lines.SUSPENDED % ("wlan1", NET, "simple:30:-70:86400", "traffic")),
+        entry("09:01:00", log_lines.SUSPENDED % ("wlan1", NET, "x", "elsewhere"), pid=5, boot=ELSEWHERE),
+        entry("09:02:00", log_lines.RESTORED % ("wlan1", "x", "quiet"), pid=5, boot=ELSEWHERE),
+        entry("09:05:00", log_lines.RESTORED % ("wlan1", "simple:30:-70:86400", "quiet for 15 s")),
+    ]
+    assert ctl("--json") == 0
+    spells = [e for e in json.loads(capsys.readouterr().out)["events"] if e["event"] == "guarded"]
+    assert [(s["time"][11:19], s["interface"], s["ended"], s["until"][11:19], s["seconds"])
+            for s in spells] == [("07:00:00", "wlan0", "system stopped", "07:10:00", 600.0),
+                                 ("09:00:00", "wlan1", "restored", "09:05:00", 300.0),
+                                 ("09:01:00", "wlan1", "restored", "09:02:00", 60.0)]
+    assert ctl() == 0
+    assert "until the system went down, last heard at 07:10:00" in capsys.readouterr().out
 
 
 # ---- who may read it, and bad input ---------------------------------------------------------------
