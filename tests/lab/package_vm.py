@@ -94,8 +94,10 @@ def run_vm_check(deb: Path, build_seconds: float, background: bool = False,
         lab.check("rm -f /var/lib/man-db/auto-update")
         t = time.monotonic()
         # ≈230 s alone before the off-switch and command-less hold sections (issue 50), which
-        # add an estimated 1-2 minutes; beside the checks' VM it gets what CPU they leave.
-        rc, out, err = lab.run(f"bash {VM_CHECK} {guest_deb} {IFACE}", 1500 if background else 600)
+        # add an estimated 1-2 minutes, and the history section (a NetworkManager restart and
+        # reconnect, a guarded upload and its release), an estimated 2-4 more; beside the
+        # checks' VM it gets what CPU they leave.
+        rc, out, err = lab.run(f"bash {VM_CHECK} {guest_deb} {IFACE}", 2100 if background else 840)
         seconds = time.monotonic() - t
         (lab.vm.rundir / "vm-check.txt").write_text(out + "\n--- stderr ---\n" + err)
         # vm-check.sh ends with the package purged: the upgrade installs the previous release

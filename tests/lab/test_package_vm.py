@@ -172,6 +172,36 @@ def test_a_hold_without_a_command_lasts_until_sigterm(vm_check: dict) -> None:
         "no hold left"])
 
 
+def test_history_says_what_the_guard_did_and_what_it_takes(vm_check: dict) -> None:
+    """Issue 50, item 7: on the fresh install `scanguardctl history` (as a member of
+    systemd-journal) says plainly that nothing happened; after a guarded iperf3 upload during
+    which an unprivileged user's `nmcli device wifi rescan` was refused through polkit and a scan
+    asked of wpa_supplicant directly was aborted, it shows the spell, the refusal (naming the
+    user and nmcli) and the abort, each with its time of day, in its table and its JSON; a user in
+    neither journal group is told what it takes."""
+    _section(vm_check, "history on a fresh install", [
+        "scanguardctl history as a member of systemd-journal says plainly that nothing happened yet"])
+    assert re.search(r"^      No guarded spells, refused or aborted scans since ", vm_check["out"], re.M)
+    _section(vm_check, f"history of a guarded upload on {IFACE}", [
+        "NetworkManager restarted to ask polkit", f"... {IFACE} connected again",
+        "... and guarded again", "the guard engages on the transfer",
+        "other programs' scan requests refused now",
+        "sgcheck's nmcli device wifi rescan is refused through polkit while guarding",
+        "a scan asked of wpa_supplicant directly while guarding", "... is aborted",
+        "bgscan restored once the link is quiet",
+        "scanguardctl history --json as a member of systemd-journal: the spell, the refused "
+        "request and the aborted scan",
+        "scanguardctl history's table: each with its time, and who asked",
+        "as sgcheck, in neither systemd-journal nor adm, history says what it takes"])
+    # The lab's AP runs an iperf3 server: a real upload, not the hold that stands in without one.
+    assert re.search(r"^NOTE  traffic: an iperf3 upload at 4 Mbit/s to ", vm_check["out"], re.M), \
+        vm_check["out"]
+    table = re.search(r"^PASS  scanguardctl history's table.*?\n((?:      .*\n)+)", vm_check["out"],
+                      re.M)
+    assert table and "scan refused" in table.group(1), vm_check["out"]
+    print(f"history after the guarded upload:\n{table.group(1)}")
+
+
 def test_remove_restores_bgscan_and_stops(vm_check: dict) -> None:
     _section(vm_check, "remove with a hold", [
         "a hold suspends bgscan", "apt-get remove", "service stopped",
