@@ -78,7 +78,7 @@ def device_line(d: Mapping[str, Any], *, connection: bool = True, age: bool = Tr
         parts.append(f"{aborted} aborted")
     deferred = d.get("scan_requests_deferred", 0)
     if d.get("deferring_scans"):
-        parts.append(f"client scans deferred ({requests(deferred)} refused so far)")
+        parts.append(f"client scans refused ({requests(deferred)} so far)")
     elif deferred:
         parts.append(f"{requests(deferred)} for scans refused while guarding")
     since = f" for {duration(time.time() - d.get('since', time.time()))}" if age else ""

@@ -167,8 +167,8 @@ async def cmd_monitor(args: argparse.Namespace) -> int:
             refused = (d.get("scan_requests_deferred", 0)
                        - before.get("scan_requests_deferred", d.get("scan_requests_deferred", 0)))
             if refused > 0:
-                print(f"{_stamp()} {shown_name}: {requests(refused)} for a scan refused (deferred "
-                      "while guarding: desktop shell, widget or nmcli)", flush=True)
+                print(f"{_stamp()} {shown_name}: {requests(refused)} for a scan refused (while "
+                      "guarding: desktop shell, widget or nmcli)", flush=True)
             cut = aborted_total(d) - aborted_total(before or d)
             if cut > 0:
                 print(f"{_stamp()} {shown_name}: aborted {cut} scan(s) that took the radio off the "

@@ -72,7 +72,7 @@ class ScanDeferral:
             return
         self.problem = None
         if defer != bool(self.active):
-            log.debug("client Wi-Fi scan requests are %s", "deferred" if defer else "allowed again")
+            log.debug("client Wi-Fi scan requests are %s", "refused" if defer else "allowed again")
         self.active = self.in_file = defer
 
     def clear(self) -> None:

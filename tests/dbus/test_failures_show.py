@@ -204,9 +204,9 @@ class ReadOnlyStateDaemon(DaemonProcess):
 async def test_a_state_directory_it_cannot_write_is_an_error_not_guarding(bus, link, peers,
                                                                         system_bus, tmp_path,
                                                                         request):
-    """Issue 34: such a daemon said `guarding ... client scans deferred` while bgscan stayed on
-    and nothing was deferred.  The state is `error`, bgscan is untouched, no deferral is
-    claimed, and the log says what happens to other programs' scans in plain words."""
+    """Issue 34: such a daemon said `guarding ... client scans deferred` (now "refused") while
+    bgscan stayed on and nothing was refused.  The state is `error`, bgscan is untouched, no
+    refusing is claimed, and the log says what happens to other programs' scans in plain words."""
     if os.geteuid() == 0 and shutil.which("setpriv") is None:
         pytest.skip("root needs setpriv to meet a directory it cannot write")
     await peers.setup(activate=False)
@@ -236,7 +236,7 @@ async def test_a_state_directory_it_cannot_write_is_an_error_not_guarding(bus, l
         status = await asyncio.get_running_loop().run_in_executor(
             None, lambda: scanguardctl(system_bus.address, "status"))
         assert status.returncode == 0 and f"{link.ifname} ('{CAFE}'): error for " in status.stdout
-        assert "guarding" not in status.stdout and "deferred" not in status.stdout, status.stdout
+        assert "guarding" not in status.stdout and "client scans refused" not in status.stdout, status.stdout
         log = p.log()
         assert (f"{link.ifname}: connected to '{CAFE}'; will guard while busy (threshold "
                 "1 Mbit/s)") in log

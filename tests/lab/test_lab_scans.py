@@ -182,7 +182,7 @@ def test_client_scans_are_deferred_while_guarding_and_root_still_scans(lab, guar
         # Long enough for the window and root's scan; stopped after those.
         traffic = lab.start_traffic("upload", 180, ping_interval=None)
         wait_until(lambda: (lambda s: s.get("state") == "guarding" and s.get("deferring_scans"))(
-            guardd.status()), 30, "guarding with client scans deferred", interval=1)
+            guardd.status()), 30, "guarding with client scans refused", interval=1)
         t_engaged = t_g0 = lab.guest_time()
         lab.check(f"rm -f {WIDGET_PAUSE}", 10)
         t_resumed = lab.guest_time()

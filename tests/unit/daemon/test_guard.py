@@ -373,7 +373,7 @@ def unwritable_journal(journal: Journal, monkeypatch) -> None:
 async def test_a_journal_that_cannot_be_written_shows_error_and_leaves_bgscan(guard, parts,
                                                                           monkeypatch, caplog):
     """Issue 34: such a daemon said `guarding` while bgscan stayed on.  It is an error, and
-    other programs' scans are still deferred (that needs no journal), which the line says only
+    other programs' scans are still refused (that needs no journal), which the line says only
     while the deferral file says so."""
     sup, counters, listener = parts["sup"], parts["counters"], parts["listener"]
     unwritable_journal(parts["journal"], monkeypatch)
@@ -389,7 +389,7 @@ async def test_a_journal_that_cannot_be_written_shows_error_and_leaves_bgscan(gu
     assert guard.reason == reason and guard.status().error == problem
     assert guard.scans.deferring and guard.status().deferring_scans
     assert guard.status_line() == (f"wlan0: error ({reason}); rx 8.0 Mbit/s, tx 0.0 Mbit/s, "
-                                   "-50 dBm, client scans deferred (0 requests refused so far); "
+                                   "-50 dBm, client scans refused (0 requests so far); "
                                    f"problem: {problem}")
     assert caplog.text.count("so bgscan is left on") == 1  # once, not at every sample
     assert "guarding" not in caplog.text
@@ -399,7 +399,7 @@ async def test_a_journal_that_cannot_be_written_shows_error_and_leaves_bgscan(gu
         "scan requests are not refused"
     guard.scans.deferral_status(False, refused)
     assert not guard.status().deferring_scans and guard.status().error == f"{problem}; {refused}"
-    assert "client scans deferred" not in guard.status_line()
+    assert "client scans refused" not in guard.status_line()
 
     monkeypatch.undo()  # writable again: guarding, for real
     guard.scans.deferral_status(True, None)

@@ -538,7 +538,7 @@ async def test_deferred_requests_are_counted_logged_once_and_summed_up(guard, pa
                        "scanguardctl status"]
     status = guard.status()
     assert (status.deferring_scans, status.scan_requests_deferred) == (True, 3)
-    assert "client scans deferred (3 requests refused so far)" in guard.status_line()
+    assert "client scans refused (3 requests so far)" in guard.status_line()
     guard.hold_changed(False)
     await guard.kick()
     assert any("3 Wi-Fi scan request(s) of other programs were refused" in r.getMessage()
@@ -607,7 +607,7 @@ def entry(**kw) -> dict:
 
 def test_status_line_shows_deferral_with_a_non_ascii_profile():
     line = device_line(entry(scan_requests_deferred=5))
-    assert line.startswith(f"wlan0 ('{CAFE}'): guarding") and "client scans deferred (5 requests refused so far)" in line
+    assert line.startswith(f"wlan0 ('{CAFE}'): guarding") and "client scans refused (5 requests so far)" in line
     idle = device_line(entry(state="idle", deferring_scans=False, scan_requests_deferred=1))
     assert "1 request for scans refused while guarding" in idle
 
