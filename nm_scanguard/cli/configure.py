@@ -117,6 +117,11 @@ def cmd_config_set(args: argparse.Namespace) -> int:
 
 
 def cmd_config_unset(args: argparse.Namespace) -> int:
+    if args.all:
+        return _unset_all(args)
+    if args.connection is None or not args.keys:
+        raise Failure("config unset: give CONNECTION and the KEYs to remove, or --all "
+                      "[CONNECTION] to remove every scanguard.* setting", 2)
     p = _profiles()
     conn = p.find(p.client(), args.connection)
     present = p.scanguard_data(conn)
@@ -137,3 +142,34 @@ def cmd_config_unset(args: argparse.Namespace) -> int:
         print(f"{shown(conn.get_id(), NAME_CHARS)}: removed "
               + ", ".join(USER_DATA_PREFIX + k for k in keys))
     return 0
+
+
+def _unset_all(args: argparse.Namespace) -> int:
+    """`config unset --all [CONNECTION]`: every scanguard.* key, known or not, from one profile
+    or from every profile NetworkManager shows this user (root: all).  A profile that cannot be
+    changed is said and the others are still done; the exit status is 1 if any was not."""
+    if args.keys:
+        raise Failure("config unset --all removes every scanguard.* setting: give no KEY with it", 2)
+    p = _profiles()
+    nm = p.client()
+    conns = [p.find(nm, args.connection)] if args.connection is not None else nm.get_connections()
+    found = failed = 0
+    for conn in conns:
+        keys = list(p.scanguard_data(conn))
+        if not keys:
+            continue
+        found += 1
+        try:
+            p.update(conn, {}, keys)
+        except p.ProfileError as e:
+            print(f"scanguardctl: {e}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"{shown(conn.get_id(), NAME_CHARS)}: removed "
+              + ", ".join(USER_DATA_PREFIX + k for k in keys))
+    if not found:
+        print(f"scanguardctl: profile '{shown(conns[0].get_id(), NAME_CHARS)}' has no "
+              f"{USER_DATA_PREFIX}* settings" if args.connection is not None else
+              f"scanguardctl: no NetworkManager profile you can see has {USER_DATA_PREFIX}* settings",
+              file=sys.stderr)
+    return 1 if failed else 0

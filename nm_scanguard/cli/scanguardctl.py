@@ -236,10 +236,19 @@ def build_parser() -> argparse.ArgumentParser:
     cset.add_argument("connection", metavar="CONNECTION", type=_utf8, help="profile name or UUID")
     cset.add_argument("assignments", nargs="+", metavar="KEY=VALUE",
                       help=f"keys: {', '.join(KEYS)}")
-    cu = _verb(csub, "unset", cmd_config_unset, "remove settings from a NetworkManager profile")
+    cu = _verb(csub, "unset", cmd_config_unset, "remove settings from a NetworkManager profile",
+               description="Remove the KEYs (scanguard.KEY user data) from the profile, or "
+                           "with --all every scanguard.* setting. Before `apt purge "
+                           "nm-scanguard`, which cannot reach the profiles, `sudo scanguardctl "
+                           "config unset --all` removes them from every profile.")
     config_option(cu)
-    cu.add_argument("connection", metavar="CONNECTION", type=_utf8, help="profile name or UUID")
-    cu.add_argument("keys", nargs="+", metavar="KEY")
+    cu.add_argument("--all", action="store_true",
+                    help="remove every scanguard.* setting, known or not: from CONNECTION, "
+                         "or without it from every profile NetworkManager shows you (as "
+                         "root: every profile)")
+    cu.add_argument("connection", nargs="?", metavar="CONNECTION", type=_utf8,
+                    help="profile name or UUID")
+    cu.add_argument("keys", nargs="*", metavar="KEY")
 
     d = _verb(sub, "diagnose", cmd_diagnose, "find out whether Wi-Fi stalls are scans, and who "
                                              "asked for them",
