@@ -62,6 +62,8 @@ INSTALLED = {
     "./usr/share/man/man5/scanguard.conf.5.gz": "-rw-r--r--",
     "./usr/share/bash-completion/completions/scanguardctl": "-rw-r--r--",
     "./usr/share/doc/nm-scanguard/copyright": "-rw-r--r--",
+    "./usr/share/doc/nm-scanguard/docs/demo-example.png": "-rw-r--r--",
+    "./usr/share/doc/nm-scanguard/nm_scanguard/io.github.nm_scanguard.ScanGuard1.xml": "lrwxrwxrwx",
     "./usr/lib/python3/dist-packages/nm_scanguard/__init__.py": "-rw-r--r--",
     "./usr/lib/python3/dist-packages/nm_scanguard/daemon/daemon.py": "-rw-r--r--",
     "./usr/lib/python3/dist-packages/nm_scanguard/daemon/service.py": "-rw-r--r--",

@@ -120,7 +120,7 @@ def test_readme_is_short_and_in_the_order_an_installer_needs():
              "What it cannot stop", "Uninstall", "The two commands", "Read more"]
     top = [h for h in headings(text) if not h.startswith("Settings")][1:]
     assert [next((o for o in order if h.startswith(o)), h) for h in top] == order
-    assert "](tests/lab/demo-example.png)" in text.split("## Install")[0]  # the lab's plot first
+    assert "](docs/demo-example.png)" in text.split("## Install")[0]  # the lab's plot first
     scanning = text.split("## Is it scanning?")[1].split("\n## ")[0]  # issue 23: near the top
     assert "scanguardctl diagnose" in scanning and "](docs/diagnose-example.png)" in scanning
 
