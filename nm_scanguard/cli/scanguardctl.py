@@ -172,8 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     h = _verb(sub, "hold", cmd_hold, "keep bgscan suspended until Ctrl-C, or while a command "
                                      "runs",
-              description="Take a hold (bgscan stays suspended whatever the traffic, "
-                          "unless the signal is weak). Without COMMAND, hold until "
+              description="Take a hold (bgscan stays suspended whatever the traffic; "
+                          "when the signal fades below the floor, the guard scans the "
+                          "known access points' channels itself so that the station can "
+                          "roam, and gives bgscan back only if that finds nothing "
+                          "better). Without COMMAND, hold until "
                           "Ctrl-C, SIGTERM or SIGHUP, then release the hold and exit 0: "
                           "run it in a terminal for as long as a call lasts. With "
                           "COMMAND, run it, release the hold when it exits and exit with "

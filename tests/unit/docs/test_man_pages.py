@@ -262,12 +262,17 @@ def _control_description() -> str:
     return " ".join(text.split("\nDescription:", 1)[1].split())
 
 
-@pytest.mark.parametrize("where", ["scanguardd --help", "debian/control"])
+def _hold_description() -> str:
+    verbs = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return " ".join(verbs.choices["hold"].description.split())
+
+
+@pytest.mark.parametrize("where", ["scanguardd --help", "debian/control", "hold --help"])
 def test_no_summary_says_bgscan_comes_back_whenever_the_signal_fades(where):
     """With roam_scans = targeted (the default) a fading signal keeps bgscan suspended while
     the guard scans the known access points' channels: a summary that speaks of the signal
     says so."""
-    text = (" ".join(service.build_parser().description.split()) if where == "scanguardd --help"
-            else _control_description())
+    text = {"scanguardd --help": lambda: " ".join(service.build_parser().description.split()),
+            "debian/control": _control_description, "hold --help": _hold_description}[where]()
     assert "signal" in text
     assert "known access points" in text, text
