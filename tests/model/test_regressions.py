@@ -647,3 +647,20 @@ def test_a_walk_before_the_floor_is_looked_at_and_roamed_with_bgscan_kept_off():
         assert "by wpa_supplicant's own choice, after a walk scan" in guard.status().last_move
     finally:
         state.teardown()
+
+
+def test_the_settings_files_enabled_no_is_not_undone_by_a_profiles_yes():
+    """Found 2026-11-29 by the gate's seed once `enabled = no` in the settings file became the
+    administrator's off switch: the model still judged a profile's `scanguard.enabled=yes` to
+    turn guarding back on and called the idle guard's untouched bgscan a failure.  With the
+    file's no, nothing is guarded whatever the profile says, and bgscan stays NetworkManager's."""
+    state = Machine()
+    try:
+        state.reload(config="[scanguard]\nenabled = no\n", then=0.0)
+        state.profile(data={"scanguard.enabled": "yes"}, ifname="wlan0", readable=True, then=0.0)
+        state.busy_for_a_while()
+        assert state.world.should_guard("wlan0") is False
+        assert all(n.bgscan == NM_BGSCAN for n in state.world.wpa.live_nets())
+        state.bgscan_is_safe()
+    finally:
+        state.teardown()

@@ -529,6 +529,8 @@ class World:
             settings = load_file(self.config_path)
         except ConfigError:
             return None
+        if not settings.enabled:
+            return False  # the administrator's off switch: no profile turns it back on
         profile = self.nm.devices[ifname].profile
         if not profile.readable:
             return False  # a profile the daemon cannot read is not guarded
