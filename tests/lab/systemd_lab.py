@@ -41,7 +41,12 @@ class SystemdLab(Lab):
         self.spawn("exec stdbuf -oL iw event -t", name="iw-event")
 
     def _station_daemons(self) -> None:
-        self.write_file("/etc/NetworkManager/conf.d/99-scanguard-lab.conf", NM_CONF)
+        # NetworkManager asks polkit here, as on a user's Debian (its default): the package's
+        # polkit rule is what refuses other users' scan requests while guarding, and
+        # NetworkManager reads auth-polkit only at start.  Root's requests need no polkit.
+        conf = NM_CONF.replace("auth-polkit=false\n", "")
+        assert conf != NM_CONF, "NM_CONF no longer turns auth-polkit off: update this"
+        self.write_file("/etc/NetworkManager/conf.d/99-scanguard-lab.conf", conf)
         self.check("systemctl start wpa_supplicant.service NetworkManager.service", 90)
         wait_until(lambda: self.run(f"nmcli -t -f DEVICE,STATE device | grep -qx "
                                     f"'{STA_IF}:disconnected'", 30)[0] == 0,
