@@ -645,6 +645,8 @@ if [ -n "$iface" ]; then
         check "... $iface connected again" eventually 300 wifi_up "$wifi_con"
         check "... and guarded again" eventually 180 state_is idle
     fi
+    check "NetworkManager asks polkit (auth-polkit on)" sh -c \
+        "! NetworkManager --print-config 2>/dev/null | grep -Eqx 'auth-polkit=(false|no|0|off)'"
     before=$(bgscan "$iface")
     aborted_before=$(aborted)
     if traffic_start; then
