@@ -90,6 +90,10 @@ deps-deb:
 # in the gate the abort check makes GeoClue's own call, Scan with Type=passive, and diagnose's
 # attribution of a direct caller is held by tests/unit/diagnose).
 LAB_IN_TEST = not without_tsq and not geoclue
+# The lab's package VM (tests/lab/package_vm_job.py) is its longest path: make test starts it
+# once the package step has built the .deb, at idle priority beside steps 8 and 9, and the lab
+# step waits for it.  It stops itself if this make ends first.
+PACKAGE_VM_DIR = $(CACHE)/package-vm
 
 test: deps-test deps-lab deps-deb trixie-deps
 	$(call step,1/11 lint: mypy --strict and ruff,$(MAKE) -s lint)
@@ -107,9 +111,11 @@ test: deps-test deps-lab deps-deb trixie-deps
 	  $(call with_lib,dbus_fast,$(PYTEST) -v tests/contract) && \
 	  $(call with_lib,dbus_next,$(PYTEST) -q tests/contract))
 	$(call step,7/11 package: build; lintian; hardening,$(PYTEST) -v tests/package)
+	@$(PYTHON) -m tests.lab.package_vm_job start $(PACKAGE_VM_DIR) --parent $$PPID
 	$(call step,8/11 a new user's install in fresh Debian 12 and 13 roots: the README's commands; the upgrade,$(MAKE) -s clean-install)
 	$(call step,9/11 Debian 13 (trixie root): unit; D-Bus; contract; package; fault rungs,$(MAKE) -s test-trixie)
-	$(call step,10/11 the virtual Wi-Fi lab (QEMU; mac80211_hwsim; NetworkManager),$(PYTEST) -v -s tests/lab -k '$(LAB_IN_TEST)')
+	$(call step,10/11 the virtual Wi-Fi lab (QEMU; mac80211_hwsim; NetworkManager),\
+	  SCANGUARD_PACKAGE_VM_DIR=$(PACKAGE_VM_DIR) $(PYTEST) -v -s tests/lab -k '$(LAB_IN_TEST)')
 	@echo "==> [$$(date +%H:%M:%S)] 11/11 done: every step passed"
 
 $(RUFF):

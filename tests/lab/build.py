@@ -226,7 +226,7 @@ def build_medium(cache: Path) -> Path:
     if flags.returncode != 0:
         raise RuntimeError("pkg-config libnl-genl-3.0 failed: install libnl-genl-3-dev "
                            "(`make deps-lab` does)")
-    tmp = out.with_suffix(".tmp")
+    tmp = out.with_suffix(f".tmp{os.getpid()}")  # two labs may build it at once
     subprocess.run(["cc", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(tmp),
                     str(MEDIUM_SOURCE), *flags.stdout.split(), "-lm"], check=True)
     tmp.rename(out)
@@ -234,14 +234,21 @@ def build_medium(cache: Path) -> Path:
 
 
 def prepare(cache: Path | None = None, log=print) -> KernelImage:
+    """The kernel, modules and initramfs of a lab guest, made once and kept in `cache`.  Two
+    labs may prepare at once (make test's package VM and its checks' VM): a lock file makes
+    the second wait for the first and find its work done."""
+    import fcntl
     cache = cache or cache_dir()
-    if release() == "trixie":
-        return prepare_root(cache, trixie_root(log))
-    version, tree = fetch_kernel(cache)
-    modroot = build_module_tree(cache, version, tree)
-    initramfs = build_initramfs(cache / "kernel" / version, tree, version)
-    return KernelImage(version=version, vmlinuz=tree / "boot" / f"vmlinuz-{version}",
-                       modules_root=modroot, initramfs=initramfs)
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / "prepare.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if release() == "trixie":
+            return prepare_root(cache, trixie_root(log))
+        version, tree = fetch_kernel(cache)
+        modroot = build_module_tree(cache, version, tree)
+        initramfs = build_initramfs(cache / "kernel" / version, tree, version)
+        return KernelImage(version=version, vmlinuz=tree / "boot" / f"vmlinuz-{version}",
+                           modules_root=modroot, initramfs=initramfs)
 
 
 if __name__ == "__main__":

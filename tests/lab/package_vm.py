@@ -556,6 +556,10 @@ class PackageVmJob(threading.Thread):
         self.join()
         say(f"package VM done {time.monotonic() - self.started_at:.0f} s after it started "
             f"(waited {time.monotonic() - t:.0f} s for it at the end)")
+        return self.outcome()
+
+    def outcome(self) -> dict:
+        """What run() ended with: its result, or the exception it ended on, raised."""
         if self._error is not None:
             raise self._error
         assert self._result is not None
