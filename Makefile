@@ -91,8 +91,9 @@ deps-deb:
 # attribution of a direct caller is held by tests/unit/diagnose).
 LAB_IN_TEST = not without_tsq and not geoclue
 # The lab's package VM (tests/lab/package_vm_job.py) is its longest path: make test starts it
-# once the package step has built the .deb, at idle priority beside steps 8 and 9, and the lab
-# step waits for it.  It stops itself if this make ends first.
+# once the package step has built the .deb; at idle priority beside steps 8 and 9 it builds the
+# previous release, boots and brings its lab up, and its checks begin with the lab step.  It
+# stops itself if this make ends first.
 PACKAGE_VM_DIR = $(CACHE)/package-vm
 
 test: deps-test deps-lab deps-deb trixie-deps

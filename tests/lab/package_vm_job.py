@@ -3,9 +3,12 @@
 The package VM (package_vm.py) is the lab rung's longest path: it runs at SCHED_IDLE on the CPU
 time the checks' VM leaves, and ended minutes after them.  `make test` starts it as this
 process before its clean-install and Debian 13 steps, whose waits for the archive and the
-buses leave CPU time too; the lab rung's tests then only wait for its result
-(`ExternalPackageVmJob`, chosen by conftest.py when SCANGUARD_PACKAGE_VM_DIR names its
-folder).  Run alone, test_package_vm.py and `make lab` start their own, as before.
+buses leave CPU time too: there it builds the packages, boots and brings up the lab, then
+waits.  Its checks begin only when the lab rung has begun (the file `go`, written by
+`ExternalPackageVmJob`, which conftest.py chooses when SCANGUARD_PACKAGE_VM_DIR names the
+folder): their timeouts were set for the CPU time the checks' VM leaves, not for what a
+pytest-xdist run leaves.  The lab rung's tests then wait for the result.  Run alone,
+test_package_vm.py and `make lab` start their own, as before.
 
     python3 -m tests.lab.package_vm_job start DIR --parent PID
 
@@ -81,7 +84,14 @@ def run(folder: Path, parent: int) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     threading.Thread(target=watch_parent, name="watch-parent", daemon=True).start()
-    job = PackageVmJob(folder / "work")
+    def wait_for_go() -> None:
+        t = time.monotonic()
+        say("VM ready: its checks wait for the lab step")
+        while not (folder / "go").exists():
+            time.sleep(1)
+        say(f"the lab step has begun: checks start (waited {time.monotonic() - t:.0f} s)")
+
+    job = PackageVmJob(folder / "work", before_checks=wait_for_go)
     (folder / "work").mkdir()
     job.run()  # in this thread: QEMU's PR_SET_PDEATHSIG follows the thread that started it
     try:
@@ -103,8 +113,10 @@ class ExternalPackageVmJob:
     package_vm.PackageVmJob.result()."""
 
     def __init__(self, folder: Path):
+        """Lets the job's checks begin (see the module's docstring)."""
         self.folder = folder
         self.pid = int((folder / "pid").read_text())
+        (folder / "go").touch()
 
     def result(self) -> dict:
         from .package_vm import say
@@ -148,8 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     folder = args.folder.resolve()
     if args.command == "start":
         pid = start(folder, args.parent)
-        print(f"==> package VM started beside the steps that follow, at idle priority "
-              f"(pid {pid}; log {folder / 'log'}); the lab step waits for it", flush=True)
+        print(f"==> package VM: build and boot started beside the steps that follow, at idle "
+              f"priority (pid {pid}; log {folder / 'log'}); its checks begin with the lab step",
+              flush=True)
         return 0
     return run(folder, args.parent)
 

@@ -46,6 +46,36 @@ def test_a_job_that_died_without_a_word_is_named(tmp_path) -> None:
         ExternalPackageVmJob(folder).result()
 
 
+def test_the_jobs_checks_wait_for_the_lab_step(tmp_path) -> None:
+    """The job readies its VM early but starts the checks only once the lab's handle exists."""
+    parent = subprocess.Popen(["sleep", "60"])
+    script = f"""
+import sys, time
+from pathlib import Path
+from tests.lab import package_vm, package_vm_job
+def work(self):
+    self.before_checks()
+    self._result = {{"checks began": time.time()}}
+package_vm.PackageVmJob.run = work
+sys.exit(package_vm_job.run(Path({str(tmp_path)!r}), {parent.pid}))
+"""
+    try:
+        (tmp_path / "pid").write_text("0")
+        proc = subprocess.Popen([sys.executable, "-c", script], cwd=package_vm_job.REPO,
+                                stderr=subprocess.PIPE, text=True)
+        time.sleep(3)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert not (tmp_path / "result.json").exists()
+        (tmp_path / "pid").write_text(str(proc.pid))
+        t = time.time()
+        ExternalPackageVmJob(tmp_path)  # the lab step has begun
+        assert proc.wait(20) == 0
+        assert json.loads((tmp_path / "result.json").read_text())["checks began"] >= t
+    finally:
+        parent.kill()
+        parent.wait()
+
+
 def test_a_zombie_counts_as_gone() -> None:
     proc = subprocess.Popen(["true"])
     deadline = time.monotonic() + 10
