@@ -90,6 +90,9 @@ deps-deb:
 # in the gate the abort check makes GeoClue's own call, Scan with Type=passive, and diagnose's
 # attribution of a direct caller is held by tests/unit/diagnose).
 LAB_IN_TEST = not without_tsq and not geoclue
+# Step 8 (clean roots: mostly waits for the archive and dpkg) runs beside step 9 (CPU): its
+# own process group, which is ended if this step is (a background job of a non-interactive
+# shell ignores Ctrl-C).
 # The lab's package VM (tests/lab/package_vm_job.py) is its longest path: make test starts it
 # once the package step has built the .deb; at idle priority beside steps 8 and 9 it builds the
 # previous release, boots and brings its lab up, and its checks begin with the lab step.  It
@@ -113,8 +116,16 @@ test: deps-test deps-lab deps-deb trixie-deps
 	  $(call with_lib,dbus_next,$(PYTEST) -q tests/contract))
 	$(call step,7/11 package: build; lintian; hardening,$(PYTEST) -v tests/package)
 	@$(PYTHON) -m tests.lab.package_vm_job start $(PACKAGE_VM_DIR) --parent $$PPID
-	$(call step,8/11 a new user's install in fresh Debian 12 and 13 roots: the README's commands; the upgrade,$(MAKE) -s clean-install)
-	$(call step,9/11 Debian 13 (trixie root): unit; D-Bus; contract; package; fault rungs,$(MAKE) -s test-trixie)
+	$(call step,8+9/11 a new user's install in fresh Debian 12 and 13 roots (the README's commands; the upgrade) beside Debian 13's rungs (trixie root),\
+	  setsid $(MAKE) -s clean-install >$(CACHE)/clean-install.log 2>&1 & install=$$!; \
+	  trap 'kill -TERM -$$install 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
+	  echo "==> 8/11 a new user's install: started beside 9/11; its output follows when both are done"; \
+	  echo "==> [$$(date +%H:%M:%S)] 9/11 Debian 13 (trixie root): unit; D-Bus; contract; package; fault rungs"; \
+	  $(MAKE) -s test-trixie; trixie=$$?; wait $$install; installed=$$?; \
+	  echo "==> 8/11 a new user's install ($(CACHE)/clean-install.log):"; cat $(CACHE)/clean-install.log; \
+	  echo "<== 8/11 a new user's install: $$( [ $$installed -eq 0 ] && echo passed || echo "FAILED (exit $$installed)")"; \
+	  echo "<== 9/11 Debian 13 rungs: $$( [ $$trixie -eq 0 ] && echo passed || echo "FAILED (exit $$trixie)")"; \
+	  [ $$installed -eq 0 ] && [ $$trixie -eq 0 ])
 	$(call step,10/11 the virtual Wi-Fi lab (QEMU; mac80211_hwsim; NetworkManager),\
 	  SCANGUARD_PACKAGE_VM_DIR=$(PACKAGE_VM_DIR) $(PYTEST) -v -s tests/lab -k '$(LAB_IN_TEST)')
 	@echo "==> [$$(date +%H:%M:%S)] 11/11 done: every step passed"
