@@ -24,7 +24,7 @@ DEPS_DEB     = lintian git
 # Debian's tools must not pick up a python3 from pyenv or a virtualenv on PATH.
 DEB_PATH     = /usr/sbin:/usr/bin:/sbin:/bin
 
-DBUS_TESTS = tests/dbus tests/api tests/policy
+DBUS_TESTS = tests/dbus tests/api tests/access
 # The D-Bus rung spends most of its time waiting for the daemon and the buses (46 % of one core
 # in one process): three pytest-xdist workers take it from 204 s to 75 s on two cores.  Each test
 # has its own private bus, so the split does not change what a test sees.
@@ -206,18 +206,18 @@ deb:
 	PATH=$(DEB_PATH) $(if $(DEB_PROFILE),DEB_BUILD_PROFILES=nocheck) dpkg-buildpackage -us -uc -b --post-clean
 	@ls -1 ../nm-scanguard_*_all.deb
 
-# A new user's install from fresh Debian 12 and 13 roots (tests/release/clean_install.py): the
+# A new user's install from fresh Debian 12 and 13 roots (tests/debian_roots/clean_install.py): the
 # README's install commands word for word, the installed result, and the upgrade from the
 # previous release.  A step of make test.
 clean-install: trixie-deps
-	$(PYTHON) tests/release/clean_install.py run $(CLEAN_INSTALL_ARGS)
+	$(PYTHON) tests/debian_roots/clean_install.py run $(CLEAN_INSTALL_ARGS)
 
 # How the archive would build and test it: sbuild (unshare mode) and autopkgtest (unshare runner)
-# in clean chroots of Debian 12 and 13, lintian --pedantic (tests/release/archive-check.sh).  Not
+# in clean chroots of Debian 12 and 13, lintian --pedantic (tests/debian_roots/archive-check.sh).  Not
 # part of make test: it builds the package once more per release.
 archive-check:
 	$(call apt_install,sbuild autopkgtest mmdebstrap uidmap)
-	sh tests/release/archive-check.sh $(ARCHIVE_RELEASES)
+	sh tests/debian_roots/archive-check.sh $(ARCHIVE_RELEASES)
 
 clean:
 	rm -rf build dist *.egg-info .pybuild debian/.debhelper debian/nm-scanguard debian/files \

@@ -71,7 +71,7 @@ async def strict_scenario(strict_bus: PrivateBus, polkit: Polkit, link: Link, tm
 
 
 class Nobody:
-    """tests/policy/client.py running as user nobody: one call per request, answers as dicts."""
+    """tests/access/client.py running as user nobody: one call per request, answers as dicts."""
 
     def __init__(self, address: str) -> None:
         env = env_for(address)
