@@ -43,7 +43,7 @@ PLAIN = ("tests/unit/daemon/test_suspension.py", "tests/unit/daemon/test_ledger.
          "tests/unit/daemon/test_guard.py", "tests/unit/daemon/test_failures_show.py", "tests/unit/daemon/test_journal.py",
          "tests/unit/daemon/test_holds.py", "tests/unit/daemon/test_policy.py",
          "tests/unit/daemon/test_abort.py", "tests/unit/daemon/test_roaming.py",
-         "tests/unit/daemon/test_sampling.py", "tests/model/test_regressions.py")
+         "tests/unit/daemon/test_sampling.py", "tests/model/test_model_regressions.py")
 
 
 @dataclass(frozen=True)
