@@ -2,11 +2,12 @@
 #
 #   make trixie-root   build the trixie root tree unless it is cached (mmdebstrap, about a
 #                      minute; installs mmdebstrap on the host first); prints its path and size
-#   make test-trixie   the root, then inside it with trixie's python3: unit; tests/dbus tests/api
-#                      tests/access with dbus_fast (Debian 13's library); tests/contract against
-#                      trixie's wpa_supplicant with each library; tests/fault with dbus_fast;
-#                      the model rung with make test's seed.  One at a time,
-#                      each step timed, a summary at the end; non-zero exit if any step failed.
+#   make test-trixie   rung 9 of make test: the root, then inside it with trixie's python3
+#                      rungs 2-7 (docs/testing.md): unit; tests/dbus tests/api tests/access with
+#                      dbus_fast (Debian 13's library); tests/contract against trixie's
+#                      wpa_supplicant with each library; tests/package; tests/fault with
+#                      dbus_fast; the model rung with make test's seed.  One at a time, each
+#                      step timed, a summary at the end; non-zero exit if any step failed.
 #   make trixie-shell  a shell inside the root (the repository read-only at /src), to debug
 #   make lab-trixie    the lab on Debian 13: the VM boots a trixie root of its own (kernel 6.12,
 #                      NetworkManager 1.52, wpa_supplicant 2.10-24, systemd 257, polkitd 126;

@@ -352,28 +352,29 @@ def show_library(library: str) -> list[str]:
 
 
 def plan(step_timeout: float) -> list[tuple[str, list[list[str]], float]]:
-    """The rungs, in order: (name, commands, time limit)."""
+    """The steps, in order: (name, commands, time limit); each name starts with its rung's number
+    and name in docs/testing.md."""
     steps: list[tuple[str, list[list[str]], float]] = [
         ("versions inside the root",
          [["sh", "-c", "cat /etc/debian_version; uname -r; "
                        "dpkg-query -W -f='${Package} ${Version}\\n' " + " ".join(KEY_PACKAGES)]],
          60),
-        ("unit tests", [pytest(None, "-q", "-n", UNIT_JOBS, "tests/unit")], step_timeout),
+        ("rung 2 unit tests", [pytest(None, "-q", "-n", UNIT_JOBS, "tests/unit")], step_timeout),
     ]
     for lib in (DEBIAN_13_LIBRARY,):
-        steps.append((f"D-Bus tests {' '.join(DBUS_TESTS)} with {lib}",
+        steps.append((f"rung 3 D-Bus tests {' '.join(DBUS_TESTS)} with {lib}",
                       [show_library(lib), pytest(lib, "-q", "-n", DBUS_JOBS, *DBUS_TESTS)],
                       step_timeout))
     for lib in LIBRARIES:
-        steps.append((f"contract tests against trixie's wpa_supplicant with {lib}",
+        steps.append((f"rung 6 contract tests against trixie's wpa_supplicant with {lib}",
                       [show_library(lib), pytest(lib, "-q", "tests/contract")], step_timeout))
-    steps.append(("package: build with trixie's debhelper; trixie's lintian; systemd 257's "
+    steps.append(("rung 7 package: build with trixie's debhelper; trixie's lintian; systemd 257's "
                   "systemd-analyze security",
                   [pytest(None, "-v", "tests/package")], step_timeout))
     if (REPO / "tests" / "fault").is_dir():
         for lib in (DEBIAN_13_LIBRARY,):
             examples = os.environ.get("SCANGUARD_FAULT_EXAMPLES") or "25 (the default)"
-            steps.append((f"fault injection with {lib}, {examples} sequences per test",
+            steps.append((f"rung 4 fault injection with {lib}, {examples} sequences per test",
                           [show_library(lib), pytest(lib, "-q", "-s", "tests/fault")],
                           step_timeout))
     else:
@@ -382,7 +383,7 @@ def plan(step_timeout: float) -> list[tuple[str, list[list[str]], float]]:
         sequences = os.environ.get("SCANGUARD_MODEL_SEQUENCES") or "2000 (the default)"
         # One worker process per core (tests/model/parallel.py), with the root's pytest options.
         env = pytest(None)[:-len(PYTEST)]
-        steps.append((f"model rung: {sequences} generated sequences against simulated peers",
+        steps.append((f"rung 5 model: {sequences} generated sequences against simulated peers",
                       [[*env, "python3", "-m", "tests.model.parallel", "--", *PYTEST[5:]]],
                       step_timeout))
     return steps
