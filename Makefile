@@ -24,7 +24,7 @@ DEPS_DEB     = lintian git
 # Debian's tools must not pick up a python3 from pyenv or a virtualenv on PATH.
 DEB_PATH     = /usr/sbin:/usr/bin:/sbin:/bin
 
-DBUS_TESTS = tests/dbus tests/api tests/policy
+DBUS_TESTS = tests/dbus tests/api tests/access
 # The D-Bus rung spends most of its time waiting for the daemon and the buses (46 % of one core
 # in one process): three pytest-xdist workers take it from 204 s to 75 s on two cores.  Each test
 # has its own private bus, so the split does not change what a test sees.
@@ -57,11 +57,11 @@ define step
 endef
 
 .PHONY: all test lint demo paper roam bench bench-medium deb clean-install archive-check deps-test deps-lab deps-deb unit dbus fault contract lab package clean \
-        fault-model fault-long fault-mutants fault-explore fault-exhaustive
+        model model-long model-mutants model-exhaustive fault-explore
 
 all:
 	@echo "Use 'make demo' (the Wi-Fi lab, guard off vs on) or 'make test' (every test)."
-	@echo "'make test-trixie': the unit, D-Bus, contract and fault rungs on Debian 13 alone."
+	@echo "'make test-trixie': rung 9 alone, the unit, D-Bus, fault, model, contract and package rungs on Debian 13."
 
 # $(call apt_install,PACKAGES): install the missing ones, marked as installed automatically so
 # that `apt autoremove` takes them away again (README: make demo's packages, make deb's tools).
@@ -90,45 +90,49 @@ deps-deb:
 # in the gate the abort check makes GeoClue's own call, Scan with Type=passive, and diagnose's
 # attribution of a direct caller is held by tests/unit/diagnose).
 LAB_IN_TEST = not without_tsq and not geoclue
-# Step 8 (clean roots: mostly waits for the archive and dpkg) runs beside step 9 (CPU): its
+# Rung 8 (clean roots: mostly waits for the archive and dpkg) runs beside rung 9 (CPU): its
 # own process group, which is ended if this step is (a background job of a non-interactive
 # shell ignores Ctrl-C).
 # The lab's package VM (tests/lab/package_vm_job.py) is its longest path: make test starts it
-# once the package step has built the .deb; at idle priority beside steps 8 and 9 it builds the
-# previous release, boots and brings its lab up, and its checks begin with the lab step.  It
+# once the package rung has built the .deb; at idle priority beside rungs 8 and 9 it builds the
+# previous release, boots and brings its lab up, and its checks begin with the lab rung.  It
 # stops itself if this make ends first.
 PACKAGE_VM_DIR = $(CACHE)/package-vm
 
+# The rungs of docs/testing.md, in its order and with its numbers and names: each step prints
+# "==> [time] rung N/10 NAME: what it runs" and "<== ...: T s"; docs/testing.md's item N says
+# what rung N proves.  Rung 3 prints one step per D-Bus library.
 test: deps-test deps-lab deps-deb trixie-deps
-	$(call step,1/11 lint: mypy --strict and ruff,$(MAKE) -s lint)
-	$(call step,2/11 unit tests (policy, config, holds, journal, rates),$(PYTEST) -q -n $(UNIT_JOBS) tests/unit)
-	$(call step,3/11 D-Bus tests on a private bus: daemon and API (SCANGUARD_DBUS_LIB=dbus_fast),\
+	$(call step,rung 1/10 lint: mypy --strict and ruff,$(MAKE) -s lint)
+	$(call step,rung 2/10 unit: tests/unit (policy; config; holds; journal; rates),$(PYTEST) -q -n $(UNIT_JOBS) tests/unit)
+	$(call step,rung 3/10 D-Bus: $(DBUS_TESTS) on a private bus with dbus-fast (SCANGUARD_DBUS_LIB=dbus_fast),\
 	  $(call with_lib,dbus_fast,$(PYTEST) -v -n $(DBUS_JOBS) $(DBUS_TESTS)))
-	$(call step,4/11 the same with dbus-next,\
+	$(call step,rung 3/10 D-Bus: the same with dbus-next,\
 	  $(call with_lib,dbus_next,$(PYTEST) -v -n $(DBUS_JOBS) $(DBUS_TESTS)))
-	$(call step,5/11 fault injection (Hypothesis) with each D-Bus library; the model rung sampled and systematic,\
+	$(call step,rung 4/10 fault: tests/fault (Hypothesis) with each D-Bus library,\
 	  $(call with_lib,dbus_fast,$(PYTEST) -v -s tests/fault) && \
-	  $(call with_lib,dbus_next,$(PYTEST) -v -s tests/fault) && \
+	  $(call with_lib,dbus_next,$(PYTEST) -v -s tests/fault))
+	$(call step,rung 5/10 model: tests/model sampled (seed $(MODEL_SEED)) and systematic (--from $(EXPLORE_IN_TEST)),\
 	  $(PYTHON) -m tests.model.parallel --seed $(MODEL_SEED) && \
 	  $(PYTHON) -m tests.model.explore --close --from $(EXPLORE_IN_TEST))
-	$(call step,6/11 contract tests against the real wpa_supplicant (dbus-fast; dbus-next),\
+	$(call step,rung 6/10 contract: tests/contract against the real wpa_supplicant (dbus-fast; dbus-next),\
 	  $(call with_lib,dbus_fast,$(PYTEST) -v tests/contract) && \
 	  $(call with_lib,dbus_next,$(PYTEST) -q tests/contract))
-	$(call step,7/11 package: build; lintian; hardening,$(PYTEST) -v tests/package)
+	$(call step,rung 7/10 package: tests/package (build; lintian; hardening),$(PYTEST) -v tests/package)
 	@$(PYTHON) -m tests.lab.package_vm_job start $(PACKAGE_VM_DIR) --parent $$PPID
-	$(call step,8+9/11 a new user's install in fresh Debian 12 and 13 roots (the README's commands; the upgrade) beside Debian 13's rungs (trixie root),\
+	$(call step,rung 8+9/10 clean install beside Debian 13: a new user's install in fresh Debian 12 and 13 roots (the README's commands; the upgrade) beside rungs 2-7 in a trixie root,\
 	  setsid $(MAKE) -s clean-install >$(CACHE)/clean-install.log 2>&1 & install=$$!; \
 	  trap 'kill -TERM -$$install 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
-	  echo "==> 8/11 a new user's install: started beside 9/11; its output follows when both are done"; \
-	  echo "==> [$$(date +%H:%M:%S)] 9/11 Debian 13 (trixie root): unit; D-Bus; contract; package; fault rungs"; \
+	  echo "==> rung 8/10 clean install: a new user's install in fresh Debian 12 and 13 roots: started beside rung 9; its output follows when both are done"; \
+	  echo "==> [$$(date +%H:%M:%S)] rung 9/10 Debian 13: rungs 2-7 in a trixie root (unit; D-Bus; contract; package; fault; model)"; \
 	  $(MAKE) -s test-trixie; trixie=$$?; wait $$install; installed=$$?; \
-	  echo "==> 8/11 a new user's install ($(CACHE)/clean-install.log):"; cat $(CACHE)/clean-install.log; \
-	  echo "<== 8/11 a new user's install: $$( [ $$installed -eq 0 ] && echo passed || echo "FAILED (exit $$installed)")"; \
-	  echo "<== 9/11 Debian 13 rungs: $$( [ $$trixie -eq 0 ] && echo passed || echo "FAILED (exit $$trixie)")"; \
+	  echo "==> rung 8/10 clean install ($(CACHE)/clean-install.log):"; cat $(CACHE)/clean-install.log; \
+	  echo "<== rung 8/10 clean install: $$( [ $$installed -eq 0 ] && echo passed || echo "FAILED (exit $$installed)")"; \
+	  echo "<== rung 9/10 Debian 13: $$( [ $$trixie -eq 0 ] && echo passed || echo "FAILED (exit $$trixie)")"; \
 	  [ $$installed -eq 0 ] && [ $$trixie -eq 0 ])
-	$(call step,10/11 the virtual Wi-Fi lab (QEMU; mac80211_hwsim; NetworkManager),\
+	$(call step,rung 10/10 lab: tests/lab (QEMU; mac80211_hwsim; NetworkManager),\
 	  SCANGUARD_PACKAGE_VM_DIR=$(PACKAGE_VM_DIR) $(PYTEST) -v -s tests/lab -k '$(LAB_IN_TEST)')
-	@echo "==> [$$(date +%H:%M:%S)] 11/11 done: every step passed"
+	@echo "==> [$$(date +%H:%M:%S)] done: all 10 rungs passed"
 
 $(RUFF):
 	$(PYTHON) -m venv $(CACHE)/ruff-$(RUFF_VERSION)
@@ -138,50 +142,51 @@ lint: deps-test $(RUFF)
 	$(PYTHON) -m mypy nm_scanguard
 	$(RUFF) check --no-cache nm_scanguard tests completion man
 
+# One target per rung, named after the folder it runs (rungs 2, 3, 4, 5, 6, 7 and 10).
 unit: deps-test
 	$(PYTEST) -v tests/unit
 dbus: deps-test
 	$(PYTEST) -v $(DBUS_TESTS)
 fault: deps-test
 	$(PYTEST) -v -s tests/fault
-# The model rung alone (tests/model: the daemon's code against simulated peers, in-process,
-# 2000 sequences, split over one worker process per core: tests/model/parallel.py); fault-long
-# runs SEQUENCES of them; fault-mutants checks that it catches deliberately broken variants of
-# the daemon (edits to a temporary copy, never to the tree; one process each).
-# make test runs the model rung with a fixed seed (MODEL_SEED): the simulation is deterministic,
-# so the sequences that passed here are the ones CI runs; fault-model and fault-long draw a new
-# seed each time (printed with the command that repeats the run) to find what those miss.
-SEQUENCES ?= 100000
-MODEL_SEED ?= 20261126
-fault-model: deps-test
-	$(PYTHON) -m tests.model.parallel $(if $(SEED),--seed $(SEED))
-fault-long: deps-test
-	$(PYTHON) -m tests.model.parallel --only-machine --sequences $(SEQUENCES) $(if $(SEED),--seed $(SEED))
-# The e2e fault rung with a fresh seed (make test's run derives its examples from the tests'
-# code and draws the same sequences every time): EXAMPLES sequences per D-Bus library; prints the
-# seed and the command that repeats the run.  SEED=N repeats one.  A sequence found here becomes
-# an @example in tests/fault in the commit that fixes it.
+# fault-explore: the fault rung with a fresh seed (make test's run derives its examples from the
+# tests' code and draws the same sequences every time): EXAMPLES sequences per D-Bus library;
+# prints the seed and the command that repeats the run.  SEED=N repeats one.  A sequence found
+# here becomes an @example in tests/fault in the commit that fixes it.
 EXAMPLES ?= 100
 fault-explore: deps-test
 	@seed=$${SEED:-$$($(PYTHON) -c 'import secrets; print(secrets.randbelow(2**31))')}; \
-	echo "==> e2e fault rung: $(EXAMPLES) sequences per D-Bus library, seed $$seed (repeat with: make fault-explore SEED=$$seed EXAMPLES=$(EXAMPLES))"; \
+	echo "==> fault rung: $(EXAMPLES) sequences per D-Bus library, seed $$seed (repeat with: make fault-explore SEED=$$seed EXAMPLES=$(EXAMPLES))"; \
 	$(call with_lib,dbus_fast,SCANGUARD_FAULT_EXAMPLES=$(EXAMPLES) $(PYTEST) -v -s --hypothesis-seed=$$seed tests/fault/test_fault_injection.py) && \
 	$(call with_lib,dbus_next,SCANGUARD_FAULT_EXAMPLES=$(EXAMPLES) $(PYTEST) -v -s --hypothesis-seed=$$seed tests/fault/test_fault_injection.py); \
-	rc=$$?; echo "==> e2e fault rung, seed $$seed: $$( [ $$rc -eq 0 ] && echo passed || echo "FAILED (repeat with: make fault-explore SEED=$$seed EXAMPLES=$(EXAMPLES))")"; exit $$rc
+	rc=$$?; echo "==> fault rung, seed $$seed: $$( [ $$rc -eq 0 ] && echo passed || echo "FAILED (repeat with: make fault-explore SEED=$$seed EXAMPLES=$(EXAMPLES))")"; exit $$rc
+# The model rung (tests/model: the daemon's code against simulated peers, in-process, 2000
+# sequences, split over one worker process per core: tests/model/parallel.py); model-long
+# runs SEQUENCES of them; model-mutants checks that it catches deliberately broken variants of
+# the daemon (edits to a temporary copy, never to the tree; one process each).
+# make test runs the model rung with a fixed seed (MODEL_SEED): the simulation is deterministic,
+# so the sequences that passed here are the ones CI runs; model and model-long draw a new seed
+# each time (printed with the command that repeats the run) to find what those miss.
+SEQUENCES ?= 100000
+MODEL_SEED ?= 20261126
+model: deps-test
+	$(PYTHON) -m tests.model.parallel $(if $(SEED),--seed $(SEED))
+model-long: deps-test
+	$(PYTHON) -m tests.model.parallel --only-machine --sequences $(SEQUENCES) $(if $(SEED),--seed $(SEED))
 # The systematic mode (tests/model/explore.py): every sequence of at most K events of its
 # alphabet from each of its starting situations, each also closed by the liveness check, and
-# checked like the sampled rung.  fault-exhaustive's bound is explore.py's EXHAUSTIVE (depth 2
+# checked like the sampled rung.  model-exhaustive's bound is explore.py's EXHAUSTIVE (depth 2
 # from the situations where a call sequence waits, depth 1 from the rest: within 600 s on two
 # cores); make test runs a smaller one (EXPLORE_IN_TEST).  FROM=... another bound, as explore's
 # --from takes it (e.g. FROM=all:2, every situation at depth 2: about half an hour).
-# fault-mutants runs every variant against fault-exhaustive's bound and the plain tests.
+# model-mutants runs every variant against model-exhaustive's bound and the plain tests.
 # depth 1 from every situation: 25 s; depth 2 from start would add 45 s to a gate near its
-# 40 minutes, and fault-exhaustive runs it.
+# 40 minutes, and model-exhaustive runs it.
 EXPLORE_IN_TEST = all:1
 FROM ?= exhaustive
-fault-exhaustive: deps-test
+model-exhaustive: deps-test
 	$(PYTHON) -m tests.model.explore --close --from $(FROM)
-fault-mutants: deps-test
+model-mutants: deps-test
 	$(PYTHON) -m tests.model.mutants --from $(FROM)
 contract: deps-test
 	$(PYTEST) -v tests/contract
@@ -224,18 +229,18 @@ deb:
 	PATH=$(DEB_PATH) $(if $(DEB_PROFILE),DEB_BUILD_PROFILES=nocheck) dpkg-buildpackage -us -uc -b --post-clean
 	@ls -1 ../nm-scanguard_*_all.deb
 
-# A new user's install from fresh Debian 12 and 13 roots (tests/release/clean_install.py): the
+# A new user's install from fresh Debian 12 and 13 roots (tests/debian_roots/clean_install.py): the
 # README's install commands word for word, the installed result, and the upgrade from the
 # previous release.  A step of make test.
 clean-install: trixie-deps
-	$(PYTHON) tests/release/clean_install.py run $(CLEAN_INSTALL_ARGS)
+	$(PYTHON) tests/debian_roots/clean_install.py run $(CLEAN_INSTALL_ARGS)
 
 # How the archive would build and test it: sbuild (unshare mode) and autopkgtest (unshare runner)
-# in clean chroots of Debian 12 and 13, lintian --pedantic (tests/release/archive-check.sh).  Not
+# in clean chroots of Debian 12 and 13, lintian --pedantic (tests/debian_roots/archive-check.sh).  Not
 # part of make test: it builds the package once more per release.
 archive-check:
 	$(call apt_install,sbuild autopkgtest mmdebstrap uidmap)
-	sh tests/release/archive-check.sh $(ARCHIVE_RELEASES)
+	sh tests/debian_roots/archive-check.sh $(ARCHIVE_RELEASES)
 
 clean:
 	rm -rf build dist *.egg-info .pybuild debian/.debhelper debian/nm-scanguard debian/files \

@@ -2,20 +2,21 @@
 #
 #   make trixie-root   build the trixie root tree unless it is cached (mmdebstrap, about a
 #                      minute; installs mmdebstrap on the host first); prints its path and size
-#   make test-trixie   the root, then inside it with trixie's python3: unit; tests/dbus tests/api
-#                      tests/policy with dbus_fast (Debian 13's library); tests/contract against
-#                      trixie's wpa_supplicant with each library; tests/fault with dbus_fast;
-#                      the model rung with make test's seed.  One at a time,
-#                      each step timed, a summary at the end; non-zero exit if any step failed.
+#   make test-trixie   rung 9 of make test: the root, then inside it with trixie's python3
+#                      rungs 2-7 (docs/testing.md): unit; tests/dbus tests/api tests/access with
+#                      dbus_fast (Debian 13's library); tests/contract against trixie's
+#                      wpa_supplicant with each library; tests/package; tests/fault with
+#                      dbus_fast; the model rung with make test's seed.  One at a time, each
+#                      step timed, a summary at the end; non-zero exit if any step failed.
 #   make trixie-shell  a shell inside the root (the repository read-only at /src), to debug
 #   make lab-trixie    the lab on Debian 13: the VM boots a trixie root of its own (kernel 6.12,
 #                      NetworkManager 1.52, wpa_supplicant 2.10-24, systemd 257, polkitd 126;
-#                      tests/release/trixie-lab-packages.txt, cached like the other root) and
+#                      tests/debian_roots/trixie-lab-packages.txt, cached like the other root) and
 #                      runs the package VM test and the guard checks that matter most.  Not part
 #                      of `make test`: it takes about 15 minutes more than the 40 that has.
 #
 # Variables (environment or command line):
-#   PYTHON               the host's Debian python3 that runs tests/release/trixie.py (the tests
+#   PYTHON               the host's Debian python3 that runs tests/debian_roots/trixie.py (the tests
 #                        themselves run with the root's /usr/bin/python3)
 #   TRIXIE_CACHE         where roots are kept, outside the checkout so that CI runs and later
 #                        runs reuse them (default /var/cache/nm-scanguard)
@@ -32,13 +33,13 @@
 #                        same daemon code, and this one shows that Python 3.13 and trixie's
 #                        libraries run them alike; a quarter of them keeps `make test` in its
 #                        40 minutes
-# See tests/release/README.md.  Needs root, unshare and overlayfs.
+# See tests/debian_roots/README.md.  Needs root, unshare and overlayfs.
 
 PYTHON       ?= /usr/bin/python3
 TRIXIE_CACHE ?= /var/cache/nm-scanguard
 TRIXIE_FAULT_EXAMPLES ?= $(or $(SCANGUARD_FAULT_EXAMPLES),10)
 TRIXIE_MODEL_SEQUENCES ?= $(or $(SCANGUARD_MODEL_SEQUENCES),500)
-TRIXIE       = TRIXIE_CACHE=$(TRIXIE_CACHE) $(PYTHON) tests/release/trixie.py
+TRIXIE       = TRIXIE_CACHE=$(TRIXIE_CACHE) $(PYTHON) tests/debian_roots/trixie.py
 
 .PHONY: trixie-root test-trixie trixie-shell trixie-deps lab-trixie paper-trixie roam-trixie
 

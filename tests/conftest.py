@@ -16,7 +16,7 @@ Every Hypothesis test draws the same examples on every run of a commit: without
 ``--hypothesis-seed`` the profile "gate" (``derandomize=True``: the examples derive from the
 test's own code) is loaded; with it, "seeded" (that seed, so a drawn seed repeats exactly).
 Neither keeps an example database, whose saved failures would change the next run's draws.  The
-exploration targets (``make fault-explore``, ``make fault-long``) pass a fresh seed and print it.
+exploration targets (``make fault-explore``, ``make model-long``) pass a fresh seed and print it.
 
 Each test gets its own bus and mocks: nothing leaks between tests, and every process started
 here is stopped in teardown, also when the test fails; a mock's log is printed when the test

@@ -1,4 +1,4 @@
-"""The pieces the API and policy tests share: a client for our bus API, the real CLI, and the
+"""The pieces the API and access tests share: a client for our bus API, the real CLI, and the
 running scenario (the daemon as a process following one activated Wi-Fi interface).
 
 The bus, the mocks, the link and the daemon process come from tests/conftest.py and tests/peers.py.

@@ -23,8 +23,8 @@ MemoryMax= and TasksMax= from these.
   the same run and on the same machine, and prints both side by side.  Nothing else prints a
   "before" figure: figures from another run or machine are not comparable.
 - Each daemon runs from a byte-compiled copy of its nm_scanguard/, as an installed package does.
-- On Debian 13: `tests/release/trixie.py bench --seconds 60 --against REV` runs this in the
-  trixie root (tests/release/README.md).
+- On Debian 13: `tests/debian_roots/trixie.py bench --seconds 60 --against REV` runs this in the
+  trixie root (tests/debian_roots/README.md).
 """
 
 from __future__ import annotations

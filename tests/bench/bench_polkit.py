@@ -5,7 +5,7 @@
 
 polkitd runs rules on every authorisation check, one check at a time, so whatever our rule
 costs is paid by every program on the system that asks polkit anything.  This starts the real
-polkitd (as root: a private bus and a private mount namespace, see tests/policy/realpolkit.py)
+polkitd (as root: a private bus and a private mount namespace, see tests/access/realpolkit.py)
 once without and once with our rule, and times CheckAuthorization over D-Bus for a process of
 user nobody: an unrelated action (our rule must return at once) and wifi.scan (our rule spawns
 its helper), with no daemon, while it watches (the helper allows and starts busctl in the
@@ -33,7 +33,7 @@ import time
 from nm_scanguard.dbuslib import MessageBus, Variant
 from nm_scanguard.peers.bus import call
 from nm_scanguard.names import POLKIT
-from tests.policy.realpolkit import (REUSE_S, SCAN, UNRELATED, RealPolkit, StandIn, available,
+from tests.access.realpolkit import (REUSE_S, SCAN, UNRELATED, RealPolkit, StandIn, available,
                                      flood, process_start)
 
 

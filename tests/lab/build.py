@@ -32,7 +32,7 @@ INITRAMFS_MODULES = [
 
 
 # The guest's release: "bookworm" boots the host's own / (Debian 12, this machine), "trixie" a
-# Debian 13 root tree built by tests/release/trixie.py (issue 10).  Chosen by SCANGUARD_LAB_RELEASE.
+# Debian 13 root tree built by tests/debian_roots/trixie.py (issue 10).  Chosen by SCANGUARD_LAB_RELEASE.
 RELEASES = ("bookworm", "trixie")
 
 
@@ -181,15 +181,15 @@ def build_initramfs(outdir: Path, tree: Path, version: str) -> Path:
 
 
 def trixie_root(log=print) -> Path:
-    """The trixie lab root (built by tests/release/trixie.py unless cached); its path."""
-    script = HERE.parents[1] / "tests" / "release" / "trixie.py"
+    """The trixie lab root (built by tests/debian_roots/trixie.py unless cached); its path."""
+    script = HERE.parents[1] / "tests" / "debian_roots" / "trixie.py"
     proc = subprocess.run(["/usr/bin/python3", str(script), "lab-root"], stdout=subprocess.PIPE,
                           text=True, check=False)
     lines = proc.stdout.strip().splitlines()
     for line in lines[:-1]:
         log(line)
     if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"tests/release/trixie.py lab-root failed (exit {proc.returncode}); "
+        raise RuntimeError(f"tests/debian_roots/trixie.py lab-root failed (exit {proc.returncode}); "
                            "its messages are above")
     return Path(lines[-1])
 

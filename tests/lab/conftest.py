@@ -37,7 +37,7 @@ def lab(request, tmp_path_factory):
         folder = os.environ.get("SCANGUARD_PACKAGE_VM_DIR")
         if folder and (Path(folder) / "pid").exists():
             PACKAGE_VM_JOB = ExternalPackageVmJob(Path(folder))
-            lab.say(f"package VM: running since before the clean-install step (pid "
+            lab.say(f"package VM: running since before the clean-install rung (pid "
                     f"{PACKAGE_VM_JOB.pid}, log {folder}/log)")
         else:
             job = PackageVmJob(tmp_path_factory.mktemp("deb-bg"))

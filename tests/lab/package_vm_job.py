@@ -68,7 +68,7 @@ def start(folder: Path, parent: int) -> int:
 
 
 def run(folder: Path, parent: int) -> int:
-    """The job itself: build (or reuse the package step's .deb), then the package VM."""
+    """The job itself: build (or reuse the package rung's .deb), then the package VM."""
     from .package_vm import PackageVmJob, say
 
     (folder / "started").write_text(repr(time.time()))
@@ -86,10 +86,10 @@ def run(folder: Path, parent: int) -> int:
     threading.Thread(target=watch_parent, name="watch-parent", daemon=True).start()
     def wait_for_go() -> None:
         t = time.monotonic()
-        say("VM ready: its checks wait for the lab step")
+        say("VM ready: its checks wait for the lab rung")
         while not (folder / "go").exists():
             time.sleep(1)
-        say(f"the lab step has begun: checks start (waited {time.monotonic() - t:.0f} s)")
+        say(f"the lab rung has begun: checks start (waited {time.monotonic() - t:.0f} s)")
 
     job = PackageVmJob(folder / "work", before_checks=wait_for_go)
     (folder / "work").mkdir()
@@ -123,7 +123,7 @@ class ExternalPackageVmJob:
 
         t = time.monotonic()
         if _alive(self.pid):
-            say(f"waiting for the package VM, started before the clean-install step "
+            say(f"waiting for the package VM, started before the clean-install rung "
                 f"(pid {self.pid}, log {self.folder / 'log'})")
         while _alive(self.pid) and time.monotonic() - t < WAIT_LIMIT_S:
             time.sleep(2)
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "start":
         pid = start(folder, args.parent)
         print(f"==> package VM: build and boot started beside the steps that follow, at idle "
-              f"priority (pid {pid}; log {folder / 'log'}); its checks begin with the lab step",
+              f"priority (pid {pid}; log {folder / 'log'}); its checks begin with the lab rung",
               flush=True)
         return 0
     return run(folder, args.parent)

@@ -1,7 +1,7 @@
 """polkitd as a user's authentication agent that never answers makes it: a check that allows
 user interaction (flag 1) waits until CancelCheckAuthorization names its cancellation id, then
 gets polkitd's Cancelled error; any other check is answered "not authorised".  For the tests of
-what a flood of interactive calls costs the daemon (tests/policy/test_local_user_limits.py).
+what a flood of interactive calls costs the daemon (tests/access/test_local_user_limits.py).
 
     python3 tests/mocks/polkit_silent.py BUS_ADDRESS
 

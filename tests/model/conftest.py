@@ -1,7 +1,7 @@
 """The model rung: what the generated sequences did, printed when the session ends.
 
 Environment:
-- ``SCANGUARD_MODEL_SEQUENCES``: generated sequences (default 2000; ``make fault-long
+- ``SCANGUARD_MODEL_SEQUENCES``: generated sequences (default 2000; ``make model-long
   SEQUENCES=N`` sets it).
 - ``SCANGUARD_MODEL_STEPS``: the most steps in one sequence (default 40).
 - ``SCANGUARD_MODEL_STATS``: write the figures to this file as JSON (tests/model/parallel.py

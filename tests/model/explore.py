@@ -1,7 +1,7 @@
 """The model rung's systematic mode: every sequence of events up to a bound, not a sample.
 
 `python3 -m tests.model.explore [--depth K] [--from SITUATIONS] [--jobs N]` (`make
-fault-exhaustive`) runs the daemon's real code against the model's simulated peers
+model-exhaustive`) runs the daemon's real code against the model's simulated peers
 (tests/model/world.py, the same world the sampled rung uses) through **every** sequence of at
 most K events drawn from EVENTS below, from each of the starting situations asked for
 (SITUATIONS: the world after a fixed prefix, e.g. a restore under way while wpa_supplicant
@@ -346,7 +346,7 @@ SITUATIONS: dict[str, tuple[int, ...]] = {
                                "fade-stays", "wait-3.1s", "tick"),
 }
 
-# make fault-exhaustive's bound: depth 2 from the situations where a call sequence of the
+# make model-exhaustive's bound: depth 2 from the situations where a call sequence of the
 # suspension table waits (and from the start), depth 1 from the rest; it ends within 600 s on
 # the 2-core machine (docs/testing.md has the figures and what each part covers).
 EXHAUSTIVE = ("all:1,start:2,guarding:2,suspending-late:2,suspend-in-doubt:2,restoring-stalled:2,"
@@ -498,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated situations the sequences start from, each as NAME "
                         "(--depth events) or NAME:K (K events): "
                         f"{', '.join(SITUATIONS)}; all for every one; exhaustive for make "
-                        f"fault-exhaustive's bound ({EXHAUSTIVE}) (default: start)")
+                        f"model-exhaustive's bound ({EXHAUSTIVE}) (default: start)")
     p.add_argument("--close", action="store_true",
                    help="also run every sequence of DEPTH events followed by the liveness check "
                         "(busy-check)")

@@ -1,9 +1,9 @@
 """Do the model rungs have teeth?  Break the daemon on purpose and see which rung notices.
 
-`make fault-mutants` (or `python3 -m tests.model.mutants [--depth K] [--from BOUND] [NAME ...]`)
+`make model-mutants` (or `python3 -m tests.model.mutants [--depth K] [--from BOUND] [NAME ...]`)
 copies nm_scanguard/ and tests/ (model, unit) into a temporary directory, makes one named edit
 to the copy -- never to the tree -- and runs there the systematic mode (tests/model/explore.py,
-within make fault-exhaustive's bound unless --from says otherwise: depth 1 from each of its
+within make model-exhaustive's bound unless --from says otherwise: depth 1 from each of its
 situations, then depth 2 from those it takes that deep, until a sequence fails) and the plain
 tests that `make test` also runs (the daemon-logic unit tests and the model rung's regression
 tests: PLAIN).  It prints one line per variant: the depth at which the systematic mode caught
@@ -43,7 +43,7 @@ PLAIN = ("tests/unit/daemon/test_suspension.py", "tests/unit/daemon/test_ledger.
          "tests/unit/daemon/test_guard.py", "tests/unit/daemon/test_failures_show.py", "tests/unit/daemon/test_journal.py",
          "tests/unit/daemon/test_holds.py", "tests/unit/daemon/test_policy.py",
          "tests/unit/daemon/test_abort.py", "tests/unit/daemon/test_roaming.py",
-         "tests/unit/daemon/test_sampling.py", "tests/model/test_regressions.py")
+         "tests/unit/daemon/test_sampling.py", "tests/model/test_model_regressions.py")
 
 
 @dataclass(frozen=True)
@@ -219,7 +219,7 @@ MUTANTS = (
            ""),
 )
 
-# The systematic mode's bound: make fault-exhaustive's (tests/model/explore.py, EXHAUSTIVE).
+# The systematic mode's bound: make model-exhaustive's (tests/model/explore.py, EXHAUSTIVE).
 SITUATIONS = "exhaustive"
 FIRST = re.compile(r"first failing sequence: number (\d+)")
 
@@ -324,7 +324,7 @@ def main() -> int:
                    help="worker processes of the systematic mode (default: the cores, at most 4)")
     p.add_argument("--from", dest="situations", default=SITUATIONS, metavar="SITUATIONS",
                    help="the systematic mode's bound, as tests.model.explore's --from takes it "
-                        "(default %(default)s: make fault-exhaustive's)")
+                        "(default %(default)s: make model-exhaustive's)")
     p.add_argument("--sampled", type=int, default=0, metavar="N",
                    help="also run N sampled sequences on each variant (default: none)")
     p.add_argument("names", nargs="*", help="only these variants (default: all)")

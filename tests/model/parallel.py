@@ -9,7 +9,7 @@ regression tests.  `--seed SEED` (`SCANGUARD_MODEL_SEED`) repeats a run's sequen
 peers, faults and clock are simulated, so the same seed on the same tree draws the same
 sequences.  Without it SEED is drawn at random and printed first, so that any failure can be
 run again.  `make test` passes a fixed seed (the Makefile's MODEL_SEED): what passed here passes
-in CI; `make fault-model` and `make fault-long` draw a new one each time, to find what that
+in CI; `make model` and `make model-long` draw a new one each time, to find what that
 fixed set of sequences does not reach.
 It prints each worker's output when it ends, then the rung's figures over all of them in the
 same lines a single process prints (`sequences run: N, steps: M, distinct interleavings: K`),
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="the first worker's Hypothesis seed (the others get the next numbers); "
                         "default: drawn at random and printed")
     p.add_argument("--only-machine", action="store_true",
-                   help="leave the regression tests out (fault-long)")
+                   help="leave the regression tests out (model-long)")
     p.add_argument("pytest_args", nargs="*", help="more arguments for each pytest, after --")
     args = p.parse_args(argv)
     jobs = max(1, min(args.jobs, args.sequences))

@@ -95,7 +95,7 @@ class BuildError(RuntimeError):
 # The last .deb built on this release, under the key of what went into it (build_key): the lab's
 # package VM installs the one the package step built instead of building it again beside the
 # lab's checks (85 s of the two cores).  One folder per release: Debian 13's root sees the same
-# tree (tests/release/trixie.py).
+# tree (tests/debian_roots/trixie.py).
 DEB_CACHE = REPO / ".cache" / "deb" / _VERSION.replace("/", "-")
 
 

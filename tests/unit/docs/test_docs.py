@@ -23,7 +23,7 @@ DOCS = sorted((REPO / "docs").glob("*.md"))
 MAN5 = REPO / "systemd" / "scanguard.conf.5"
 XML = REPO / "nm_scanguard" / "io.github.nm_scanguard.ScanGuard1.xml"
 # Every Markdown document whose links are checked.
-LINKED = [README, *DOCS, REPO / "tests" / "lab" / "README.md", REPO / "tests" / "release" / "README.md",
+LINKED = [README, *DOCS, REPO / "tests" / "lab" / "README.md", REPO / "tests" / "debian_roots" / "README.md",
           REPO / "systemd" / "README.md", REPO / "NEWS.md"]
 
 
@@ -235,7 +235,7 @@ def test_man_page_describes_every_key_with_its_default():
 
 
 def test_the_settings_table_lives_in_the_readme_only():
-    for path in [*DOCS, REPO / "tests" / "lab" / "README.md", REPO / "tests" / "release" / "README.md"]:
+    for path in [*DOCS, REPO / "tests" / "lab" / "README.md", REPO / "tests" / "debian_roots" / "README.md"]:
         listed = {row[0].strip("`") for row in table_rows(path.read_text(encoding="utf-8"))} & set(KEYS)
         assert not listed, f"{path.name} has a settings table too: {sorted(listed)}"
 

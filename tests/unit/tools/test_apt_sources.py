@@ -1,4 +1,4 @@
-"""tests/release/apt_sources.py: the Debian mirror the trixie roots are built from is the one the
+"""tests/debian_roots/apt_sources.py: the Debian mirror the trixie roots are built from is the one the
 host's apt already uses, read from sources.list (one-line) and *.sources (deb822) files."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ HERE = Path(__file__).resolve().parents[1]
 
 
 def _load() -> ModuleType:
-    """tests/release is a directory of scripts, not a package: load the module by its path."""
-    path = HERE.parents[0] / "release" / "apt_sources.py"
+    """tests/debian_roots is a directory of scripts, not a package: load the module by its path."""
+    path = HERE.parents[0] / "debian_roots" / "apt_sources.py"
     spec = importlib.util.spec_from_file_location("apt_sources", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -187,9 +187,9 @@ def test_a_non_utf8_file_is_read_anyway(tmp_path: Path) -> None:
 def test_trixie_py_falls_back_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     """trixie.py's default: the host's mirror, else the fallback with a line on stderr."""
-    monkeypatch.syspath_prepend(str(HERE.parents[0] / "release"))
+    monkeypatch.syspath_prepend(str(HERE.parents[0] / "debian_roots"))
     spec = importlib.util.spec_from_file_location(
-        "trixie_under_test", HERE.parents[0] / "release" / "trixie.py")
+        "trixie_under_test", HERE.parents[0] / "debian_roots" / "trixie.py")
     assert spec is not None and spec.loader is not None
     trixie = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "trixie_under_test", trixie)  # its dataclasses look it up

@@ -1,4 +1,4 @@
-"""tests/release/clean_install.py: the clean-machine rung runs the README's install commands as
+"""tests/debian_roots/clean_install.py: the clean-machine rung runs the README's install commands as
 written, and checks the files where systemd/README.md says they go."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def _load() -> ModuleType:
-    """tests/release is a directory of scripts, not a package: load the module by its path."""
-    path = REPO / "tests" / "release" / "clean_install.py"
+    """tests/debian_roots is a directory of scripts, not a package: load the module by its path."""
+    path = REPO / "tests" / "debian_roots" / "clean_install.py"
     spec = importlib.util.spec_from_file_location("clean_install", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -30,11 +30,11 @@ def test_no_test_asks_for_fresh_draws_or_an_example_database() -> None:
 
 
 def test_the_debian_13_pass_runs_the_model_rung_with_make_tests_seed() -> None:
-    """tests/release/trixie.py starts the model rung inside the Debian 13 root; without a seed
+    """tests/debian_roots/trixie.py starts the model rung inside the Debian 13 root; without a seed
     tests/model/parallel.py draws one, and the gate would draw new sequences every run."""
     import sys
 
-    sys.path.insert(0, str(TESTS / "release"))
+    sys.path.insert(0, str(TESTS / "debian_roots"))
     try:
         import trixie
     finally:

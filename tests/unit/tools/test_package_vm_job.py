@@ -68,7 +68,7 @@ sys.exit(package_vm_job.run(Path({str(tmp_path)!r}), {parent.pid}))
         assert not (tmp_path / "result.json").exists()
         (tmp_path / "pid").write_text(str(proc.pid))
         t = time.time()
-        ExternalPackageVmJob(tmp_path)  # the lab step has begun
+        ExternalPackageVmJob(tmp_path)  # the lab rung has begun
         assert proc.wait(20) == 0
         assert json.loads((tmp_path / "result.json").read_text())["checks began"] >= t
     finally:

@@ -32,7 +32,7 @@ def figures(**kw) -> dict:
 GUARDED = dict(scans=0, ratio=math.nan, worst=0.95, pm1=0)
 
 
-def test_run_figures_take_the_issue_s_list_from_the_summary_and_iperf3():
+def test_run_figures_are_read_from_the_summary_and_iperf3():
     f = figures(scans=5, aborted=1, ratio=0.5, worst=0.3, median=7.5, p99=210, pm1=12, retrans=9)
     assert f == {"scans": 5, "scans_aborted": 1, "scan_seconds": 15.0, "pm1_null_frames": 12,
                  "share_in_scans": 0.5, "seconds_in_scans": 10, "worst_over_median": 0.3,

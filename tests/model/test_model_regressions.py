@@ -150,7 +150,7 @@ def test_a_suspension_under_a_re_created_interface_object_is_let_go():
 
 
 def test_a_restart_racing_the_suspend_set_leaves_the_journal_naming_our_value():
-    """Found 2026-11-25 in `make fault-model`: `systemctl restart` began while wpa_supplicant
+    """Found 2026-11-25 in `make model`: `systemctl restart` began while wpa_supplicant
     handled the suspend's `Set` on a network that had just been activated."""
     state = Machine()
     try:
@@ -353,7 +353,7 @@ def test_a_lost_set_after_a_weak_signal_is_guarded_again_once_the_signal_is_back
 
 
 def test_a_suspend_answered_late_across_two_wpa_supplicant_restarts_is_not_kept():
-    """Found 2026-11-26 by `make fault-long SEQUENCES=10000` (a daemon defect; liveness:
+    """Found 2026-11-26 by `make model-long SEQUENCES=10000` (a daemon defect; liveness:
     bgscan on while the link was busy).  wpa_supplicant restarted; the guard's suspend of the
     new process's network got its Set answer 11 s late, and a second restart came meanwhile;
     the read-back went to the third process, which had no network yet, so the Set was taken
@@ -373,7 +373,7 @@ def test_a_suspend_answered_late_across_two_wpa_supplicant_restarts_is_not_kept(
 
 
 def test_a_restart_while_a_suspend_is_under_way_keeps_its_journal_entry():
-    """Found 2026-11-26 by `make fault-long SEQUENCES=10000` (a daemon defect of the safety
+    """Found 2026-11-26 by `make model-long SEQUENCES=10000` (a daemon defect of the safety
     kind; it fails the same way on 82b2be5): wpa_supplicant stalled on a read, the hold's Sets
     were sent once it recovered, and it restarted before handling them; the new process, its
     networks already added again, handled them.  forget_all had dropped every journal entry,

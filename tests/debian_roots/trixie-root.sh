@@ -1,9 +1,9 @@
 #!/bin/sh
 # Build a Debian 13 "trixie" root directory for the lower test rungs with mmdebstrap.
 #
-#   tests/release/trixie-root.sh PACKAGES_FILE TARGET_DIR
+#   tests/debian_roots/trixie-root.sh PACKAGES_FILE TARGET_DIR
 #
-# Called by tests/release/trixie.py, which names TARGET_DIR after a hash of this file and of
+# Called by tests/debian_roots/trixie.py, which names TARGET_DIR after a hash of this file and of
 # PACKAGES_FILE: a change to either makes the next run build a new root instead of testing a stale
 # one.  Environment: TRIXIE_MIRROR, the Debian mirror (trixie.py passes the one the host's own
 # apt sources use, or its override).  Needs root and mmdebstrap (apt-get install mmdebstrap).
@@ -11,7 +11,7 @@ set -eu
 
 packages_file=$1
 target=$2
-mirror=${TRIXIE_MIRROR:?"set TRIXIE_MIRROR to a Debian mirror (tests/release/trixie.py does)"}
+mirror=${TRIXIE_MIRROR:?"set TRIXIE_MIRROR to a Debian mirror (tests/debian_roots/trixie.py does)"}
 
 # One comma-separated list, comments and blank lines dropped.
 include=$(sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$packages_file" | paste -sd, -)

@@ -1,6 +1,6 @@
 """Our polkit rule in the real polkitd (Debian 12: 122), asked with pkcheck by an unprivileged user.
 
-See tests/policy/realpolkit.py for how polkitd is run apart from the machine's own (private bus,
+See tests/access/realpolkit.py for how polkitd is run apart from the machine's own (private bus,
 private mount namespace).  A test-only rule after ours says yes to wifi.scan, standing in for an
 active local session; so "denied" below can only come from our rule.
 """
@@ -15,7 +15,7 @@ from typing import Iterator
 import pytest
 
 from tests.conftest import assert_eventually
-from tests.policy.realpolkit import SCAN, UNRELATED, RealPolkit, StandIn, available, flood
+from tests.access.realpolkit import SCAN, UNRELATED, RealPolkit, StandIn, available, flood
 
 @pytest.fixture(autouse=True)
 def _real_polkitd_available() -> None:
@@ -157,7 +157,7 @@ async def test_a_flood_of_scan_requests_runs_the_helper_a_few_times_a_second(pol
     per check (it handles one check at a time, for every program on the system).  The rule
     reuses an answer for 250 ms: over 3 s of 8 clients asking as fast as polkitd answers,
     the helper runs (and reports) at most 13 times, and every check gets the right answer."""
-    from tests.policy.realpolkit import REUSE_S
+    from tests.access.realpolkit import REUSE_S
 
     stand_in = await StandIn().start(polkitd.bus.address)
     try:

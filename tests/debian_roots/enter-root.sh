@@ -2,15 +2,15 @@
 # Run a command inside a test root, as root, with the repository mounted read-only at /src.
 #
 #   unshare --mount --pid --fork --kill-child --propagation private \
-#       tests/release/enter-root.sh ROOT REPO COMMAND...
+#       tests/debian_roots/enter-root.sh ROOT REPO COMMAND...
 #
-# tests/release/trixie.py calls it that way: the mounts below live in a private mount namespace
+# tests/debian_roots/trixie.py calls it that way: the mounts below live in a private mount namespace
 # and end with it, and every process a test leaves behind dies with the PID namespace.  ROOT (the
 # cached tree) is never written: an overlay with a throw-away upper layer on a tmpfs takes the
 # writes (a test that writes under /etc, a mount point, /var).  The network namespace is the
 # host's, so the tests can make veth pairs and `ip netns` namespaces as they do on the host.
 #
-# Two optional variables, for a root that is a user's machine (tests/release/clean_install.py):
+# Two optional variables, for a root that is a user's machine (tests/debian_roots/clean_install.py):
 #   SCANGUARD_ROOT_BINDS    space-separated HOST:GUEST pairs bind-mounted writable (a cache of
 #                           downloaded .debs, a folder for results)
 #   SCANGUARD_ROOT_NETWORK  1: copy the host's resolv.conf and hosts in, so apt reaches the mirror

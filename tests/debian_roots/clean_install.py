@@ -18,7 +18,7 @@ package built here proves nothing about a fresh Debian.  So for each release:
    the edit is kept.  That the service restarts on the new code needs a booted system: the lab's
    package VM checks it (tests/lab/package_vm.py, upgrade_check).
 
-Each root is a throw-away overlay on a cached bare tree (tests/release/enter-root.sh), so nothing
+Each root is a throw-away overlay on a cached bare tree (tests/debian_roots/enter-root.sh), so nothing
 a previous step or run installed can help it; what is cached is the bare tree (in
 $TRIXIE_CACHE, built again when this file's recipe or the mirror changes) and the downloaded
 .debs (apt's archive folder, one per release, bind-mounted).  The clone comes from a snapshot of
@@ -273,7 +273,7 @@ def install_script(commands: list[str], version: str) -> str:
     lines += ["set +x",
               "cp ../nm-scanguard_*_all.deb /out/",
               "apt-mark showauto >/out/auto-packages",
-              f"python3 /src/tests/release/clean_install.py check {version} "
+              f"python3 /src/tests/debian_roots/clean_install.py check {version} "
               "/src/systemd/README.md >/out/checks.json",
               AUTOPKGTEST]
     return "\n".join(lines) + "\n"

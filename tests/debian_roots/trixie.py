@@ -13,8 +13,8 @@ trixie's real wpa_supplicant for the contract tests.
                              --seconds 60 --against REV): the daemon's RSS, PSS, start-up time
 
 The root is cached outside the checkout, in $TRIXIE_CACHE (default /var/cache/nm-scanguard), as
-the directory trixie-<hash>, <hash> covering tests/release/trixie-root.sh (the builder),
-tests/release/trixie-packages.txt (the list) and the mirror: change either and the next run builds
+the directory trixie-<hash>, <hash> covering tests/debian_roots/trixie-root.sh (the builder),
+tests/debian_roots/trixie-packages.txt (the list) and the mirror: change either and the next run builds
 a new root and deletes the old ones.  A run never writes into the cached root (enter-root.sh puts a
 throw-away overlay on it).  Needs root, unshare and overlayfs on the host; mmdebstrap to build.
 """
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Iterator, Sequence
 
-from apt_sources import host_debian_mirror  # tests/release/apt_sources.py, beside this script
+from apt_sources import host_debian_mirror  # tests/debian_roots/apt_sources.py, beside this script
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -66,7 +66,7 @@ LIBRARIES = ("dbus_fast", "dbus_next")
 # pass runs them with dbus-next (Debian 12's choice) and the contract rung runs both libraries
 # here.  Both libraries meet every test that way, and make test stays within its 40 minutes.
 DEBIAN_13_LIBRARY = "dbus_fast"
-DBUS_TESTS = ("tests/dbus", "tests/api", "tests/policy")
+DBUS_TESTS = ("tests/dbus", "tests/api", "tests/access")
 UNIT_JOBS = os.environ.get("UNIT_JOBS") or "2"  # as the Makefile's: one per core
 DBUS_JOBS = os.environ.get("DBUS_JOBS") or "3"  # pytest-xdist workers, as the Makefile's
 # -rs prints every skip's reason.  pytest-asyncio 0.25 (trixie) warns on every run that
@@ -331,7 +331,7 @@ def run_step(step: Step, root: Path, commands: Sequence[Sequence[str]], timeout:
         step.notes.append(f"expected skips ({reason}): {EXPECTED_SKIPS[reason]}")
     if step.unexpected_skips:
         step.notes.append("tests were skipped, so something they need is missing from the root "
-                          "(add it to tests/release/trixie-packages.txt) or the test cannot run "
+                          "(add it to tests/debian_roots/trixie-packages.txt) or the test cannot run "
                           "on Debian 13: " + "; ".join(step.unexpected_skips))
     outcome = ("passed" if step.passed else
                f"FAILED (exit {step.returncode}{', unexpected skips' if step.unexpected_skips else ''})")
@@ -352,28 +352,29 @@ def show_library(library: str) -> list[str]:
 
 
 def plan(step_timeout: float) -> list[tuple[str, list[list[str]], float]]:
-    """The rungs, in order: (name, commands, time limit)."""
+    """The steps, in order: (name, commands, time limit); each name starts with its rung's number
+    and name in docs/testing.md."""
     steps: list[tuple[str, list[list[str]], float]] = [
         ("versions inside the root",
          [["sh", "-c", "cat /etc/debian_version; uname -r; "
                        "dpkg-query -W -f='${Package} ${Version}\\n' " + " ".join(KEY_PACKAGES)]],
          60),
-        ("unit tests", [pytest(None, "-q", "-n", UNIT_JOBS, "tests/unit")], step_timeout),
+        ("rung 2 unit tests", [pytest(None, "-q", "-n", UNIT_JOBS, "tests/unit")], step_timeout),
     ]
     for lib in (DEBIAN_13_LIBRARY,):
-        steps.append((f"D-Bus tests {' '.join(DBUS_TESTS)} with {lib}",
+        steps.append((f"rung 3 D-Bus tests {' '.join(DBUS_TESTS)} with {lib}",
                       [show_library(lib), pytest(lib, "-q", "-n", DBUS_JOBS, *DBUS_TESTS)],
                       step_timeout))
     for lib in LIBRARIES:
-        steps.append((f"contract tests against trixie's wpa_supplicant with {lib}",
+        steps.append((f"rung 6 contract tests against trixie's wpa_supplicant with {lib}",
                       [show_library(lib), pytest(lib, "-q", "tests/contract")], step_timeout))
-    steps.append(("package: build with trixie's debhelper; trixie's lintian; systemd 257's "
+    steps.append(("rung 7 package: build with trixie's debhelper; trixie's lintian; systemd 257's "
                   "systemd-analyze security",
                   [pytest(None, "-v", "tests/package")], step_timeout))
     if (REPO / "tests" / "fault").is_dir():
         for lib in (DEBIAN_13_LIBRARY,):
             examples = os.environ.get("SCANGUARD_FAULT_EXAMPLES") or "25 (the default)"
-            steps.append((f"fault injection with {lib}, {examples} sequences per test",
+            steps.append((f"rung 4 fault injection with {lib}, {examples} sequences per test",
                           [show_library(lib), pytest(lib, "-q", "-s", "tests/fault")],
                           step_timeout))
     else:
@@ -382,7 +383,7 @@ def plan(step_timeout: float) -> list[tuple[str, list[list[str]], float]]:
         sequences = os.environ.get("SCANGUARD_MODEL_SEQUENCES") or "2000 (the default)"
         # One worker process per core (tests/model/parallel.py), with the root's pytest options.
         env = pytest(None)[:-len(PYTEST)]
-        steps.append((f"model rung: {sequences} generated sequences against simulated peers",
+        steps.append((f"rung 5 model: {sequences} generated sequences against simulated peers",
                       [[*env, "python3", "-m", "tests.model.parallel", "--", *PYTEST[5:]]],
                       step_timeout))
     return steps
@@ -432,7 +433,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="where roots are kept (env TRIXIE_CACHE; default %(default)s)")
     parser.add_argument("--mirror", default=os.environ.get("TRIXIE_MIRROR"),
                         help="Debian mirror (env TRIXIE_MIRROR; default: the one this host's "
-                             "apt sources use, see tests/release/apt_sources.py)")
+                             "apt sources use, see tests/debian_roots/apt_sources.py)")
     parser.add_argument("--rebuild", action="store_true", help="build the root even if cached")
     sub = parser.add_subparsers(dest="verb", required=True)
     sub.add_parser("root", help="build the root unless cached; print where it is")

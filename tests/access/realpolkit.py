@@ -8,7 +8,7 @@ system, so the helper runs as polkitd and must be able to read the state file.  
 is not /run/scanguard/defer-scans (which a test host does not have) but a file named by
 SCANGUARD_DEFER_FILE, which polkitd passes on to the helper.
 
-Used by tests/policy/test_real_polkit.py and tests/bench/bench_polkit.py.
+Used by tests/access/test_real_polkit.py and tests/bench/bench_polkit.py.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 from nm_scanguard.names import ACTION_HOLD, ACTION_RELOAD, BUS_NAME as NAME, IFACE
 from tests.api.harness import BGSCAN, api_call, error_of, named_holds, props, scanguardctl
 from tests.conftest import assert_eventually
-from tests.policy.conftest import SHIPPED_POLICY
+from tests.access.conftest import SHIPPED_POLICY
 
 ACCESS_DENIED = "org.freedesktop.DBus.Error.AccessDenied"
 QUOTED = f'"{BGSCAN}"'

@@ -9,7 +9,7 @@
 #   3. autopkgtest with its unshare runner runs debian/tests against the built .deb in another
 #      clean root unpacked from the same tarball.
 #
-#   sh tests/release/archive-check.sh [RELEASE...]     (default: bookworm trixie)
+#   sh tests/debian_roots/archive-check.sh [RELEASE...]     (default: bookworm trixie)
 #
 # Needs root, sbuild, autopkgtest, mmdebstrap and uidmap (make archive-check installs them).
 # sbuild's and autopkgtest's unshare modes map ids through /etc/subuid and /etc/subgid: root

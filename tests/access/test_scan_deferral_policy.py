@@ -34,7 +34,7 @@ def _polkitd_user() -> None:
 
 
 class Client:
-    """tests/policy/client.py as `user` (see tests/policy/conftest.py's Nobody)."""
+    """tests/access/client.py as `user` (see tests/access/conftest.py's Nobody)."""
 
     def __init__(self, address: str, user: str) -> None:
         env = env_for(address)

@@ -1,4 +1,4 @@
-"""A D-Bus client for the policy tests, run as an unprivileged user (setpriv).
+"""A D-Bus client for the access tests (tests/access), run as an unprivileged user (setpriv).
 
 Reads one JSON request per line on stdin: {"dest", "path", "iface", "member", "sig", "body"}, or
 {"own": NAME}; answers one JSON line: {"body": [...]} or {"error": NAME, "text": TEXT}.

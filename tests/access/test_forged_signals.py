@@ -27,7 +27,7 @@ CAFE = "Café ☕"
 
 
 def forged(kind: str, scenario: Any) -> dict[str, Any]:
-    """The signal a local user sends, as a request for tests/policy/client.py."""
+    """The signal a local user sends, as a request for tests/access/client.py."""
     if kind == "wpa_supplicant-left":
         return dict(path=DBUS[1], iface=DBUS[2], member="NameOwnerChanged", sig="sss",
                     body=[WPAS, ":1.5", ""])

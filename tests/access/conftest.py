@@ -21,8 +21,8 @@ SHIPPED_POLICY = REPO / "systemd" / "io.github.nm_scanguard.ScanGuard1.conf"
 
 # On a real system NetworkManager, wpa_supplicant and polkitd (all root) have policy files of
 # their own.  Root stands in for them here, and for the service user 'scanguard', which a test
-# host does not have: test_policy.py checks separately that the shipped file lets only that user
-# own our name, and that nobody else can.
+# host does not have: test_bus_policy.py checks separately that the shipped file lets only that
+# user own our name, and that nobody else can.
 ROOT_POLICY = """
   <policy user="root">
     <allow own="*"/>
@@ -71,7 +71,7 @@ async def strict_scenario(strict_bus: PrivateBus, polkit: Polkit, link: Link, tm
 
 
 class Nobody:
-    """tests/policy/client.py running as user nobody: one call per request, answers as dicts."""
+    """tests/access/client.py running as user nobody: one call per request, answers as dicts."""
 
     def __init__(self, address: str) -> None:
         env = env_for(address)
