@@ -4,7 +4,8 @@ objects on the in-process bus (tests/model/bus.py), and the interface counters.
 They answer what scanguardd asks the way the real programs do (the D-Bus mock in
 tests/mocks/wpa_supplicant.py and this wpa_supplicant run the scenarios the real one passes,
 tests/contract/wpa_scenarios.py, which marks what this one leaves out on purpose; see also
-../shared/FACTS.md):
+../shared/FACTS.md), and take the rules they share (error texts, read-back, Scan's and Roam's
+checks) from tests/wpa_supplicant_rules.py:
 - wpa_supplicant numbers a new network "highest id + 1", so NetworkManager's remove-then-add on
   every activation brings back the *same* path with a fresh object; a restart numbers its
   interfaces from 0 again; calls on a removed object fail with UnknownMethod; `bgscan` reads
