@@ -72,40 +72,47 @@ async def targeted_scans_fail_without_a_radio(wpa: WpaClient) -> None:
     assert [s.body for s in await _targeted_scans(wpa)] == [[False], [False]]
 
 
+_PASSIVE = {"Type": Variant("s", "passive")}
+# Scan's bad options, each with the second string of the InvalidArgs it gets.  Checked in the
+# order given; an unknown key is named; AllowRoam's message says "Type".
+SCAN_OPTION_ERRORS: tuple[tuple[dict[str, Variant], str | None], ...] = (
+    ({**_PASSIVE, "Channels": Variant("au", [2412])},
+     "Wrong Channels value type. Array of structs required"),
+    ({**_PASSIVE, "Channels": Variant("a(uu)", [])},  # empty: refused as well
+     "Wrong Channels value type. Array of structs required"),
+    ({**_PASSIVE, "Channels": Variant("a(ii)", [[2412, 20]])},
+     "Wrong Channel struct. Two UINT32s required"),
+    ({**_PASSIVE, "AllowRoam": Variant("s", "no")}, "Wrong Type value type. Boolean required"),
+    ({**_PASSIVE, "Roam": Variant("b", False)}, "Roam"),
+    ({"Type": Variant("s", "targeted")}, "Wrong scan type"),
+    ({"Type": Variant("u", 1)}, "Wrong Type value type. String required"),
+    ({"AllowRoam": Variant("b", False)}, "AllowRoam"),  # no Type: the last key read
+    ({}, None),
+    ({**_PASSIVE, "SSIDs": Variant("aay", [b"x"])},
+     "You can specify only Channels in passive scan"),
+    ({"Type": Variant("s", "active"), "SSIDs": Variant("as", ["x"])},
+     "Wrong SSIDs value type. Array of arrays of bytes required"),
+    ({"Type": Variant("s", "active"), "SSIDs": Variant("aay", [b"x" * 33])},
+     "Invalid SSID: too long"))
+# Accepted though odd: a struct of more than two uint32s, and channel 0.
+SCAN_OPTIONS_LENIENT = ({**_PASSIVE, "Channels": Variant("a(uuu)", [[2412, 20, 7]])},
+                        {**_PASSIVE, "Channels": Variant("a(uu)", [[0, 0]])})
+
+
 @scenario()
 async def scan_option_errors(wpa: WpaClient) -> None:
-    """Each bad option: InvalidArgs with the fixed text and a second string naming the fault.
-    Checked in the order given; an unknown key is named; AllowRoam's message says "Type"."""
-    passive = {"Type": Variant("s", "passive")}
-    for args, detail in (
-            ({**passive, "Channels": Variant("au", [2412])},
-             "Wrong Channels value type. Array of structs required"),
-            ({**passive, "Channels": Variant("a(uu)", [])},  # empty: refused as well
-             "Wrong Channels value type. Array of structs required"),
-            ({**passive, "Channels": Variant("a(ii)", [[2412, 20]])},
-             "Wrong Channel struct. Two UINT32s required"),
-            ({**passive, "AllowRoam": Variant("s", "no")}, "Wrong Type value type. Boolean required"),
-            ({**passive, "Roam": Variant("b", False)}, "Roam"),
-            ({"Type": Variant("s", "targeted")}, "Wrong scan type"),
-            ({"Type": Variant("u", 1)}, "Wrong Type value type. String required"),
-            ({"AllowRoam": Variant("b", False)}, "AllowRoam"),  # no Type: the last key read
-            ({}, None),
-            ({**passive, "SSIDs": Variant("aay", [b"x"])},
-             "You can specify only Channels in passive scan"),
-            ({"Type": Variant("s", "active"), "SSIDs": Variant("as", ["x"])},
-             "Wrong SSIDs value type. Array of arrays of bytes required"),
-            ({"Type": Variant("s", "active"), "SSIDs": Variant("aay", [b"x" * 33])},
-             "Invalid SSID: too long")):
+    """Each bad option: InvalidArgs with the fixed text and a second string naming the fault."""
+    for args, detail in SCAN_OPTION_ERRORS:
         err = await error_of(_scan(wpa, args))
         assert (err.type, err.text, error_detail(err)) == (WPA_INVALID_ARGS, BAD_ARGUMENTS,
                                                            detail), args
     assert wpa.signals_of("ScanDone", wpa.iface, INTERFACE_IFACE) == []
 
-    # Lenient: a struct of more than two uint32s, and channel 0, are accepted.
-    await _scan(wpa, {**passive, "Channels": Variant("a(uuu)", [[2412, 20, 7]])})
+    lenient, other = SCAN_OPTIONS_LENIENT
+    await _scan(wpa, lenient)
     await assert_eventually(lambda: wpa.signals_of("ScanDone", wpa.iface, INTERFACE_IFACE),
                             timeout=SCAN_ENDS_WITHIN)
-    await _scan(wpa, {**passive, "Channels": Variant("a(uu)", [[0, 0]])})
+    await _scan(wpa, other)
     await assert_eventually(lambda: len(wpa.signals_of("ScanDone", wpa.iface,
                                                        INTERFACE_IFACE)) == 2,
                             timeout=SCAN_ENDS_WITHIN)
@@ -115,19 +122,22 @@ async def _roam(wpa: WpaClient, address: str) -> None:
     await wpa.call(wpa.iface, INTERFACE_IFACE, "Roam", "s", [address])
 
 
+_BAD_ADDRESS = (WPA_INVALID_ARGS, BAD_ARGUMENTS, "Invalid hardware address format")
+_NOT_CONNECTED = ("fi.w1.wpa_supplicant1.NotConnected", "This interface is not connected", None)
+# Roam(address) with no network selected: (error name, text, second string).
+ROAM_WHILE_NOT_CONNECTED = (
+    ("nonsense", _BAD_ADDRESS), ("02-00-00-00-01-00", _BAD_ADDRESS),
+    ("2:0:0:0:1:0", _BAD_ADDRESS), (" 02:00:00:00:01:00", _BAD_ADDRESS),
+    ("02:00:00:00:01:00", _NOT_CONNECTED), ("0A:BB:CC:DD:EE:FF", _NOT_CONNECTED),
+    ("02:00:00:00:01:00zz", _NOT_CONNECTED))  # trailing text ignored
+
+
 @scenario()
 async def roam_errors(wpa: WpaClient) -> None:
     """The address is checked first, then that a network is selected (CurrentNetwork, not
     State: "not connected" means none selected), then that wpa_supplicant knows a BSS of that
     address with the selected network's SSID."""
-    bad_address = (WPA_INVALID_ARGS, BAD_ARGUMENTS, "Invalid hardware address format")
-    not_connected = ("fi.w1.wpa_supplicant1.NotConnected", "This interface is not connected",
-                     None)
-    for address, answer in (("nonsense", bad_address), ("02-00-00-00-01-00", bad_address),
-                            ("2:0:0:0:1:0", bad_address), (" 02:00:00:00:01:00", bad_address),
-                            ("02:00:00:00:01:00", not_connected),
-                            ("0A:BB:CC:DD:EE:FF", not_connected),
-                            ("02:00:00:00:01:00zz", not_connected)):  # trailing text ignored
+    for address, answer in ROAM_WHILE_NOT_CONNECTED:
         err = await error_of(_roam(wpa, address))
         assert (err.type, err.text, error_detail(err)) == answer, address
 
@@ -140,7 +150,7 @@ async def roam_errors(wpa: WpaClient) -> None:
     assert (err.type, err.text, error_detail(err)) == (WPA_INVALID_ARGS, BAD_ARGUMENTS,
                                                        "Target BSS not found")
     err = await error_of(_roam(wpa, "nonsense"))
-    assert (err.type, err.text, error_detail(err)) == bad_address
+    assert (err.type, err.text, error_detail(err)) == _BAD_ADDRESS
 
 
 @scenario()

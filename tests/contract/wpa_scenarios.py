@@ -25,22 +25,17 @@ import pytest
 
 from nm_scanguard.dbuslib import Message, Variant
 from nm_scanguard.peers.supplicant import SCAN_ERROR, NoScanRunning, Supplicant
-from tests.conftest import MOCK_TEMPLATE, assert_eventually
+from tests.conftest import assert_eventually
 from tests.contract.wpaclient import (INTERFACE_IFACE, NETWORK_IFACE, ROOT_IFACE, ROOT_PATH,
                                       WpaClient, error_of)
+from tests.wpa_supplicant_rules import NETWORK_FIELDS
 
 NM_BGSCAN = "simple:30:-70:86400"  # what NetworkManager writes by default
 SCAN_ENDS_WITHIN = 10.0  # seconds (the model's scan takes 7; driver "none" fails one at once)
 
 
-def _template_defaults() -> dict[str, str]:
-    """The Properties of a fresh network, as recorded from wpa_supplicant 2.10 in the mock."""
-    from dbusmock.mockobject import load_module
-    fields = load_module(str(MOCK_TEMPLATE)).NETWORK_FIELDS
-    return {k: v for k, v in fields if v is not None}
-
-
-FRESH_NETWORK = _template_defaults()
+# The Properties of a fresh network, as recorded from wpa_supplicant 2.10 for the simulators.
+FRESH_NETWORK = {k: v for k, v in NETWORK_FIELDS if v is not None}
 
 
 ScenarioFunction = Callable[[WpaClient], Awaitable[None]]

@@ -3,7 +3,10 @@
 Mocks the part of ``fi.w1.wpa_supplicant1`` that nm-scanguard uses, behaving like the real
 binary (Debian 12, 2:2.10-12+deb12u3) as checked by tests/contract/test_wpa_supplicant_contract.py.
 Where the mock cannot be checked against the binary without a radio, the behaviour follows
-wpa_supplicant/dbus/dbus_new_handlers.c of 2.10 and the comment says so.
+wpa_supplicant/dbus/dbus_new_handlers.c of 2.10 and the comment says so.  The rules it shares
+with the model rung's wpa_supplicant (tests/model/peers.py) are in tests/wpa_supplicant_rules.py
+(``rules`` here): the error names and texts, the network fields and how a value reads back, the
+checks of ``Scan``'s options and ``Roam``'s address, the interface's and a BSS's properties.
 
 Real behaviour reproduced
 -------------------------
@@ -38,14 +41,14 @@ Real behaviour reproduced
 * Network objects ``<iface>/Networks/N`` (N = highest existing id + 1): ``Properties``
   (a{sv}, all values strings) and ``Enabled`` (b).  Setting ``Properties`` merges only the
   keys given, in order, and is not atomic (keys before a bad one stay set).  String values are
-  wrapped in double quotes unless the key is in ``DONT_QUOTE``, so ``bgscan`` sent as
+  wrapped in double quotes unless the key is in ``rules.DONT_QUOTE``, so ``bgscan`` sent as
   ``simple:30:-70:86400`` reads back as ``"simple:30:-70:86400"``; sent as ``""`` (empty) it
   reads back as ``""`` (two quote characters; there is no way back to "absent"); a value sent
   with its quotes is quoted again.  int32/uint32 values are written in decimal; integer
   fields reject strings (they get quoted).  ``psk`` is never read back.  A network that never
   had a ``bgscan`` has no ``bgscan`` key.  Unknown keys and other value types fail with
   ``org.freedesktop.DBus.Error.InvalidArgs`` "invalid message format".  Keys this mock knows
-  are those of ``NETWORK_FIELDS`` plus ``psk`` (the real one accepts ~200 more).
+  are those of ``rules.NETWORK_FIELDS`` plus ``psk`` (the real one accepts ~200 more).
   Setting ``Properties`` emits no signal.
 * ``NetworkAdded(o, a{sv})`` is sent while the new network is still a zeroed struct, before
   defaults and AddNetwork's arguments are applied: its ``Properties`` hold only the integer
@@ -155,7 +158,7 @@ stop the mock process and start a new one (the name owner changes).
 import functools
 import importlib.util
 import os
-import re
+import sys
 import time
 
 import dbus
@@ -170,92 +173,38 @@ MAIN_IFACE = "fi.w1.wpa_supplicant1"
 SYSTEM_BUS = True
 
 
-def _load_sibling(name):
-    """A module next to this file: dbusmock loads a template by path, outside any package."""
-    spec = importlib.util.spec_from_file_location(
-        f"wpa_supplicant_mock_{name}", os.path.join(os.path.dirname(__file__), f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _load(relative, name):
+    """A module by its path from this file, once per process: dbusmock loads a template by
+    path, outside any package."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, os.path.join(os.path.dirname(__file__), relative))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
-_bss = _load_sibling("wpa_supplicant_bss")
+_bss = _load("wpa_supplicant_bss.py", "wpa_supplicant_mock_bss")
+# What wpa_supplicant accepts and answers, shared with the model rung's wpa_supplicant.
+rules = _load("../wpa_supplicant_rules.py", "wpa_supplicant_mock_rules")
 
 INTERFACE_IFACE = MAIN_IFACE + ".Interface"
 NETWORK_IFACE = MAIN_IFACE + ".Network"
 PROPS_IFACE = dbus.PROPERTIES_IFACE
 
-ERR_INVALID_ARGS = "org.freedesktop.DBus.Error.InvalidArgs"
-ERR_FAILED = "org.freedesktop.DBus.Error.Failed"
-ERR_WPA_INVALID_ARGS = MAIN_IFACE + ".InvalidArgs"
-ERR_INTERFACE_UNKNOWN = MAIN_IFACE + ".InterfaceUnknown"
-ERR_INTERFACE_EXISTS = MAIN_IFACE + ".InterfaceExists"
-ERR_NETWORK_UNKNOWN = MAIN_IFACE + ".NetworkUnknown"
-ERR_UNKNOWN_ERROR = MAIN_IFACE + ".UnknownError"
-ERR_NOT_CONNECTED = MAIN_IFACE + ".NotConnected"
-SCAN_ERROR = INTERFACE_IFACE + ".ScanError"
+ERR_INVALID_ARGS = rules.DBUS_INVALID_ARGS
+ERR_FAILED = rules.DBUS_FAILED
 
 # wpa_supplicant's flush timer for property changes (WPA_DBUS_SEND_PROP_CHANGED_TIMEOUT).
 FLUSH_MS = 5
 
-# Keys whose string values are passed on without quotes (dont_quote[] in dbus_new_handlers.c).
-DONT_QUOTE = frozenset({
-    "key_mgmt", "proto", "pairwise", "auth_alg", "group", "eap", "bssid", "scan_freq",
-    "freq_list", "scan_ssid", "bssid_hint", "bssid_ignore", "bssid_accept", "bssid_blacklist",
-    "bssid_whitelist", "group_mgmt", "ignore_broadcast_ssid", "mesh_basic_rates",
-    "go_p2p_dev_addr", "p2p_client_list", "psk_list", "roaming_consortium",
-    "required_roaming_consortium",
-})
-
-# Fields holding a string: stored from a quoted value or hex bytes, read back quoted (hex if
-# not printable).
-STRING_FIELDS = frozenset({"ssid", "id_str", "bgscan"})
-
-# Every key wpa_supplicant 2.10 lists in a Network's Properties, in its order, with what a
-# network fresh from AddNetwork({}) reads back; None: the key is listed only once set.
-NETWORK_FIELDS = (
-    ("ssid", None), ("scan_ssid", "0"), ("bssid", None), ("mem_only_psk", "0"),
-    ("proto", "WPA RSN"), ("key_mgmt", "WPA-PSK WPA-EAP"), ("bg_scan_period", "-1"),
-    ("pairwise", "CCMP TKIP"), ("group", "CCMP TKIP"), ("auth_alg", None), ("scan_freq", None),
-    ("freq_list", None), ("ht", "1"), ("vht", "1"), ("ht40", "0"), ("max_oper_chwidth", "-1"),
-    ("vht_center_freq1", "0"), ("vht_center_freq2", "0"), ("engine", "0"), ("engine2", "0"),
-    ("machine_engine", "0"), ("machine_ocsp", "0"), ("eapol_flags", "3"), ("sim_num", "1"),
-    ("erp", "0"), ("wep_tx_keyidx", "0"), ("priority", "0"), ("eap_workaround", "-1"),
-    ("fragment_size", "1398"), ("ocsp", "0"), ("ocsp2", "0"), ("mode", "0"), ("no_auto_peer", "0"),
-    ("mesh_fwding", "1"), ("mesh_rssi_threshold", "1"), ("proactive_key_caching", "-1"),
-    ("disabled", "1"), ("id_str", None), ("ieee80211w", "3"), ("ocv", "0"), ("mixed_cell", "0"),
-    ("frequency", "0"), ("fixed_freq", "0"), ("enable_edmg", "0"), ("edmg_channel", "0"),
-    ("acs", "0"), ("dot11MeshMaxRetries", "2"), ("dot11MeshRetryTimeout", "40"),
-    ("dot11MeshConfirmTimeout", "40"), ("dot11MeshHoldingTimeout", "40"), ("wpa_ptk_rekey", "0"),
-    ("wpa_deny_ptk0_rekey", "0"), ("group_rekey", "0"), ("bgscan", None),
-    ("ignore_broadcast_ssid", "0"), ("disable_ht", "0"), ("disable_ht40", "0"),
-    ("disable_sgi", "0"), ("disable_ldpc", "0"), ("ht40_intolerant", "0"), ("tx_stbc", "-1"),
-    ("rx_stbc", "-1"), ("disable_max_amsdu", "-1"), ("ampdu_factor", "-1"),
-    ("ampdu_density", "-1"), ("disable_vht", "0"), ("vht_capa", "0"), ("vht_capa_mask", "0"),
-    ("vht_rx_mcs_nss_1", "-1"), ("vht_rx_mcs_nss_2", "-1"), ("vht_rx_mcs_nss_3", "-1"),
-    ("vht_rx_mcs_nss_4", "-1"), ("vht_rx_mcs_nss_5", "-1"), ("vht_rx_mcs_nss_6", "-1"),
-    ("vht_rx_mcs_nss_7", "-1"), ("vht_rx_mcs_nss_8", "-1"), ("vht_tx_mcs_nss_1", "-1"),
-    ("vht_tx_mcs_nss_2", "-1"), ("vht_tx_mcs_nss_3", "-1"), ("vht_tx_mcs_nss_4", "-1"),
-    ("vht_tx_mcs_nss_5", "-1"), ("vht_tx_mcs_nss_6", "-1"), ("vht_tx_mcs_nss_7", "-1"),
-    ("vht_tx_mcs_nss_8", "-1"), ("ap_max_inactivity", "0"), ("dtim_period", "0"),
-    ("beacon_int", "0"), ("macsec_policy", "0"), ("macsec_integ_only", "0"),
-    ("macsec_replay_protect", "0"), ("macsec_replay_window", "0"), ("macsec_port", "0"),
-    ("mka_priority", "255"), ("update_identifier", "0"), ("mac_addr", "-1"), ("pbss", "0"),
-    ("wps_disabled", "0"), ("fils_dh_group", "0"), ("dpp_netaccesskey_expiry", "0"),
-    ("dpp_pfs", "0"), ("owe_group", "0"), ("owe_only", "0"), ("owe_ptk_workaround", "0"),
-    ("multi_ap_backhaul_sta", "0"), ("ft_eap_pmksa_caching", "0"), ("beacon_prot", "0"),
-    ("transition_disable", "0"), ("sae_pk", "0"),
-)
-_FIELD_DEFAULTS = dict(NETWORK_FIELDS)
-INT_FIELDS = frozenset(k for k, v in NETWORK_FIELDS if v is not None and v.lstrip("-").isdigit())
-
 # Read-only properties per D-Bus interface; the others in the object's props are writable.
 _READ_ONLY = {
     MAIN_IFACE: {"Interfaces"},
-    INTERFACE_IFACE: {"Ifname", "Driver", "State", "Scanning", "CurrentNetwork", "CurrentBSS",
-                      "Networks", "BSSs", "RoamTime", "RoamComplete"},
+    INTERFACE_IFACE: rules.INTERFACE_READ_ONLY,
     NETWORK_IFACE: set(),
-    _bss.BSS_IFACE: set(_bss.bss_properties(b"", "00:00:00:00:00:00", 0, 0, "open")),
+    rules.BSS_IFACE: rules.BSS_PROPERTIES,
 }
 
 # The signals an interface object sends, for its introspection (dbusmock knows only methods).
@@ -268,85 +217,66 @@ def _error(name, text):
     return dbus.exceptions.DBusException(text, name=name)
 
 
-class _BadArguments(dbus.exceptions.DBusException):
-    """wpa_supplicant's own InvalidArgs (wpas_dbus_error_invalid_args): a fixed text, then the
-    offending key or a sentence as a second string, if any.  dbus-python sends one string, so
-    the calls that raise it (Scan, Roam) are answered by _carry_out."""
-
-    def __init__(self, detail=None):
-        super().__init__("Did not receive correct message arguments.",
-                         name=ERR_WPA_INVALID_ARGS)
-        self.detail = detail
+def _answer(e):
+    """A rules.WpaError as the exception dbus-python answers with.  A second string (`detail`)
+    is sent only by the calls _carry_out answers by hand (Scan, Roam): dbus-python sends one."""
+    error = _error(e.name, e.text)
+    error.detail = e.detail
+    return error
 
 
-def _invalid_network_format():
-    return _error(ERR_INVALID_ARGS, "invalid message format")
+# --- dbus-python values and the rules' (signature, plain value) pairs ----------------------
+
+_SIGNATURES = ((dbus.Boolean, "b"), (dbus.String, "s"), (dbus.ObjectPath, "o"),
+               (dbus.Signature, "g"), (dbus.Byte, "y"), (dbus.Int16, "n"), (dbus.UInt16, "q"),
+               (dbus.Int32, "i"), (dbus.UInt32, "u"), (dbus.Int64, "x"), (dbus.UInt64, "t"),
+               (dbus.Double, "d"), (dbus.ByteArray, "ay"))
+
+
+def _signature(value):
+    """The D-Bus signature of a value as dbus-python received it (guess_signature says "v"
+    for anything that came in a variant)."""
+    if isinstance(value, dbus.Dictionary):
+        return "a{" + value.signature + "}"
+    if isinstance(value, dbus.Array):
+        return "a" + value.signature
+    if isinstance(value, dbus.Struct):
+        return "(" + "".join(_signature(v) for v in value) + ")"
+    return next((s for kind, s in _SIGNATURES if isinstance(value, kind)), "")
+
+
+_DBUS_TYPES = {"s": dbus.String, "o": dbus.ObjectPath, "b": dbus.Boolean, "q": dbus.UInt16,
+               "n": dbus.Int16, "i": dbus.Int32, "u": dbus.UInt32}
+
+
+def _to_dbus(signature, value):
+    """A value the rules give as (signature, plain value), in dbus-python's types."""
+    if signature == "ay":
+        return dbus.ByteArray(bytes(value))
+    if signature == "a{sv}":
+        return dbus.Dictionary({k: _to_dbus(*v) for k, v in value.items()}, signature="sv")
+    if signature.startswith("a"):
+        return dbus.Array([_to_dbus(signature[1:], v) for v in value], signature=signature[1:])
+    return _DBUS_TYPES[signature](value)
 
 
 # --- Network "Properties": what set_network_properties() and wpa_config_set() do ----------
 
-def _config_text(key, value):
-    """The text wpa_supplicant hands to wpa_config_set() for one D-Bus dict entry."""
-    if isinstance(value, dbus.Array) and value.signature == "y":
-        if len(value) == 0:
-            raise _invalid_network_format()
-        return bytes(value).hex()
-    if isinstance(value, dbus.String):
-        return str(value) if key in DONT_QUOTE else f'"{value}"'
-    if isinstance(value, (dbus.Int32, dbus.UInt32)):
-        return str(int(value))
-    raise _invalid_network_format()
-
-
-def _read_back_string(raw):
-    if all(32 <= b < 127 for b in raw):
-        return '"' + raw.decode("ascii") + '"'
-    return raw.hex()
-
-
-def _parse_string(text):
-    if text.startswith('"'):
-        if len(text) < 2 or not text.endswith('"'):
-            raise _invalid_network_format()
-        return text[1:-1].encode("utf-8")
-    try:
-        return bytes.fromhex(text)
-    except ValueError:
-        raise _invalid_network_format() from None
-
-
 def _apply_network_entry(net, key, value):
     """Set one key on a mock network the way wpa_supplicant 2.10 does, or raise InvalidArgs."""
-    text = _config_text(key, value)
+    try:
+        text = rules.network_value(key, _signature(value), value)
+    except rules.WpaError as e:
+        raise _answer(e) from None
     if key == "psk":
-        if text.startswith('"'):
-            if not 8 <= len(text) - 2 <= 63:
-                raise _invalid_network_format()
-        elif len(text) != 64:
-            raise _invalid_network_format()
         net.wpa_psk = text
-        return
-    if key not in _FIELD_DEFAULTS:
-        raise _invalid_network_format()
-    if key in STRING_FIELDS:
-        raw = _parse_string(text)
-        if key == "ssid" and len(raw) > 32:
-            raise _invalid_network_format()
-        net.wpa_config[key] = _read_back_string(raw)
-    elif key in INT_FIELDS:
-        try:
-            net.wpa_config[key] = str(int(text, 0))
-        except ValueError:
-            raise _invalid_network_format() from None
     else:
-        if text.startswith('"'):
-            raise _invalid_network_format()
         net.wpa_config[key] = text
 
 
 def _network_properties(net):
     return dbus.Dictionary(
-        {k: dbus.String(net.wpa_config[k]) for k, _ in NETWORK_FIELDS
+        {k: dbus.String(net.wpa_config[k]) for k, _ in rules.NETWORK_FIELDS
          if net.wpa_config.get(k) is not None},
         signature="sv")
 
@@ -358,7 +288,6 @@ def _network_enabled(net):
 def _refresh_network_props(net):
     net.props[NETWORK_IFACE]["Properties"] = _network_properties(net)
     net.props[NETWORK_IFACE]["Enabled"] = _network_enabled(net)
-
 
 # --- change announcements -------------------------------------------------------------
 
@@ -395,7 +324,7 @@ def _later(ms, fn, *args):
 def _props_get(obj, interface, name):
     props = obj.props.get(interface, {}) if interface == obj.interface else {}
     if name not in props:
-        raise _error(ERR_INVALID_ARGS, "No such property")
+        raise _error(*rules.NO_SUCH_PROPERTY)
     if interface == NETWORK_IFACE and name == "Properties":
         return _network_properties(obj)
     return props[name]
@@ -412,12 +341,12 @@ def _props_get_all(obj, interface):
 def _props_set(obj, interface, name, value):
     props = obj.props.get(interface, {}) if interface == obj.interface else {}
     if name not in props:
-        raise _error(ERR_INVALID_ARGS, "No such property")
+        raise _error(*rules.NO_SUCH_PROPERTY)
     if name in _READ_ONLY.get(interface, ()):
-        raise _error(ERR_INVALID_ARGS, "Property is read-only")
+        raise _error(*rules.READ_ONLY)
     if interface == NETWORK_IFACE and name == "Properties":
         if not isinstance(value, dbus.Dictionary):
-            raise _invalid_network_format()
+            raise _error(*rules.INVALID_NETWORK_FORMAT)
         obj.wpa_sets.append(dbus.Dictionary(value, signature="sv"))
         try:
             for key, entry in value.items():
@@ -425,11 +354,14 @@ def _props_set(obj, interface, name, value):
         finally:
             _refresh_network_props(obj)
         return
-    if interface == INTERFACE_IFACE and name == "BSSExpireAge" and int(value) < 10:
-        raise _error(ERR_FAILED, "BSSExpireAge must be >= 10")
+    if interface == INTERFACE_IFACE and name == "BSSExpireAge":
+        try:
+            rules.check_expire_age(int(value))
+        except rules.WpaError as e:
+            raise _answer(e) from None
     if interface == NETWORK_IFACE and name == "Enabled":
         if not isinstance(value, dbus.Boolean):
-            raise _error(ERR_FAILED, "wrong property type")
+            raise _error(*rules.WRONG_PROPERTY_TYPE)
         _set_enabled(obj, bool(value))
         return
     _mark_changed(obj, interface, {name: value})
@@ -447,7 +379,7 @@ def _install_properties(obj):
 def _iface(path):
     obj = dbusmock.mockobject.objects.get(str(path))
     if obj is None or obj.interface != INTERFACE_IFACE:
-        raise _error(ERR_INTERFACE_UNKNOWN, "wpa_supplicant knows nothing about this interface.")
+        raise _error(*rules.INTERFACE_UNKNOWN)
     return obj
 
 
@@ -456,10 +388,10 @@ def _network_of(iface, path):
     path = str(path)
     prefix = iface.path + "/Networks/"
     if not path.startswith(prefix) or not path[len(prefix):].isdigit():
-        raise _error(ERR_WPA_INVALID_ARGS, "Did not receive correct message arguments.")
+        raise _answer(rules.BadArguments())
     net = dbusmock.mockobject.objects.get(path)
     if net is None:
-        raise _error(ERR_NETWORK_UNKNOWN, "There is no such a network in this interface.")
+        raise _error(*rules.NETWORK_UNKNOWN)
     return net
 
 
@@ -478,18 +410,12 @@ def _interface_path(main, ifname):
 
 def _add_interface(main, ifname, driver):
     if _interface_path(main, ifname):
-        raise _error(ERR_INTERFACE_EXISTS, "wpa_supplicant already controls this interface.")
+        raise _error(*rules.INTERFACE_EXISTS)
     path = f"{MAIN_OBJ}/Interfaces/{main.wpa_next_iface}"
     main.wpa_next_iface += 1
-    props = {
-        "Ifname": dbus.String(ifname), "Driver": dbus.String(driver),
-        "State": dbus.String("disconnected"), "Scanning": dbus.Boolean(False),
-        "CurrentNetwork": dbus.ObjectPath("/"), "CurrentBSS": dbus.ObjectPath("/"),
-        "Networks": dbus.Array([], signature="o"), "BSSs": dbus.Array([], signature="o"),
-        "ApScan": dbus.UInt32(1), "BSSExpireAge": dbus.UInt32(180),
-        "BSSExpireCount": dbus.UInt32(2), "RoamTime": dbus.UInt32(0),
-        "RoamComplete": dbus.Boolean(False),
-    }
+    given = {"Ifname": ifname, "Driver": driver}
+    props = {name: _to_dbus(signature, given.get(name, fresh))
+             for name, (signature, fresh, _) in rules.INTERFACE_PROPERTIES.items()}
     main.AddObject(path, INTERFACE_IFACE, props, [])
     iface = dbusmock.get_object(path)
     iface.wpa_rssi = -50
@@ -526,7 +452,7 @@ def _add_network(iface, args):
     net = dbusmock.get_object(path)
     net.wpa_id = net_id
     net.wpa_iface = iface.path
-    net.wpa_config = dict(_FIELD_DEFAULTS)
+    net.wpa_config = dict(rules.FIELD_DEFAULTS)
     net.wpa_psk = None
     net.wpa_sets = []
     _install_properties(net)
@@ -534,8 +460,8 @@ def _add_network(iface, args):
     _update_networks_prop(iface)
     # wpa_supplicant announces the network while its struct is still zeroed: before defaults
     # and arguments are applied, so every integer field reads "0" and Enabled is true.
-    zeroed = dbus.Dictionary({k: dbus.String("0") for k, _ in NETWORK_FIELDS if k in INT_FIELDS},
-                             signature="sv")
+    zeroed = dbus.Dictionary({k: dbus.String("0") for k, _ in rules.NETWORK_FIELDS
+                              if k in rules.INT_FIELDS}, signature="sv")
     iface.EmitSignal(INTERFACE_IFACE, "NetworkAdded", "oa{sv}",
                      [dbus.ObjectPath(path), dbus.Dictionary(
                          {"Properties": zeroed, "Enabled": dbus.Boolean(True)}, signature="sv")])
@@ -590,55 +516,11 @@ def _iface_select_network(iface, path):
     iface.EmitSignal(INTERFACE_IFACE, "NetworkSelected", "o", [dbus.ObjectPath(net.path)])
 
 
-def _is_byte_arrays(value):
-    return isinstance(value, dbus.Array) and all(
-        isinstance(v, (dbus.Array, dbus.ByteArray, bytes))
-        and all(isinstance(b, (dbus.Byte, int)) for b in v) for v in value) \
-        and getattr(value, "signature", "ay") in ("ay", None)
-
-
-def _check_channels(value):
-    """Channels: a non-empty array of structs, each starting with two uint32s (centre MHz,
-    width MHz); more fields are ignored, as by wpas_dbus_get_scan_channels()."""
-    if not isinstance(value, dbus.Array) or not value \
-            or not all(isinstance(c, dbus.Struct) for c in value):
-        raise _BadArguments("Wrong Channels value type. Array of structs required")
-    for channel in value:
-        if len(channel) < 2 or not all(isinstance(v, dbus.UInt32) for v in channel[:2]):
-            raise _BadArguments("Wrong Channel struct. Two UINT32s required")
-
-
-def _check_scan_args(args):
-    """Scan's options, checked in the order given like wpas_dbus_handler_scan(); the type."""
-    scan_type, key, ssids = None, None, []
-    for key, value in args.items():
-        if key == "Type":
-            if not isinstance(value, dbus.String):
-                raise _BadArguments("Wrong Type value type. String required")
-            scan_type = str(value)
-        elif key in ("SSIDs", "IEs"):
-            if not _is_byte_arrays(value):
-                raise _BadArguments(f"Wrong {key} value type. Array of arrays of bytes required")
-            if key == "SSIDs" and any(len(v) > 32 for v in value):
-                raise _BadArguments("Invalid SSID: too long")
-            ssids.extend(value)
-        elif key == "Channels":
-            _check_channels(value)
-        elif key == "AllowRoam":
-            if not isinstance(value, dbus.Boolean):
-                raise _BadArguments("Wrong Type value type. Boolean required")  # sic, 2.10
-        else:
-            raise _BadArguments(str(key))
-    if scan_type is None:
-        raise _BadArguments(None if key is None else str(key))
-    if scan_type == "passive" and ssids:
-        raise _BadArguments("You can specify only Channels in passive scan")
-    if scan_type not in ("active", "passive"):
-        raise _BadArguments("Wrong scan type")
-
-
 def _iface_scan(iface, args):
-    _check_scan_args(args)
+    try:
+        rules.scan_request({str(k): (_signature(v), v) for k, v in args.items()})
+    except rules.WpaError as e:
+        raise _answer(e) from None
     if iface.props[INTERFACE_IFACE]["Driver"] == "none":
         _later(0, _emit_scan_done, iface, False)
         _mark_changed(iface, INTERFACE_IFACE, {"Scanning": dbus.Boolean(False)})
@@ -648,7 +530,7 @@ def _iface_scan(iface, args):
 
 def _start_scan(iface):
     if iface.wpa_scan_id:
-        raise _error(SCAN_ERROR, "Scan request rejected")
+        raise _error(*rules.SCAN_REJECTED)
     iface.wpa_scan_id = scan_id = iface.wpa_next_scan
     iface.wpa_next_scan += 1
     _mark_changed(iface, INTERFACE_IFACE, {"Scanning": dbus.Boolean(True)})
@@ -667,28 +549,24 @@ def _iface_abort_scan(iface):
     """As 2.10 does: the running scan ends at once and its requester sees it done (ScanDone
     true, with what it found so far); with none running, ScanError."""
     if not iface.wpa_scan_id:
-        raise _error(SCAN_ERROR, "Abort failed or no scan in progress")
+        raise _error(*rules.NOTHING_TO_ABORT)
     _finish_scan(iface, iface.wpa_scan_id)
 
 
-# hwaddr_aton(): six two-digit hex numbers joined by ":", whatever follows is ignored.
-_HWADDR = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
-
-
 def _iface_roam(iface, address):
-    """As wpas_dbus_handler_roam(): the address, then a selected network, then a known BSS of
-    that address with the network's SSID; the mock then moves CurrentBSS to it at once."""
+    """As wpas_dbus_handler_roam(); the mock then moves CurrentBSS to the BSS at once."""
     if not isinstance(address, dbus.String):
         raise _error(ERR_INVALID_ARGS, "")  # the object layer's signature check: no text
-    if not _HWADDR.match(address):
-        raise _BadArguments("Invalid hardware address format")
     current = iface.props[INTERFACE_IFACE]["CurrentNetwork"]
-    if current == "/":
-        raise _error(ERR_NOT_CONNECTED, "This interface is not connected")
-    ssid = dbusmock.mockobject.objects[str(current)].wpa_config.get("ssid")
-    bss = _bss.find_bss(iface, str(address)[:17], _parse_string(ssid) if ssid else b"")
-    if bss is None:
-        raise _BadArguments("Target BSS not found")
+
+    def find(bssid):
+        ssid = dbusmock.mockobject.objects[str(current)].wpa_config.get("ssid")
+        return _bss.find_bss(iface, rules.bssid_bytes(bssid),
+                             rules.parse_string(ssid) if ssid else b"")
+    try:
+        bss = rules.roam_target(str(address), current != "/", find)
+    except rules.WpaError as e:
+        raise _answer(e) from None
     _mark_changed(iface, INTERFACE_IFACE, {"CurrentBSS": dbus.ObjectPath(bss.path)})
 
 
@@ -738,7 +616,7 @@ def _iface_signal_poll(iface):
         raise _error(iface.wpa_signal_error, "Rejected send message (SignalPoll; injected by the "
                      "wpa_supplicant mock: SetSignalPollError)")
     if props["Driver"] == "none" or props["State"] != "completed" or iface.wpa_signal_fails:
-        raise _error(ERR_FAILED, "Failed to read signal")
+        raise _error(*rules.SIGNAL_UNREADABLE)
     return dbus.Dictionary({
         "rssi": dbus.Int32(iface.wpa_rssi), "linkspeed": dbus.Int32(433),
         "noise": dbus.Int32(9999), "frequency": dbus.UInt32(5180),
@@ -767,16 +645,16 @@ def GetInterface(self, ifname):
     path = _interface_path(self, ifname)
     if path:
         return path
-    raise _error(ERR_INTERFACE_UNKNOWN, "wpa_supplicant knows nothing about this interface.")
+    raise _error(*rules.INTERFACE_UNKNOWN)
 
 
 @dbus.service.method(MAIN_IFACE, in_signature="a{sv}", out_signature="o")
 def CreateInterface(self, args):
     ifname = args.get("Ifname")
     if not isinstance(ifname, dbus.String):
-        raise _error(ERR_WPA_INVALID_ARGS, "Did not receive correct message arguments.")
+        raise _answer(rules.BadArguments())
     if not _interface_path(self, ifname) and not os.path.exists(f"/sys/class/net/{ifname}"):
-        raise _error(ERR_UNKNOWN_ERROR, "wpa_supplicant couldn't grab this interface.")
+        raise _error(*rules.CANNOT_GRAB)
     return _add_interface(self, str(ifname), str(args.get("Driver", "nl80211")))
 
 
@@ -858,15 +736,15 @@ def SetSignalPollError(self, iface_path, error_name):
 def GetPropertiesSets(self, net_path):
     net = dbusmock.mockobject.objects.get(str(net_path))
     if net is None or net.interface != NETWORK_IFACE:
-        raise _error(ERR_NETWORK_UNKNOWN, "There is no such a network in this interface.")
+        raise _error(*rules.NETWORK_UNKNOWN)
     return dbus.Array(net.wpa_sets, signature="a{sv}")
 
 
 @dbus.service.method(MOCK_IFACE, in_signature="oaysqns", out_signature="o")
 def AddBSS(self, iface_path, ssid, bssid, frequency, signal, security):
     try:
-        props = _bss.bss_properties(bytes(ssid), str(bssid), int(frequency), int(signal),
-                                    str(security))
+        props = {name: _to_dbus(*value) for name, value in rules.bss_properties(
+            bytes(ssid), str(bssid), int(frequency), int(signal), str(security)).items()}
     except ValueError as e:
         raise _error(ERR_INVALID_ARGS, str(e)) from None
     return _add_bss(_iface(iface_path), props)
@@ -896,7 +774,8 @@ _CLIENT_CALLS = {(PROPS_IFACE, "Get"), (PROPS_IFACE, "GetAll"), (PROPS_IFACE, "S
 _NOT_OURS = dbus.lowlevel.HANDLER_RESULT_NOT_YET_HANDLED
 _PROPERTIES_CALLS = {(PROPS_IFACE, "Get"), (PROPS_IFACE, "GetAll"), (PROPS_IFACE, "Set")}
 _HANGING_CALLS = _PROPERTIES_CALLS | {(INTERFACE_IFACE, "Scan"), (INTERFACE_IFACE, "AbortScan")}
-# The calls whose InvalidArgs carry a second string (_BadArguments): always answered by hand.
+# The calls whose InvalidArgs carry a second string (rules.BadArguments): always answered by
+# hand.
 _DETAILED_CALLS = {(INTERFACE_IFACE, "Scan"), (INTERFACE_IFACE, "Roam")}
 
 

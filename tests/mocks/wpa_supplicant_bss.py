@@ -2,7 +2,8 @@
 
 The real binary, on driver "none" as the contract tests run it, never finds a BSS: its scans
 fail.  So what a BSS object holds is not checked against it; it follows the D-Bus API
-documentation of 2.10 and wpa_supplicant/dbus/dbus_new_handlers.c (wpas_dbus_getter_bss_*):
+documentation of 2.10 and wpa_supplicant/dbus/dbus_new_handlers.c (wpas_dbus_getter_bss_*), as
+tests/wpa_supplicant_rules.py (bss_properties, SECURITY) writes it down for the model rung too:
 
 ``<iface>/BSSs/N`` (N counts up per interface, never reused), interface
 ``fi.w1.wpa_supplicant1.BSS``, every property read-only: ``BSSID`` (ay, 6 bytes), ``SSID`` (ay),
@@ -19,43 +20,6 @@ import dbus
 import dbusmock
 
 BSS_IFACE = "fi.w1.wpa_supplicant1.BSS"
-
-# What the RSN and WPA properties hold for each kind of network AddBSS offers.
-_NONE = {"KeyMgmt": [], "Pairwise": [], "Group": ""}
-SECURITY = {
-    "open": ({**_NONE, "MgmtGroup": ""}, _NONE, False),
-    "wpa2-psk": ({"KeyMgmt": ["wpa-psk"], "Pairwise": ["ccmp"], "Group": "ccmp",
-                  "MgmtGroup": ""}, _NONE, True),
-    "sae": ({"KeyMgmt": ["sae"], "Pairwise": ["ccmp"], "Group": "ccmp",
-             "MgmtGroup": "aes128cmac"}, _NONE, True),
-    "wpa-psk": ({**_NONE, "MgmtGroup": ""},
-                {"KeyMgmt": ["wpa-psk"], "Pairwise": ["tkip"], "Group": "tkip"}, True),
-}
-
-
-def _security_dict(values):
-    return dbus.Dictionary({
-        k: dbus.Array(v, signature="s") if isinstance(v, list) else dbus.String(v)
-        for k, v in values.items()}, signature="sv")
-
-
-def bssid_bytes(bssid):
-    """b"\\x02..." from "02:00:00:00:01:00" (any case)."""
-    return bytes(int(part, 16) for part in bssid.split(":"))
-
-
-def bss_properties(ssid, bssid, frequency, signal, security):
-    if security not in SECURITY:
-        raise ValueError(f"security must be one of {sorted(SECURITY)}")
-    rsn, wpa, privacy = SECURITY[security]
-    return {
-        "BSSID": dbus.ByteArray(bssid_bytes(bssid)), "SSID": dbus.ByteArray(bytes(ssid)),
-        "WPA": _security_dict(wpa), "RSN": _security_dict(rsn),
-        "WPS": dbus.Dictionary({}, signature="sv"), "IEs": dbus.ByteArray(b""),
-        "Privacy": dbus.Boolean(privacy), "Mode": dbus.String("infrastructure"),
-        "Frequency": dbus.UInt16(frequency), "Rates": dbus.Array([], signature="u"),
-        "Signal": dbus.Int16(signal), "Age": dbus.UInt32(0),
-    }
 
 
 def bss_objects(iface):
@@ -95,10 +59,9 @@ def bss_of(iface, path):
 
 
 def find_bss(iface, bssid, ssid):
-    """The BSS wpa_bss_get() would find: this BSSID and this SSID (bytes), or None."""
-    want = bssid_bytes(bssid)
+    """The BSS wpa_bss_get() would find: this BSSID and this SSID (both bytes), or None."""
     for bss in bss_objects(iface):
         props = bss.props[BSS_IFACE]
-        if bytes(props["BSSID"]) == want and bytes(props["SSID"]) == ssid:
+        if bytes(props["BSSID"]) == bssid and bytes(props["SSID"]) == ssid:
             return bss
     return None

@@ -4,7 +4,8 @@ objects on the in-process bus (tests/model/bus.py), and the interface counters.
 They answer what scanguardd asks the way the real programs do (the D-Bus mock in
 tests/mocks/wpa_supplicant.py and this wpa_supplicant run the scenarios the real one passes,
 tests/contract/wpa_scenarios.py, which marks what this one leaves out on purpose; see also
-../shared/FACTS.md):
+../shared/FACTS.md), and take the rules they share (error texts, read-back, Scan's and Roam's
+checks) from tests/wpa_supplicant_rules.py:
 - wpa_supplicant numbers a new network "highest id + 1", so NetworkManager's remove-then-add on
   every activation brings back the *same* path with a fresh object; a restart numbers its
   interfaces from 0 again; calls on a removed object fail with UnknownMethod; `bgscan` reads
@@ -30,17 +31,18 @@ from typing import Callable
 from nm_scanguard.dbuslib import Message, MessageType, Variant
 from nm_scanguard.rates import Counters
 from tests.model.bus import UNKNOWN_METHOD, Service, SimBus
-from tests.model.radio import (ALL_CHANNELS, HWADDR, NETWORK_SECURITY, NETWORK_SSID,
-                               ROAM_SECONDS, Ap, BadArguments, BssList, bss_properties,
-                               roam_margin, scan_request)
+from tests.model.radio import (ALL_CHANNELS, NETWORK_SECURITY, NETWORK_SSID, ROAM_SECONDS, Ap,
+                               Bss, BssList, bss_properties, roam_margin, scan_request)
+from tests.wpa_supplicant_rules import (INTERFACE_PROPERTIES, INTERFACE_UNKNOWN,
+                                        INVALID_NETWORK_FORMAT, NO_SUCH_PROPERTY,
+                                        NOTHING_TO_ABORT, SCAN_REJECTED, SIGNAL_UNREADABLE,
+                                        WpaError, check_expire_age, network_value, roam_target)
 
 WPAS = "fi.w1.wpa_supplicant1"
 WPAS_PATH = "/fi/w1/wpa_supplicant1"
 WPAS_IFACE = WPAS + ".Interface"
 WPAS_NETWORK = WPAS + ".Network"
 WPAS_BSS = WPAS + ".BSS"
-INVALID_ARGS = WPAS + ".InvalidArgs"
-BAD_ARGUMENTS = "Did not receive correct message arguments."  # every InvalidArgs' first text
 UNKNOWN_OBJECT = "org.freedesktop.DBus.Error.UnknownObject"
 PROPS = "org.freedesktop.DBus.Properties"
 NM = "org.freedesktop.NetworkManager"
@@ -60,12 +62,13 @@ def _error(msg: Message, name: str, text: str) -> Message:
     return Message.new_error(msg, name, text)
 
 
-def _bad_arguments(msg: Message, detail: str | None) -> Message:
-    """wpa_supplicant's InvalidArgs: a fixed text, and a second string naming the fault."""
+def _answer(msg: Message, e: WpaError) -> Message:
+    """wpa_supplicant's error: its text and, for its own InvalidArgs, a second string naming
+    the fault."""
     return Message(message_type=MessageType.ERROR, reply_serial=msg.serial,
-                   destination=msg.sender, error_name=INVALID_ARGS,
-                   signature="s" if detail is None else "ss",
-                   body=[BAD_ARGUMENTS] + ([] if detail is None else [detail]))
+                   destination=msg.sender, error_name=e.name,
+                   signature="s" if e.detail is None else "ss",
+                   body=[e.text] + ([] if e.detail is None else [e.detail]))
 
 
 # ---- wpa_supplicant ---------------------------------------------------------------------------
@@ -364,7 +367,7 @@ class Supplicant(Service):
 
     def _abort(self, msg: Message, iface: WpaIface) -> Message:
         if not iface.scanning:
-            return _error(msg, WPAS + ".Interface.ScanError", "Abort failed or no scan in progress")
+            return _error(msg, *NOTHING_TO_ABORT)
         if iface.scan_own and iface.scan_own == msg.sender:
             self.violations.append(f"AbortScan by {msg.sender} ended the daemon's own roaming "
                                    f"scan on {iface.path}")
@@ -450,15 +453,14 @@ class Supplicant(Service):
             return Message(message_type=MessageType.ERROR, reply_serial=msg.serial,
                            destination=msg.sender,
                            error_name="org.freedesktop.DBus.Error.InvalidArgs")
-        address = str(msg.body[0])
-        if not HWADDR.match(address):
-            return _bad_arguments(msg, "Invalid hardware address format")
-        if iface.current is None:
-            return _error(msg, WPAS + ".NotConnected", "This interface is not connected")
-        self._expire(iface)
-        bss = iface.bsses.find(address[:17], NETWORK_SSID)
-        if bss is None:
-            return _bad_arguments(msg, "Target BSS not found")
+
+        def find(bssid: str) -> Bss | None:
+            self._expire(iface)
+            return iface.bsses.find(bssid, NETWORK_SSID)
+        try:
+            bss = roam_target(str(msg.body[0]), iface.current is not None, find)
+        except WpaError as e:
+            return _answer(msg, e)
         if iface.bss is not None and bss.ap.network() != iface.bss.network():
             self.violations.append(f"Roam to {bss.ap.bssid} on {iface.path}: an AP of another "
                                    f"network ({bss.ap.security}, the station's is "
@@ -543,8 +545,7 @@ class Supplicant(Service):
         if msg.path == WPAS_PATH and msg.member == "GetInterface":
             iface = self.ifaces.get(msg.body[0])
             if iface is None:
-                return _error(msg, WPAS + ".InterfaceUnknown",
-                              "wpa_supplicant knows nothing about this interface.")
+                return _error(msg, *INTERFACE_UNKNOWN)
             return Message.new_method_return(msg, "o", [iface.path])
         iface = next((i for i in self.ifaces.values() if i.path == msg.path), None)
         net = self._net(msg.path)
@@ -556,9 +557,9 @@ class Supplicant(Service):
                 return Message.new_method_return(msg, "v", [self._iface_property(iface, name)])
             if net is not None and name == "Properties":
                 self.last_read[(msg.sender, net.path)] = next(self._order)
-                props = {"ssid": Variant("s", '"Café ☕"')}
+                props = {"ssid": Variant("s", network_value("ssid", "ay", NETWORK_SSID))}
                 if net.bgscan is not None:
-                    props["bgscan"] = Variant("s", f'"{net.bgscan}"')
+                    props["bgscan"] = Variant("s", network_value("bgscan", "s", net.bgscan))
                 return Message.new_method_return(msg, "v", [Variant("a{sv}", props)])
         if msg.interface == PROPS and msg.member == "Set" and net is not None:
             return self._set(msg, net)
@@ -570,20 +571,20 @@ class Supplicant(Service):
         if iface is not None and msg.member == "Scan":
             try:
                 request = scan_request(msg.body[0] if msg.body else None)
-            except BadArguments as e:
-                return _bad_arguments(msg, e.detail)
+            except WpaError as e:
+                return _answer(msg, e)
             if not self.scan(iface.ifname, own=(msg.sender or "") if clean else "",
                              channels=request.channels, roam=request.allow_roam,
                              by=msg.sender or ""):
-                return _error(msg, WPAS + ".Interface.ScanError", "Scan request rejected")
+                return _error(msg, *SCAN_REJECTED)
             return Message.new_method_return(msg)
         if iface is not None and msg.member == "Roam":
             return self._roam(msg, iface)
         if iface is not None and msg.member == "SignalPoll":
             if iface.current is None:
-                return _error(msg, "org.freedesktop.DBus.Error.Failed", "Failed to read signal")
+                return _error(msg, *SIGNAL_UNREADABLE)
             return Message.new_method_return(msg, "a{sv}", [{"rssi": Variant("i", iface.rssi)}])
-        return _error(msg, "org.freedesktop.DBus.Error.InvalidArgs", "No such property")
+        return _error(msg, *NO_SUCH_PROPERTY)
 
     def _iface_property(self, iface: WpaIface, name: str) -> Variant:
         if name in ("BSSs", "CurrentBSS"):
@@ -600,9 +601,10 @@ class Supplicant(Service):
         name, value = msg.body[1], msg.body[2]
         number = int(value.value if isinstance(value, Variant) else value)
         if name == "BSSExpireAge":
-            if number < 10:
-                return _error(msg, "org.freedesktop.DBus.Error.Failed",
-                              "BSSExpireAge must be >= 10")
+            try:
+                check_expire_age(number)
+            except WpaError as e:
+                return _answer(msg, e)
             iface.bsses.expire_age = float(number)
         else:
             iface.bsses.expire_count = number
@@ -624,7 +626,7 @@ class Supplicant(Service):
             return Message.new_method_return(msg, "a{sv}", [props])
         if msg.interface == PROPS and msg.member == "Get" and msg.body[1] in props:
             return Message.new_method_return(msg, "v", [props[msg.body[1]]])
-        return _error(msg, "org.freedesktop.DBus.Error.InvalidArgs", "No such property")
+        return _error(msg, *NO_SUCH_PROPERTY)
 
     def _net(self, path: str) -> Net | None:
         for iface in self.ifaces.values():
@@ -637,7 +639,7 @@ class Supplicant(Service):
         interface, name, value = msg.body
         props = value.value if isinstance(value, Variant) else value
         if interface != WPAS_NETWORK or name != "Properties" or not isinstance(props, dict):
-            return _error(msg, "org.freedesktop.DBus.Error.InvalidArgs", "invalid message format")
+            return _error(msg, *INVALID_NETWORK_FORMAT)
         others = sorted(set(props) - {"bgscan"})
         if others:
             self.violations.append(f"Set sent {others} besides bgscan on {net.path}: "
@@ -671,9 +673,10 @@ class Supplicant(Service):
         return [n for i in self.ifaces.values() for n in i.nets.values()]
 
 
-_IFACE_PROPERTIES = {"Scanning": "b", "CurrentNetwork": "o", "BSSs": "ao", "CurrentBSS": "o",
-                     "BSSExpireAge": "u", "BSSExpireCount": "u", "RoamTime": "u",
-                     "RoamComplete": "b"}
+# The interface's properties the model has, with their signatures.
+_IFACE_PROPERTIES = {name: INTERFACE_PROPERTIES[name][0] for name in (
+    "Scanning", "CurrentNetwork", "BSSs", "CurrentBSS", "BSSExpireAge", "BSSExpireCount",
+    "RoamTime", "RoamComplete")}
 
 
 # ---- NetworkManager ---------------------------------------------------------------------------

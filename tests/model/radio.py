@@ -1,6 +1,7 @@
 """The radio of the model rung's wpa_supplicant (tests/model/peers.py): the access points in range
 of each interface, and what wpa_supplicant 2.10 makes of them — its BSS objects, the checks of
-`Scan`'s options, and its own rule for roaming within a network.
+`Scan`'s options, and its own rule for roaming within a network.  What a BSS object holds and
+the checks of `Scan`'s options are the D-Bus mock's too: tests/wpa_supplicant_rules.py.
 
 Where the real binary could be asked (driver "none"), these follow what it answered
 (tests/contract/wpa_roaming_scenarios.py, which this model passes); what driver "none" cannot
@@ -20,33 +21,20 @@ wpa_supplicant 2.10's sources and the D-Bus mock (tests/mocks/wpa_supplicant_bss
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from nm_scanguard.dbuslib import Variant
+from tests import wpa_supplicant_rules as rules
 
 NETWORK_SSID = "Café ☕".encode()  # every network NetworkManager adds in the model
 NETWORK_SECURITY = "wpa2-psk"
 # 2.4 GHz channels 1-13 and thirteen 5 GHz ones: a full scan visits these 26 (as in the lab).
 ALL_CHANNELS = (tuple(range(2412, 2473, 5))
                 + (5180, 5200, 5220, 5240, 5260, 5280, 5300, 5320, 5500, 5520, 5540, 5560, 5580))
-EXPIRE_AGE = 180.0  # BSSExpireAge (contract: no_bss_without_a_radio)
-EXPIRE_COUNT = 2  # BSSExpireCount
+EXPIRE_AGE = float(rules.EXPIRE_AGE)  # BSSExpireAge (contract: no_bss_without_a_radio)
+EXPIRE_COUNT = rules.EXPIRE_COUNT
 ROAM_SECONDS = 0.3  # from the decision to move to the association with the new AP
-
-_NONE = {"KeyMgmt": [], "Pairwise": [], "Group": ""}
-# What the RSN and WPA elements hold, and Privacy, per kind of network (as the D-Bus mock).
-SECURITY = {
-    "open": ({**_NONE, "MgmtGroup": ""}, _NONE, False),
-    "wpa2-psk": ({"KeyMgmt": ["wpa-psk"], "Pairwise": ["ccmp"], "Group": "ccmp",
-                  "MgmtGroup": ""}, _NONE, True),
-    "sae": ({"KeyMgmt": ["sae"], "Pairwise": ["ccmp"], "Group": "ccmp",
-             "MgmtGroup": "aes128cmac"}, _NONE, True),
-}
-# hwaddr_aton(): six two-digit hex numbers joined by ":"; whatever follows is ignored.
-HWADDR = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
 
 
 @dataclass(eq=False)
@@ -79,67 +67,6 @@ class Bss:
     missed: int = 0  # scans in a row that covered its channel without seeing it
 
 
-class BadArguments(Exception):
-    """wpa_supplicant's InvalidArgs, whose second string names the fault (None: none)."""
-
-    def __init__(self, detail: str | None) -> None:
-        super().__init__(detail)
-        self.detail = detail
-
-
-class ScanRequest(NamedTuple):
-    kind: str  # active, passive
-    channels: tuple[int, ...]  # MHz; () every channel
-    allow_roam: bool
-
-
-def _signature(value: object) -> str:
-    return value.signature if isinstance(value, Variant) else ""
-
-
-def _value(value: object) -> object:
-    return value.value if isinstance(value, Variant) else value
-
-
-def scan_request(args: object) -> ScanRequest:
-    """Scan's options, checked in the order given as wpas_dbus_handler_scan does."""
-    if not isinstance(args, dict):
-        raise BadArguments(None)
-    kind, key, ssids, channels, allow_roam = None, None, [], (), True
-    for key, value in args.items():
-        signature, plain = _signature(value), _value(value)
-        if key == "Type":
-            if signature != "s":
-                raise BadArguments("Wrong Type value type. String required")
-            kind = plain
-        elif key in ("SSIDs", "IEs"):
-            if signature != "aay":
-                raise BadArguments(f"Wrong {key} value type. Array of arrays of bytes required")
-            if key == "SSIDs" and any(len(s) > 32 for s in plain):
-                raise BadArguments("Invalid SSID: too long")
-            ssids.extend(plain)
-        elif key == "Channels":
-            if not signature.startswith("a(") or not plain:
-                raise BadArguments("Wrong Channels value type. Array of structs required")
-            if not signature.startswith("a(uu"):
-                raise BadArguments("Wrong Channel struct. Two UINT32s required")
-            # Channel 0 is accepted and means no channel: a scan of every one.
-            channels = tuple(int(c[0]) for c in plain if int(c[0]))
-        elif key == "AllowRoam":
-            if signature != "b":
-                raise BadArguments("Wrong Type value type. Boolean required")  # sic, 2.10
-            allow_roam = bool(plain)
-        else:
-            raise BadArguments(str(key))
-    if kind is None:
-        raise BadArguments(None if key is None else str(key))
-    if kind == "passive" and ssids:
-        raise BadArguments("You can specify only Channels in passive scan")
-    if kind not in ("active", "passive"):
-        raise BadArguments("Wrong scan type")
-    return ScanRequest(str(kind), channels, allow_roam)
-
-
 def roam_margin(level: int) -> int:
     """How much stronger an AP of the network must be for wpa_supplicant to move to it by
     itself, by the current AP's level (wpa_supplicant_need_to_roam_within_ess, its level part)."""
@@ -149,22 +76,27 @@ def roam_margin(level: int) -> int:
     return 5
 
 
+def variant(signature: str, value: object) -> Variant:
+    """A value the rules give as (signature, plain value), as a Variant."""
+    if signature == "a{sv}":
+        assert isinstance(value, dict)
+        return Variant(signature, {k: variant(*v) for k, v in value.items()})
+    return Variant(signature, value)
+
+
 def bss_properties(bss: Bss, now: float) -> dict[str, Variant]:
     """GetAll on a BSS object (fi.w1.wpa_supplicant1.BSS)."""
     ap = bss.ap
-    rsn, wpa, privacy = SECURITY[ap.security]
+    return {name: variant(*value) for name, value in rules.bss_properties(
+        ap.ssid, ap.bssid, ap.frequency, bss.signal, ap.security, int(now - bss.seen)).items()}
 
-    def element(values: dict[str, object]) -> Variant:
-        return Variant("a{sv}", {k: Variant("as" if isinstance(v, list) else "s", v)
-                                 for k, v in values.items()})
-    return {
-        "BSSID": Variant("ay", bytes(int(p, 16) for p in ap.bssid.split(":"))),
-        "SSID": Variant("ay", ap.ssid), "WPA": element(wpa), "RSN": element(rsn),
-        "WPS": Variant("a{sv}", {}), "IEs": Variant("ay", b""),
-        "Privacy": Variant("b", privacy), "Mode": Variant("s", "infrastructure"),
-        "Frequency": Variant("q", ap.frequency), "Rates": Variant("au", []),
-        "Signal": Variant("n", bss.signal), "Age": Variant("u", int(now - bss.seen)),
-    }
+
+def scan_request(args: object) -> rules.ScanRequest:
+    """Scan's options (rules.scan_request), from the a{sv} a client sent."""
+    if not isinstance(args, dict):
+        return rules.scan_request(None)
+    return rules.scan_request({key: (value.signature, value.value) if isinstance(value, Variant)
+                               else ("", value) for key, value in args.items()})
 
 
 @dataclass(eq=False)
