@@ -30,18 +30,16 @@ from ..peers.supplicant import SIGNAL_RULES as WPAS_SIGNALS
 from ..peers.supplicant import NetworkRemoved, Supplicant, events_of
 from ..profile_settings import ProfileWarnings, apply_profile
 from ..status import DeviceStatus
-from .candidates import Candidates
+from .api.holds import Holds
+from .bgscan import Journal, Suspender, restore_journal
 from .changes import Changes
 from .deferral import ScanDeferral
-from .guard import Guard
-from .guards import Guards
-from .holds import Holds
-from .journal import Journal
+from .guard.candidates import Candidates
+from .guard.guard import Guard
+from .guard.who_asked import WhoAsked
+from .guard_set import Guards
 from .off import say_switched, status_line
-from .replay import restore_journal
-from .suspension import Suspender
 from .systemd_status import SystemdStatus
-from .who_asked import WhoAsked
 
 log = logging.getLogger("scanguard")
 
