@@ -1,5 +1,5 @@
 """The Daemon, its life cycle and wiring: follows NetworkManager and wpa_supplicant on the bus and
-keeps one Guard per activated Wi-Fi interface (guards.Guards).  It owns the hold table (the bus
+keeps one Guard per activated Wi-Fi interface (guard_set.Guards).  It owns the hold table (the bus
 API only authenticates for it), the crash journal (through the Suspender), the records of who
 asked for scans (who_asked.WhoAsked) and the status line systemd shows (SystemdStatus).  Its
 background tasks run under the process's supervisor (service.Supervisor), which owns the life

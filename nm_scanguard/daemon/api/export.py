@@ -4,7 +4,7 @@ Neither dbus-next nor dbus-fast passes a @method its caller's unique name, and o
 it (holds belong to their caller), so the object is served from a message handler.  The
 interface is parsed from the canonical XML and is the only description of it: incoming calls
 are checked against its signatures, Introspect returns it, Properties serves what the owner
-provides.  The domain (what the methods do, who may call them) lives with the owner (api.py).
+provides.  The domain (what the methods do, who may call them) lives with the owner (methods.py).
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 may call them.
 
 The object itself (Introspect, Properties, signature checks) is served by export.py from the
-canonical XML; what it shows and how its changes go out is api_properties.py.  Holds live in
-the daemon's one table (holds.py); this module authenticates callers for it (api_callers.py)
-and api_holders.py watches holders leave the bus.
+canonical XML; what it shows and how its changes go out is properties.py.  Holds live in
+the daemon's one table (holds.py); this module authenticates callers for it (callers.py)
+and holders.py watches holders leave the bus.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class Api:
         self.daemon = daemon
         self.holds = daemon.holds
         self.bus = bus
-        self.checks = PolkitChecks()  # the polkit checks waiting, capped (api_callers)
+        self.checks = PolkitChecks()  # the polkit checks waiting, capped (callers)
         self.object = ExportedObject(
             bus, PATH, load_interface(xml_path(), IFACE),
             {"Hold": self._hold, "Release": self._release, "Reload": self._reload,

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import ast
 import configparser
+import re
 from pathlib import Path
 
 import pytest
@@ -245,3 +246,24 @@ def test_the_list_of_older_oversize_folders_is_kept_short():
     stale = sorted(f"{folder or 'nm_scanguard'}/: {measured.get(folder, 'gone')}"
                    for folder in FOLDERS_OVER_THE_LIMIT if measured.get(folder, 0) <= MAX_FOLDER_MODULES)
     assert not stale, "these fit the limit now; take them off FOLDERS_OVER_THE_LIMIT: " + ", ".join(stale)
+
+
+def documented_modules() -> dict[str, set[str]]:
+    """The module map in docs/how-it-works.md (its Layout section's table): folder -> modules."""
+    text = (PACKAGE.parent / "docs" / "how-it-works.md").read_text(encoding="utf-8")
+    block = text[text.index("## Layout"):].split("```")[1]
+    found: dict[str, set[str]] = {}
+    folder = ""
+    for line in block.splitlines():
+        if re.match(r"[a-z_/]+/ ", line):
+            folder = line.split()[0].rstrip("/")
+        elif (m := re.match(r"  ([a-z_0-9]+)\.py ", line)) and folder:
+            found.setdefault(folder, set()).add(m.group(1))
+    return found
+
+
+def test_the_module_map_lists_every_module_of_the_daemon():
+    documented = documented_modules()
+    for folder in (name for name in LAYERS if name.split("/")[0] == "daemon"):
+        here = {p.stem for p in (PACKAGE / folder).glob("*.py") if p.name != "__init__.py"}
+        assert documented.get(folder) == here, f"docs/how-it-works.md's Layout for {folder}/"
