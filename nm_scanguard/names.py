@@ -1,6 +1,6 @@
 """The names of our bus API and of the peers' well-known objects, declared once.
 
-The daemon (api.py, service.py), the peers' modules and scanguardctl use them; the XML next to
+The daemon (daemon/api/methods.py, service.py), the peers' modules and scanguardctl use them; the XML next to
 this file documents what names our API.
 """
 

@@ -1,5 +1,5 @@
 """The Daemon, its life cycle and wiring: follows NetworkManager and wpa_supplicant on the bus and
-keeps one Guard per activated Wi-Fi interface (guards.Guards).  It owns the hold table (the bus
+keeps one Guard per activated Wi-Fi interface (guard_set.Guards).  It owns the hold table (the bus
 API only authenticates for it), the crash journal (through the Suspender), the records of who
 asked for scans (who_asked.WhoAsked) and the status line systemd shows (SystemdStatus).  Its
 background tasks run under the process's supervisor (service.Supervisor), which owns the life
@@ -30,18 +30,16 @@ from ..peers.supplicant import SIGNAL_RULES as WPAS_SIGNALS
 from ..peers.supplicant import NetworkRemoved, Supplicant, events_of
 from ..profile_settings import ProfileWarnings, apply_profile
 from ..status import DeviceStatus
-from .candidates import Candidates
+from .api.holds import Holds
+from .bgscan import Journal, Suspender, restore_journal
 from .changes import Changes
 from .deferral import ScanDeferral
-from .guard import Guard
-from .guards import Guards
-from .holds import Holds
-from .journal import Journal
+from .guard.candidates import Candidates
+from .guard.guard import Guard
+from .guard.who_asked import WhoAsked
+from .guard_set import Guards
 from .off import say_switched, status_line
-from .replay import restore_journal
-from .suspension import Suspender
 from .systemd_status import SystemdStatus
-from .who_asked import WhoAsked
 
 log = logging.getLogger("scanguard")
 

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 
 from ..config import Settings
-from .policy import off_reason
+from .guard.policy import off_reason
 
 log = logging.getLogger("scanguard")
 

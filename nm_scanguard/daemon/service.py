@@ -33,10 +33,10 @@ from ..output import run_main
 from ..peers.bus import BusError, NoSystemBus, call, close_bus, connect_system
 from ..peers.supplicant import SupplicantError
 from ..text import one_line, shown
-from .api import Api
+from .api.methods import Api
+from .bgscan import DEFAULT_STATE_DIR
 from .daemon import Daemon
-from .journal import DEFAULT_STATE_DIR
-from .problems import log_traceback_once, unexpected_line
+from .guard.problems import log_traceback_once, unexpected_line
 
 log = logging.getLogger("scanguard")
 

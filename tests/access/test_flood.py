@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from nm_scanguard.daemon.holds import MAX_PER_CALLER, MAX_PER_UID, MAX_TEXT_BYTES
+from nm_scanguard.daemon.api.holds import MAX_PER_CALLER, MAX_PER_UID, MAX_TEXT_BYTES
 from nm_scanguard.names import ACTION_HOLD, ERROR_TOO_MANY_HOLDS
 from tests.api.harness import BGSCAN, api_call, error_of, named_holds, props
 from tests.conftest import assert_eventually

@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator, Iterator
 
 import pytest
 
-from nm_scanguard.daemon.api_callers import LIMITS_EXCEEDED, MAX_CHECKS_PER_CALLER, MAX_CHECKS_PER_UID
+from nm_scanguard.daemon.api.callers import LIMITS_EXCEEDED, MAX_CHECKS_PER_CALLER, MAX_CHECKS_PER_UID
 from nm_scanguard.names import BUS_NAME, DBUS
 from nm_scanguard.peers.bus import call
 from tests.api.harness import BGSCAN, api_call, error_of

@@ -12,8 +12,8 @@ import sys
 import time
 
 from nm_scanguard import __version__
-from nm_scanguard.daemon.api import xml_path
-from nm_scanguard.daemon.export import load_interface
+from nm_scanguard.daemon.api.methods import xml_path
+from nm_scanguard.daemon.api.export import load_interface
 from nm_scanguard.names import XML_NAME
 from nm_scanguard.dbuslib import Variant, introspection
 from tests.api.harness import (BGSCAN, IFACE, NAME, PATH, REPO, Signals, api_call, env_for,

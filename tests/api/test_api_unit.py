@@ -6,15 +6,15 @@ import asyncio
 
 import pytest
 
-from nm_scanguard.daemon import api, api_callers, api_holders, api_properties
-from nm_scanguard.daemon import holds as holds_module
-from nm_scanguard.daemon.api import Api
+from nm_scanguard.daemon.api import callers, holders, methods, properties
+from nm_scanguard.daemon.api import holds as holds_module
+from nm_scanguard.daemon.api.methods import Api
 from nm_scanguard.daemon.changes import Changes
-from nm_scanguard.daemon.export import CallError
+from nm_scanguard.daemon.api.export import CallError
 from nm_scanguard.attribution import Request
 from nm_scanguard.config import Settings
 from nm_scanguard.dbuslib import Message, MessageFlag
-from nm_scanguard.daemon.holds import Holds
+from nm_scanguard.daemon.api.holds import Holds
 from nm_scanguard.names import BUS_NAME
 from nm_scanguard.status import FIELDS, MAX_PROBLEMS, DeviceStatus
 from tests.conftest import assert_eventually
@@ -70,9 +70,9 @@ class FakeWhoAsked:
 
 def started(monkeypatch, devices_every: float = 60.0, holds_every: float = 60.0,
             requests_every: float = 60.0):
-    monkeypatch.setattr(api_properties, "DEVICES_EVERY", devices_every)
-    monkeypatch.setattr(api_properties, "HOLDS_EVERY", holds_every)
-    monkeypatch.setattr(api_properties, "REQUESTS_EVERY", requests_every)
+    monkeypatch.setattr(properties, "DEVICES_EVERY", devices_every)
+    monkeypatch.setattr(properties, "HOLDS_EVERY", holds_every)
+    monkeypatch.setattr(properties, "REQUESTS_EVERY", requests_every)
     bus, daemon = FakeBus(), FakeDaemon()
     a = Api(daemon, bus)
     a.start()
@@ -121,20 +121,20 @@ async def test_while_off_off_says_why_and_a_hold_is_refused(monkeypatch, conf):
     """`enabled = no` in the settings file: the Off property says so (announced when a reload
     changes it), and Hold is refused with Error.Off, so that no holder believes it is held."""
     bus, daemon, a = started(monkeypatch)
-    assert api_properties.property_values(daemon)["Off"].value == ""
+    assert properties.property_values(daemon)["Off"].value == ""
     daemon.settings = Settings().with_values({"enabled": False}, conf)
     daemon.changed()
     daemon.changed()  # no change: not announced again
     offs = [m.body[1]["Off"].value for m in bus.sent
             if m.member == "PropertiesChanged" and "Off" in m.body[1]]
     assert offs == [f"enabled = no in {conf}"]
-    assert api_properties.property_values(daemon)["Off"].value == f"enabled = no in {conf}"
+    assert properties.property_values(daemon)["Off"].value == f"enabled = no in {conf}"
 
-    hold = Message(destination=BUS_NAME, path=api.PATH, interface=api.IFACE, member="Hold",
+    hold = Message(destination=BUS_NAME, path=methods.PATH, interface=methods.IFACE, member="Hold",
                    signature="sss", body=["Café ☕", "", ""], sender=":1.7", serial=1)
     with pytest.raises(CallError) as refused:
         await a._hold(hold)
-    assert refused.value.name == api.ERROR_OFF
+    assert refused.value.name == methods.ERROR_OFF
     assert refused.value.text == (f"nm-scanguard is off: enabled = no in {conf}, so a hold would "
                                   "keep nothing off; an administrator turns it on with enabled = "
                                   "yes there and `scanguardctl reload`")
@@ -178,12 +178,12 @@ def as_caller(monkeypatch, uid: int) -> None:
     async def call(_bus, _dest, _path, _iface, member: str, _sig: str = "", _body=(), timeout=0):
         assert member == "GetConnectionUnixUser", member
         return [uid]
-    monkeypatch.setattr(api_callers, "call", call)
+    monkeypatch.setattr(callers, "call", call)
 
 
 def scan_seen(program: str, sender: str = ":1.9", user: str = "Café ☕", uptime: float = 0.0,
               refused: bool = False) -> Message:
-    return Message(destination=BUS_NAME, path=api.PATH, interface=api.IFACE,
+    return Message(destination=BUS_NAME, path=methods.PATH, interface=methods.IFACE,
                    member="ScanRequestSeen", signature="susbd", sender=sender, serial=7,
                    body=[user, 4242, program, refused, uptime])
 
@@ -245,7 +245,7 @@ def test_the_xml_documents_exactly_the_device_status_fields():
     """The XML's Devices comment is the documentation; DeviceStatus is the code: one list."""
     import re
 
-    text = open(api.xml_path(), encoding="utf-8").read()
+    text = open(methods.xml_path(), encoding="utf-8").read()
     comment = text[text.index("Devices: one dictionary"):text.index('<property name="Devices"')]
     documented = dict(re.findall(r"^ {8}([a-z_]+) +([a-z{}()]+) {2,}", comment, re.M))
     assert documented == FIELDS
@@ -258,8 +258,8 @@ class MatchBus:
     def __init__(self, monkeypatch) -> None:
         self.calls: list[tuple[str, str]] = []
         self.answers: list[asyncio.Future[None]] = []
-        monkeypatch.setattr(api_holders, "add_match", self._add_match)
-        monkeypatch.setattr(api_holders, "call", self._call)
+        monkeypatch.setattr(holders, "add_match", self._add_match)
+        monkeypatch.setattr(holders, "call", self._call)
 
     async def _add_match(self, _bus, rule: str) -> None:
         self.calls.append(("AddMatch", rule))
@@ -313,11 +313,11 @@ async def test_a_failed_add_match_is_not_remembered_as_a_watch(monkeypatch):
     matches, _, a = watching(monkeypatch)
     first = asyncio.ensure_future(a.holders.watch(":1.7"))
     await turns()
-    matches.answers[0].set_exception(api_holders.BusError("org.freedesktop.DBus.Error.LimitsExceeded",
+    matches.answers[0].set_exception(holders.BusError("org.freedesktop.DBus.Error.LimitsExceeded",
                                                   "Café ☕: too many matches"))
     try:
         await first
-    except api_holders.BusError:
+    except holders.BusError:
         pass
     else:
         raise AssertionError("the Hold that asked must see the failure")
@@ -353,9 +353,9 @@ class Clocks:
 
     def __init__(self, monkeypatch, wall: float = 1_800_000_000.0, boot: float = 5000.0) -> None:
         self.wall, self.boot = wall, boot
-        monkeypatch.setattr(api.time, "time", lambda: self.wall)
-        monkeypatch.setattr(api.time, "clock_gettime",
-                            lambda clock: self.boot if clock == api.time.CLOCK_BOOTTIME else 0.0)
+        monkeypatch.setattr(methods.time, "time", lambda: self.wall)
+        monkeypatch.setattr(methods.time, "clock_gettime",
+                            lambda clock: self.boot if clock == methods.time.CLOCK_BOOTTIME else 0.0)
 
     def advance(self, seconds: float) -> None:
         self.wall += seconds
@@ -366,17 +366,17 @@ def test_wall_clock_of_an_unknown_moment_is_the_time_of_each_report(monkeypatch)
     """A report without a boot-time stamp is filed when it arrives, not when the first did:
     otherwise it ages out of RecentScanRequests early and misses attribution's window."""
     clocks = Clocks(monkeypatch)
-    first = api.wall_clock(0.0)
+    first = methods.wall_clock(0.0)
     clocks.advance(300.0)
-    assert api.wall_clock(0.0) == first + 300.0
+    assert methods.wall_clock(0.0) == first + 300.0
 
 
 def test_wall_clock_turns_the_boot_time_clock_into_the_wall_clock(monkeypatch):
     clocks = Clocks(monkeypatch)
-    assert api.wall_clock(clocks.boot - 2.0) == clocks.wall - 2.0
-    assert api.wall_clock(clocks.boot + 60.0) == clocks.wall  # not from the future
+    assert methods.wall_clock(clocks.boot - 2.0) == clocks.wall - 2.0
+    assert methods.wall_clock(clocks.boot + 60.0) == clocks.wall  # not from the future
     clocks.advance(10.0)
-    assert api.wall_clock(clocks.boot - 2.0) == clocks.wall - 2.0
+    assert methods.wall_clock(clocks.boot - 2.0) == clocks.wall - 2.0
 
 
 def test_wall_clock_keeps_nothing_per_report():
@@ -385,13 +385,13 @@ def test_wall_clock_keeps_nothing_per_report():
     import gc
     import tracemalloc
 
-    api.wall_clock(1.0)  # warm up whatever is allocated once
+    methods.wall_clock(1.0)  # warm up whatever is allocated once
     gc.collect()
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
         for n in range(20_000):
-            api.wall_clock(1.0 + n / 1000.0)
+            methods.wall_clock(1.0 + n / 1000.0)
         gc.collect()
         grown = tracemalloc.get_traced_memory()[0] - before
     finally:
@@ -409,14 +409,14 @@ def test_polkit_uid_is_looked_up_until_found_then_kept(monkeypatch):
             raise KeyError(name)
         return users[name]
 
-    monkeypatch.setattr(api_callers.pwd, "getpwnam", getpwnam)
-    monkeypatch.setattr(api_callers, "_polkit_uid", None)
-    assert api_callers.polkit_uid() is None
-    assert api_callers.polkit_uid() is None
+    monkeypatch.setattr(callers.pwd, "getpwnam", getpwnam)
+    monkeypatch.setattr(callers, "_polkit_uid", None)
+    assert callers.polkit_uid() is None
+    assert callers.polkit_uid() is None
     assert asked == ["polkitd", "polkitd"]  # not there yet: asked again
     users["polkitd"] = type("pw", (), {"pw_uid": 997})()
-    assert api_callers.polkit_uid() == 997
-    assert api_callers.polkit_uid() == 997
+    assert callers.polkit_uid() == 997
+    assert callers.polkit_uid() == 997
     assert asked == ["polkitd"] * 3
 
 
@@ -432,10 +432,10 @@ class PolkitBus:
         self.waiting: list[tuple[str, asyncio.Future]] = []
         self.gone: set[str] = set()
         self.removed: list[str] = []
-        monkeypatch.setattr(api_callers, "call", self._call)  # GetConnectionUnixUser, CheckAuthorization
-        monkeypatch.setattr(api_holders, "call", self._call)  # RemoveMatch
-        monkeypatch.setattr(api_holders, "add_match", self._add_match)
-        monkeypatch.setattr(api_holders, "name_has_owner", self._has_owner)
+        monkeypatch.setattr(callers, "call", self._call)  # GetConnectionUnixUser, CheckAuthorization
+        monkeypatch.setattr(holders, "call", self._call)  # RemoveMatch
+        monkeypatch.setattr(holders, "add_match", self._add_match)
+        monkeypatch.setattr(holders, "name_has_owner", self._has_owner)
 
     async def _call(self, _bus, _dest, _path, _iface, member: str, _sig: str = "", body=(),
                     timeout: float = 0) -> list:
@@ -466,7 +466,7 @@ class PolkitBus:
 
 
 def hold_call(sender: str, serial: int, reason: str = "Café ☕") -> Message:
-    return Message(destination=BUS_NAME, path=api.PATH, interface=api.IFACE, member="Hold",
+    return Message(destination=BUS_NAME, path=methods.PATH, interface=methods.IFACE, member="Hold",
                    signature="sss", body=[reason, "org.example.Café", ""], sender=sender,
                    serial=serial)
 
@@ -485,7 +485,7 @@ async def test_holds_waiting_on_an_agent_that_never_answers_do_not_block_other_u
     refused = [c.exception() for c in calls if c.done()]
     assert len(polkit.waiting) == 2 * holds_module.MAX_WAITING_PER_UID
     assert len(refused) == len(calls) - len(polkit.waiting)
-    assert {e.name for e in refused} == {api.ERROR_TOO_MANY_HOLDS}
+    assert {e.name for e in refused} == {methods.ERROR_TOO_MANY_HOLDS}
     assert any(f"(at most {holds_module.MAX_WAITING_PER_UID} at once)" in e.text for e in refused)
 
     reply = await asyncio.wait_for(a._hold(hold_call(":1.3", 999)), 5)
@@ -495,12 +495,12 @@ async def test_holds_waiting_on_an_agent_that_never_answers_do_not_block_other_u
 
     polkit.answer_all(False)  # the agents answer at last: no
     results = await asyncio.gather(*calls, return_exceptions=True)
-    assert {e.name for e in results} == {api.ERROR_TOO_MANY_HOLDS, api.ACCESS_DENIED}
+    assert {e.name for e in results} == {methods.ERROR_TOO_MANY_HOLDS, methods.ACCESS_DENIED}
     assert daemon.holds.callers() == {":1.3"} and len(daemon.holds) == 1
 
 
 def owner_gone(name: str) -> Message:
-    return Message(message_type=api_holders.MessageType.SIGNAL, path="/org/freedesktop/DBus",
+    return Message(message_type=holders.MessageType.SIGNAL, path="/org/freedesktop/DBus",
                    interface="org.freedesktop.DBus", member="NameOwnerChanged", signature="sss",
                    body=[name, name, ""], sender="org.freedesktop.DBus", serial=1)
 
@@ -519,8 +519,8 @@ async def test_a_caller_that_leaves_while_polkit_is_asked_gets_no_hold_and_is_un
     polkit.answer_all(True)  # polkit says yes after the caller left
     try:
         await call
-    except api.CallError as e:
-        assert e.name == api.ERROR_FAILED and "left the bus" in e.text
+    except methods.CallError as e:
+        assert e.name == methods.ERROR_FAILED and "left the bus" in e.text
     else:
         raise AssertionError("a Hold whose caller left must not be taken")
     assert len(daemon.holds) == 0
@@ -535,7 +535,7 @@ def requests_api(monkeypatch, users: dict[int, str]) -> tuple[Api, FakeDaemon]:
         if uid not in users:
             raise KeyError(uid)
         return type("pw", (), {"pw_name": users[uid]})()
-    monkeypatch.setattr(api_callers.pwd, "getpwuid", getpwuid)
+    monkeypatch.setattr(callers.pwd, "getpwuid", getpwuid)
     daemon = FakeDaemon()
     a = Api(daemon, FakeBus())
     return a, daemon
@@ -543,7 +543,7 @@ def requests_api(monkeypatch, users: dict[int, str]) -> tuple[Api, FakeDaemon]:
 
 def get_requests(a: Api, monkeypatch, uid: int) -> list:
     as_caller(monkeypatch, uid)
-    msg = Message(destination=BUS_NAME, path=api.PATH, interface=api.IFACE,
+    msg = Message(destination=BUS_NAME, path=methods.PATH, interface=methods.IFACE,
                   member="GetRecentScanRequests", sender=":1.40", serial=3)
     reply = asyncio.run(a._get_recent_scan_requests(msg))
     assert reply.signature == "a(dsusb)"
@@ -560,7 +560,7 @@ def test_the_property_names_nobody_and_the_method_names_the_callers_own(monkeypa
         (Request(at=10.0, program=program, pid=4242, user=name), False),
         (Request(at=11.0, program="waybar", pid=777, user="bob"), True)])
 
-    public = [tuple(e) for e in api_properties.property_values(daemon)["RecentScanRequests"].value]
+    public = [tuple(e) for e in properties.property_values(daemon)["RecentScanRequests"].value]
     assert public == [(10.0, "", 0, "", False), (11.0, "", 0, "", True)]
     assert get_requests(a, monkeypatch, 1000) == [(10.0, name, 4242, program, False),
                                                   (11.0, "", 0, "", True)]
@@ -580,7 +580,7 @@ def test_the_callers_name_is_looked_up_off_the_event_loop(monkeypatch):
     def getpwuid(uid):
         threads.append(threading.current_thread())
         return type("pw", (), {"pw_name": "Café ☕"})()
-    monkeypatch.setattr(api_callers.pwd, "getpwuid", getpwuid)
+    monkeypatch.setattr(callers.pwd, "getpwuid", getpwuid)
     get_requests(a, monkeypatch, 1000)
     assert threads and threading.main_thread() not in threads
 
@@ -604,7 +604,7 @@ class TimingPolkitBus(PolkitBus):
                 try:
                     await asyncio.wait_for(asyncio.get_running_loop().create_future(), timeout)
                 except TimeoutError:
-                    raise api_callers.BusError(api_callers.TIMEOUT, "no answer") from None
+                    raise callers.BusError(callers.TIMEOUT, "no answer") from None
         if member == "CancelCheckAuthorization":
             self.cancelled.append(body[0])
             return []
@@ -621,13 +621,13 @@ class ReloadingDaemon(SpawningDaemon):
 
 
 def reload_call(sender: str, serial: int, interactive: bool = True) -> Message:
-    return Message(destination=BUS_NAME, path=api.PATH, interface=api.IFACE, member="Reload",
+    return Message(destination=BUS_NAME, path=methods.PATH, interface=methods.IFACE, member="Reload",
                    sender=sender, serial=serial,
                    flags=MessageFlag(4 if interactive else 0))
 
 
 async def test_reloads_waiting_on_an_agent_are_capped_and_withdrawn_at_the_timeout(monkeypatch):
-    monkeypatch.setattr(api_callers, "POLKIT_INTERACTIVE_TIMEOUT", 0.2)
+    monkeypatch.setattr(callers, "POLKIT_INTERACTIVE_TIMEOUT", 0.2)
     uids = {f":1.{c}": 1001 for c in range(4)} | {":1.9": 1002}
     polkit = TimingPolkitBus(monkeypatch, uids, silent={1001})
     daemon = ReloadingDaemon()
@@ -635,18 +635,18 @@ async def test_reloads_waiting_on_an_agent_are_capped_and_withdrawn_at_the_timeo
     calls = [asyncio.ensure_future(a._reload(reload_call(f":1.{n % 4}", n))) for n in range(40)]
     await turns(20)
     refused = [c.exception() for c in calls if c.done()]
-    assert len(a.checks) == api_callers.MAX_CHECKS_PER_UID == len(polkit.ids)
-    assert len(refused) == 40 - api_callers.MAX_CHECKS_PER_UID
-    assert {e.name for e in refused} == {api_callers.LIMITS_EXCEEDED}
-    assert any(f"user 1001 already waits for {api_callers.MAX_CHECKS_PER_UID}" in e.text
+    assert len(a.checks) == callers.MAX_CHECKS_PER_UID == len(polkit.ids)
+    assert len(refused) == 40 - callers.MAX_CHECKS_PER_UID
+    assert {e.name for e in refused} == {callers.LIMITS_EXCEEDED}
+    assert any(f"user 1001 already waits for {callers.MAX_CHECKS_PER_UID}" in e.text
                for e in refused)
     # another user is still asked at once (and here polkit says yes)
     reply = await asyncio.wait_for(a._reload(reload_call(":1.9", 99)), 5)
     assert reply.message_type.name == "METHOD_RETURN" and daemon.reloads == 1
     # at the daemon's timeout every waiting check is withdrawn, by the id it was asked with
     results = await asyncio.gather(*calls, return_exceptions=True)
-    assert {e.name for e in results} == {api_callers.LIMITS_EXCEEDED, api.ERROR_NOT_READY}
+    assert {e.name for e in results} == {callers.LIMITS_EXCEEDED, methods.ERROR_NOT_READY}
     await turns(20)
-    waited = polkit.ids[:api_callers.MAX_CHECKS_PER_UID]
+    waited = polkit.ids[:callers.MAX_CHECKS_PER_UID]
     assert sorted(polkit.cancelled) == sorted(waited) and len(set(waited)) == len(waited)
     assert len(a.checks) == 0 and a.checks.withdrawn == len(waited)

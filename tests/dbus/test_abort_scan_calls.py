@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from nm_scanguard.daemon.scans import AT_ENGAGE, WHILE_GUARDING
+from nm_scanguard.daemon.guard.scans import AT_ENGAGE, WHILE_GUARDING
 from nm_scanguard.peers.supplicant import SCAN_ERROR, Supplicant
 
 from .conftest import eventually, record

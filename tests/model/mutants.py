@@ -39,11 +39,12 @@ from tests.model.explore import describe, parse_plan
 
 REPO = Path(__file__).resolve().parents[2]
 # Unit tests of the daemon's logic that run from a copy (the others read the tree's docs).
-PLAIN = ("tests/unit/daemon/test_suspension.py", "tests/unit/daemon/test_ledger.py", "tests/unit/daemon/test_suspension_table.py",
-         "tests/unit/daemon/test_guard.py", "tests/unit/daemon/test_failures_show.py", "tests/unit/daemon/test_journal.py",
-         "tests/unit/daemon/test_holds.py", "tests/unit/daemon/test_policy.py",
-         "tests/unit/daemon/test_abort.py", "tests/unit/daemon/test_roaming.py",
-         "tests/unit/daemon/test_sampling.py", "tests/model/test_model_regressions.py")
+PLAIN = ("tests/unit/daemon/bgscan/test_suspension.py", "tests/unit/daemon/bgscan/test_ledger.py",
+         "tests/unit/daemon/bgscan/test_suspension_table.py", "tests/unit/daemon/bgscan/test_journal.py",
+         "tests/unit/daemon/guard/test_guard.py", "tests/unit/daemon/test_failures_show.py",
+         "tests/unit/daemon/api/test_holds.py", "tests/unit/daemon/guard/test_policy.py",
+         "tests/unit/daemon/guard/test_abort.py", "tests/unit/daemon/guard/test_roaming.py",
+         "tests/unit/daemon/guard/test_sampling.py", "tests/model/test_model_regressions.py")
 
 
 @dataclass(frozen=True)
@@ -60,87 +61,87 @@ class Mutant:
 
 
 MUTANTS = (
-    # The suspension table (nm_scanguard/daemon/suspension_table.py), by state, and its driver.
+    # The suspension table (nm_scanguard/daemon/bgscan/suspension_table.py), by state, and its driver.
     Mutant("ask-forgets-leftover", "READING: a suspend asked on a leftover entry drops it before "
            "reading (its \"\" is then found and called someone else's)",
-           "nm_scanguard/daemon/suspension_table.py",
+           "nm_scanguard/daemon/bgscan/suspension_table.py",
            "                           origin=k, op=op)",
            "                           origin=k, op=op, saved=None)"),
     Mutant("no-journal-before-set", "SETTING: no journal entry while the Set of \"\" is on its way",
-           "nm_scanguard/daemon/suspension_table.py",
+           "nm_scanguard/daemon/bgscan/suspension_table.py",
            "    return s is not None and s.saved is not None\n",
            "    return s is not None and s.saved is not None and s.kind is not Kind.SETTING\n"),
     Mutant("trust-timed-out-set", "SETTING: an unanswered Set taken for not applied, unread",
-           "nm_scanguard/daemon/suspension.py",
+           "nm_scanguard/daemon/bgscan/suspension.py",
            "            if not is_uncertain(e):\n                self._go(net, Ev.SET_NOT_APPLIED, op=op)",
            "            if True:\n                self._go(net, Ev.SET_NOT_APPLIED, op=op)"),
     Mutant("removal-forgets-pending", "SETTING: a NetworkRemoved ends a suspend under way",
-           "nm_scanguard/daemon/suspension_table.py",
+           "nm_scanguard/daemon/bgscan/suspension_table.py",
            "        case Ev.GONE, Kind.SUSPENDED | Kind.IN_DOUBT | Kind.LEFTOVER:",
            "        case Ev.GONE, Kind.SUSPENDED | Kind.IN_DOUBT | Kind.LEFTOVER | Kind.SETTING:"),
     Mutant("restart-drops-setting", "SETTING: a wpa_supplicant restart drops the entry of a Set "
            "still on its way (it may reach the new process)",
-           "nm_scanguard/daemon/suspension_table.py",
+           "nm_scanguard/daemon/bgscan/suspension_table.py",
            "        case Ev.RESTARTED, Kind.READING | Kind.SETTING | Kind.PUTTING_BACK:",
            "        case Ev.RESTARTED, Kind.READING | Kind.PUTTING_BACK:"),
     Mutant("generation-unchecked", "PUTTING_BACK: a removal while the put-back was on its way is "
            "not noticed (the failed put-back counts as suspended on the removed object)",
-           "nm_scanguard/daemon/suspension_table.py",
+           "nm_scanguard/daemon/bgscan/suspension_table.py",
            "        case Ev.FAILED, Kind.PUTTING_BACK if generation == s.generation:",
            "        case Ev.FAILED, Kind.PUTTING_BACK:"),
     Mutant("restart-keeps-suspension", "SUSPENDED: a wpa_supplicant restart leaves the guard "
            "thinking it suspended",
-           "nm_scanguard/daemon/suspension_table.py",
+           "nm_scanguard/daemon/bgscan/suspension_table.py",
            "        case Ev.RESTARTED, _:\n            return None",
            "        case Ev.RESTARTED, _:\n            return s"),
     Mutant("suspend-across-restart-kept", "IN_DOUBT: a suspend that spans a wpa_supplicant "
            "restart counts as a sure suspension of the new process's network",
-           "nm_scanguard/daemon/suspension_table.py",
+           "nm_scanguard/daemon/bgscan/suspension_table.py",
            "        case Ev.SET_APPLIED, Kind.SETTING:\n"
            "            return s._replace(kind=Kind.IN_DOUBT if s.restarted else Kind.SUSPENDED,",
            "        case Ev.SET_APPLIED, Kind.SETTING:\n"
            "            return s._replace(kind=Kind.SUSPENDED,"),
     Mutant("unknown-restore-trusted", "IN_DOUBT: a restore unanswered and unreadable leaves the "
            "suspension sure (the guard stays engaged on a bgscan that may be back on)",
-           "nm_scanguard/daemon/suspension_table.py",
+           "nm_scanguard/daemon/bgscan/suspension_table.py",
            "        case Ev.UNKNOWN, Kind.RESTORING:\n            return doubted(back(s, generation))",
            "        case Ev.UNKNOWN, Kind.RESTORING:\n            return back(s, generation)"),
     Mutant("recheck-failure-forgets", "IN_DOUBT: a recheck whose read fails drops the entry",
-           "nm_scanguard/daemon/suspension_table.py",
+           "nm_scanguard/daemon/bgscan/suspension_table.py",
            "        case Ev.FAILED, Kind.IN_DOUBT:\n            return s",
            "        case Ev.FAILED, Kind.IN_DOUBT:\n            return None"),
     Mutant("restore-over-others", "RESTORING: restore over a value that is no longer ours",
-           "nm_scanguard/daemon/suspension.py",
+           "nm_scanguard/daemon/bgscan/suspension.py",
            "        if self._go(net, Ev.READ_EMPTY if current == \"\" else Ev.READ_VALUE, op=op) is None:",
            "        if self._go(net, Ev.READ_EMPTY if current is not None else Ev.READ_VALUE, op=op) "
            "is None:"),
     Mutant("restore-trusts-no-answer", "RESTORING: an unanswered restoring Set is taken for "
            "landed, unread",
-           "nm_scanguard/daemon/suspension.py",
+           "nm_scanguard/daemon/bgscan/suspension.py",
            "            landed = await restore_landed(self.supplicant, net, ifname, e)\n",
            "            landed = True\n"),
     Mutant("restore-cancel-forgets", "RESTORING: a restore cancelled on its way drops the entry",
-           "nm_scanguard/daemon/suspension_table.py",
+           "nm_scanguard/daemon/bgscan/suspension_table.py",
            "        case Ev.CANCELLED, Kind.RESTORING:\n            return doubted(back(s, generation))",
            "        case Ev.CANCELLED, Kind.RESTORING:\n            return None"),
     Mutant("cancelled-suspend-unsettled", "LEFT_BEHIND: a removal after a cancelled suspend drops "
            "the entry its Set may still need",
-           "nm_scanguard/daemon/suspension_table.py",
+           "nm_scanguard/daemon/bgscan/suspension_table.py",
            "        case Ev.GONE, Kind.SUSPENDED | Kind.IN_DOUBT | Kind.LEFTOVER:",
            "        case Ev.GONE, Kind.SUSPENDED | Kind.IN_DOUBT | Kind.LEFTOVER | Kind.LEFT_BEHIND:"),
     Mutant("cancel-forgets-set", "LEFT_BEHIND: a suspend cancelled with its Set on the way "
            "drops the entry",
-           "nm_scanguard/daemon/suspension_table.py",
+           "nm_scanguard/daemon/bgscan/suspension_table.py",
            "            return s._replace(kind=Kind.LEFT_BEHIND, restarted=False)",
            "            return None"),
     Mutant("failed-adopt-forgets-leftover", "LEFTOVER: a suspend of a leftover network that "
            "cannot read it drops the entry",
-           "nm_scanguard/daemon/suspension_table.py",
+           "nm_scanguard/daemon/bgscan/suspension_table.py",
            "        return s._replace(kind=s.origin, origin=None) if s.origin is not None else None",
            "        return None"),
     Mutant("take-over-forgets-left-behind", "READING: a failed take-over of a Set left behind "
            "leaves an entry a removal drops",
-           "nm_scanguard/daemon/suspension_table.py",
+           "nm_scanguard/daemon/bgscan/suspension_table.py",
            "        return s._replace(kind=s.origin, origin=None) if s.origin is not None else None",
            "        return s._replace(kind=Kind.LEFTOVER, origin=None) if s.origin is not None "
            "else None",
@@ -150,12 +151,12 @@ MUTANTS = (
            "before the take-over begins, and from there LEFT_BEHIND and LEFTOVER end alike"),
     Mutant("assumed-set-trusted", "IN_DOUBT: a Set unanswered and unreadable counts as a sure "
            "suspension",
-           "nm_scanguard/daemon/suspension_table.py",
+           "nm_scanguard/daemon/bgscan/suspension_table.py",
            "        case Ev.SET_ASSUMED, Kind.SETTING:\n            return s._replace(kind=Kind.IN_DOUBT,",
            "        case Ev.SET_ASSUMED, Kind.SETTING:\n            return s._replace(kind=Kind.SUSPENDED,"),
     Mutant("stale-answer-applied", "an answer to a call sequence that ended is applied to the "
            "state that followed",
-           "nm_scanguard/daemon/ledger.py",
+           "nm_scanguard/daemon/bgscan/ledger.py",
            "        if op is not None and (before is None or before.op != op):\n            return None",
            "        if False:\n            return None",
            equivalent="a call ends once for the daemon (a late answer is dropped by the bus), "
@@ -164,12 +165,12 @@ MUTANTS = (
            "restart, whose NoReply to every pending call comes as the old process exits"),
     Mutant("stopped-guard-keeps-suspension", "SUSPENDED: what a stopped guard could not restore "
            "stays its, and no replay restores it",
-           "nm_scanguard/daemon/guard.py",
+           "nm_scanguard/daemon/guard/guard.py",
            "                    self._suspender.ledger.abandon(self.ifname)\n",
            "                    pass\n"),
     # The rest of the daemon.
     Mutant("holder-left-keeps-holds", "forget a hold's release path (holder leaves the bus)",
-           "nm_scanguard/daemon/api_holders.py",
+           "nm_scanguard/daemon/api/holders.py",
            "                for hold in self.holds.caller_left(name):",
            "                for hold in []:"),
     Mutant("no-restore-on-stop", "skip the restore on stop",
@@ -196,7 +197,7 @@ MUTANTS = (
            "            await self.replay()\n        self.counters.close()",
            "            pass\n        self.counters.close()"),
     Mutant("stale-interface-path", "keep calling an interface path that is gone",
-           "nm_scanguard/daemon/guard.py",
+           "nm_scanguard/daemon/guard/guard.py",
            "        if isinstance(e, ObjectGone):\n            self.iface_path = None",
            "        if False:\n            self.iface_path = None"),
     # Not a variant: a guard's stop that skips restoring what a cancelled suspend left behind
@@ -205,16 +206,16 @@ MUTANTS = (
     # from the code (docs/testing.md).
     Mutant("replaced-interface-kept", "a suspension under an interface object NetworkManager "
            "re-created is never let go",
-           "nm_scanguard/daemon/guard.py",
+           "nm_scanguard/daemon/guard/guard.py",
            "                await self._release_if_interface_replaced()\n",
            ""),
     Mutant("abort-own-roaming-scan", "abort the guard's own roaming scan when guarding resumes",
-           "nm_scanguard/daemon/scans.py",
+           "nm_scanguard/daemon/guard/scans.py",
            "self._aborting or owner.stopping or self._roaming.is_ours():",
            "self._aborting or owner.stopping:"),
     Mutant("pending-hold-unwatched", "a Hold still being authorised does not keep its caller "
            "watched (a release of another hold stops watching)",
-           "nm_scanguard/daemon/holds.py",
+           "nm_scanguard/daemon/api/holds.py",
            " | {r.caller for r in self._pending}",
            ""),
 )

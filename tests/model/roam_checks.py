@@ -1,4 +1,4 @@
-"""The model rung's checks of roaming by targeted scans (nm_scanguard/daemon/targeted.py), part of
+"""The model rung's checks of roaming by targeted scans (nm_scanguard/daemon/guard/targeted.py), part of
 World.violations() (tests/model/world.py) and so checked after every step:
 
 - **No scan of every channel that the targeted path did not give up to.**  With `roam_scans =
@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from nm_scanguard.daemon import policy as P
+from nm_scanguard.daemon.guard import policy as P
 from nm_scanguard.dbuslib import Message
 from tests.model.bus import OWNER
 

@@ -94,7 +94,7 @@ def test_a_restart_right_after_a_reactivation_restores_the_suspend_it_cancelled(
 def test_an_interface_recreated_without_a_gap_is_guarded_again():
     """Found 2026-11-25 by the busy check: NetworkManager removed and added wpa_supplicant's
     interface (a new path) in one instant; the guard kept calling the old path and never
-    guarded again (tests/unit/daemon/test_guard.py has the two calls that now look the path up anew)."""
+    guarded again (tests/unit/daemon/guard/test_guard.py has the two calls that now look the path up anew)."""
     state = Machine()
     try:
         state.hold(client=0, interface="", reason=CAFE, then=0.0)
@@ -109,7 +109,7 @@ def test_an_interface_recreated_without_a_gap_is_guarded_again():
 
 
 def test_a_replay_that_waited_does_not_undo_a_guard_that_took_the_network_over():
-    """Found 2026-11-25 (tests/unit/daemon/test_suspension.py has the Suspender's side): after a lost
+    """Found 2026-11-25 (tests/unit/daemon/bgscan/test_suspension.py has the Suspender's side): after a lost
     bus and another program's write, the next instance's replay waited on a lost reply while the
     guard suspended the network anew; the replay then restored the value it had read before."""
     state = Machine()
@@ -132,7 +132,7 @@ def test_a_suspension_under_a_re_created_interface_object_is_let_go():
     its bgscan, and releasing could never confirm the old network gone.  Since an unconfirmed
     Set across a removal is left in doubt instead of put back, this sequence no longer reaches
     that state (the suspension under the old object ends with its NetworkRemoved); the rule is
-    held by tests/unit/daemon/test_guard.py's
+    held by tests/unit/daemon/guard/test_guard.py's
     test_a_suspension_under_a_recreated_interface_object_is_let_go."""
     state = Machine()
     try:
@@ -168,7 +168,7 @@ def test_a_restart_racing_the_suspend_set_leaves_the_journal_naming_our_value():
 def test_a_set_answered_no_reply_that_did_not_land_is_tried_again():
     """Found 2026-11-25 by the busy check: the suspend's Set got NoReply and was never carried
     out; the guard took it for applied and counted itself engaged, bgscan on, for as long as
-    the link stayed busy (tests/unit/daemon/test_suspension.py has the read-back).  The bus answers
+    the link stayed busy (tests/unit/daemon/bgscan/test_suspension.py has the read-back).  The bus answers
     NoReply when wpa_supplicant leaves with the call pending: here it restarts just as the Set
     arrives."""
     state = Machine()

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Coroutine
 
 import nm_scanguard.files as files_module
-import nm_scanguard.daemon.journal as journal_module
-from nm_scanguard.daemon.api import Api
+import nm_scanguard.daemon.bgscan.journal as journal_module
+from nm_scanguard.daemon.api.methods import Api
 from nm_scanguard.peers.bus import CALL_TIMEOUT, close_bus
 from nm_scanguard.config import ConfigError, load_file
 from nm_scanguard.profile_settings import ProfileWarnings, apply_profile

@@ -67,6 +67,10 @@ INSTALLED = {
     "./usr/lib/python3/dist-packages/nm_scanguard/__init__.py": "-rw-r--r--",
     "./usr/lib/python3/dist-packages/nm_scanguard/daemon/daemon.py": "-rw-r--r--",
     "./usr/lib/python3/dist-packages/nm_scanguard/daemon/service.py": "-rw-r--r--",
+    "./usr/lib/python3/dist-packages/nm_scanguard/daemon/bgscan/__init__.py": "-rw-r--r--",
+    "./usr/lib/python3/dist-packages/nm_scanguard/daemon/bgscan/suspension_table.py": "-rw-r--r--",
+    "./usr/lib/python3/dist-packages/nm_scanguard/daemon/guard/guard.py": "-rw-r--r--",
+    "./usr/lib/python3/dist-packages/nm_scanguard/daemon/api/methods.py": "-rw-r--r--",
     "./usr/lib/python3/dist-packages/nm_scanguard/cli/scanguardctl.py": "-rw-r--r--",
 }
 

@@ -30,8 +30,8 @@ from nm_scanguard.cli import scanguardctl
 from nm_scanguard.cli import since as since_module
 from nm_scanguard.cli.since import parse_since
 from nm_scanguard.text import one_line, quoted
-from tests.unit.daemon import test_abort as A
-from tests.unit.daemon import test_guard as G
+from tests.unit.daemon.guard import test_abort as A
+from tests.unit.daemon.guard import test_guard as G
 
 parts, guard = G.parts, G.guard  # the fixtures of test_guard
 
@@ -138,7 +138,7 @@ def _logged_formats() -> dict[str, list[str]]:
     """Each format string the daemon's code passes to a logger (log.info(FORMAT, ...),
     log.log(LEVEL, FORMAT, ...)): a literal, or a constant of log_lines by name; by file."""
     found: dict[str, list[str]] = {}
-    for path in sorted(DAEMON.glob("*.py")):
+    for path in sorted(DAEMON.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and node.func.attr in ("debug", "info", "warning", "error", "log")):
@@ -148,10 +148,10 @@ def _logged_formats() -> dict[str, list[str]]:
                 continue
             first = args[0]
             if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                found.setdefault(path.name, []).append(first.value)
+                found.setdefault(str(path.relative_to(DAEMON)), []).append(first.value)
             elif isinstance(first, ast.Attribute) and isinstance(first.value, ast.Name) \
                     and first.value.id == "log_lines":
-                found.setdefault(path.name, []).append(getattr(log_lines, first.attr))
+                found.setdefault(str(path.relative_to(DAEMON)), []).append(getattr(log_lines, first.attr))
     return found
 
 

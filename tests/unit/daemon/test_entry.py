@@ -43,7 +43,7 @@ def test_the_daemon_starts_without_openssl_gi_or_pyroute2():
 
 def test_the_daemon_loads_what_only_later_work_needs_later():
     names = loaded_by("--version")
-    assert "nm_scanguard.daemon.journal" in names and "nm_scanguard.daemon.holds" in names
+    assert "nm_scanguard.daemon.bgscan.journal" in names and "nm_scanguard.daemon.api.holds" in names
     loaded = sorted(n for n in LATER if n in names)
     assert not loaded, f"scanguardd's start imported {loaded}"
 

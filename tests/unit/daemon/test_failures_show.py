@@ -16,7 +16,7 @@ from nm_scanguard.peers.bus import BusError
 from nm_scanguard.config import Settings
 from nm_scanguard.daemon.daemon import Daemon
 from nm_scanguard.daemon.service import Supervisor
-from nm_scanguard.daemon.problems import MAX_TRACEBACKS
+from nm_scanguard.daemon.guard.problems import MAX_TRACEBACKS
 from nm_scanguard.peers.nm import NetworkManager, WifiDevice
 from nm_scanguard.peers.supplicant import Supplicant, SupplicantError, UncertainOutcome
 

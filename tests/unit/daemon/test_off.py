@@ -2,7 +2,7 @@
 (bus activation would only start it again) but does nothing.  Every connection is disabled
 whatever its profile says, a guard gives back what it suspended and then refuses, aborts and
 suspends nothing, and the status says it is off and why.  The Daemon without a bus
-(settings_for, the STATUS= line) and a Guard on fakes (tests/unit/daemon/test_guard.py)."""
+(settings_for, the STATUS= line) and a Guard on fakes (tests/unit/daemon/guard/test_guard.py)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import logging
 import pytest
 
 from nm_scanguard.config import load_file
-from nm_scanguard.daemon import policy as P
+from nm_scanguard.daemon.guard import policy as P
 from nm_scanguard.daemon.daemon import Daemon
 from nm_scanguard.daemon.off import status_line
 from nm_scanguard.daemon.service import Supervisor
 from nm_scanguard.peers.nm import WifiDevice
-from tests.unit.daemon.test_guard import SETTINGS, guard, parts, run  # noqa: F401 (fixtures)
-from tests.unit.daemon.test_suspension import NET0, NM_BGSCAN
+from tests.unit.daemon.guard.test_guard import SETTINGS, guard, parts, run  # noqa: F401 (fixtures)
+from tests.unit.daemon.bgscan.test_suspension import NET0, NM_BGSCAN
 
 NAMES = ["scanguard", "Café ☕"]
 

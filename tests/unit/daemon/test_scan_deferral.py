@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from nm_scanguard.daemon import policy as P
+from nm_scanguard.daemon.guard import policy as P
 from nm_scanguard.attribution import Request
 from nm_scanguard.cli.show import GEOCLUE_HINT, device_line, scan_hint, status_json
 from nm_scanguard.config import KEYS, ConfigError, Settings, load_file
@@ -27,12 +27,12 @@ from nm_scanguard.daemon.daemon import Daemon
 from nm_scanguard.daemon.service import Supervisor
 from nm_scanguard.daemon.deferral import DEFER_FILE, ScanDeferral
 from nm_scanguard.status import FIELDS, DeviceStatus
-from nm_scanguard.daemon.guard import Guard
-from nm_scanguard.daemon.journal import Journal
+from nm_scanguard.daemon.guard.guard import Guard
+from nm_scanguard.daemon.bgscan.journal import Journal
 from nm_scanguard.peers.nm import WifiDevice
-from nm_scanguard.daemon.suspension import Suspender
+from nm_scanguard.daemon.bgscan.suspension import Suspender
 from tests.conftest import start_private_bus, stop_process
-from tests.unit.daemon.test_guard import SETTINGS, FakeCounters, FakeView, Listener, run
+from tests.unit.daemon.guard.test_guard import SETTINGS, FakeCounters, FakeView, Listener, run
 
 HELPER = Path(__file__).resolve().parents[3] / "systemd" / "nm-scanguard-scan-deferral"
 CAFE = "Café ☕"
@@ -682,7 +682,7 @@ def test_status_and_systemd_share_one_formatter_and_an_idle_line_stays_the_same(
 
 
 def test_the_helpers_boot_time_clock_becomes_the_wall_clock():
-    from nm_scanguard.daemon.api import wall_clock
+    from nm_scanguard.daemon.api.methods import wall_clock
     up = time.clock_gettime(time.CLOCK_BOOTTIME)
     assert abs(wall_clock(up - 5.0) - (time.time() - 5.0)) < 0.05
     assert abs(wall_clock(0.0) - time.time()) < 0.05  # unknown: now

@@ -311,7 +311,7 @@ def test_the_readmes_status_example_is_what_status_prints_for_its_figures():
     it: the policy's reason at the default settings and status.device_line."""
     import time
 
-    from nm_scanguard.daemon.policy import Policy
+    from nm_scanguard.daemon.guard.policy import Policy
     from nm_scanguard.rates import Rates
     from nm_scanguard.status import device_line
 

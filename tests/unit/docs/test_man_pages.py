@@ -173,7 +173,7 @@ def test_the_daemon_page_says_what_its_parser_cannot(pages):
 
 def test_the_pages_name_the_files_the_code_uses(pages):
     from nm_scanguard.config import DEFAULT_CONFIG_PATH
-    from nm_scanguard.daemon.journal import DEFAULT_STATE_DIR, FILE_NAME
+    from nm_scanguard.daemon.bgscan.journal import DEFAULT_STATE_DIR, FILE_NAME
     from nm_scanguard.names import BUS_NAME, PATH
     text = plain(pages["scanguardd.8"])
     for thing in (DEFAULT_CONFIG_PATH, f"{DEFAULT_STATE_DIR}/{FILE_NAME}", BUS_NAME, PATH):
@@ -238,7 +238,7 @@ def test_the_range_check_finds_a_wrong_range():
 def test_every_state_word_is_explained_in_status_help_the_man_page_and_the_xml(pages):
     """A user meets the state words in `scanguardctl status`: each one the policy can show is
     explained in `status --help` and scanguardctl(1), as in the D-Bus XML's `state` list."""
-    from nm_scanguard.daemon import policy
+    from nm_scanguard.daemon.guard import policy
     from nm_scanguard.status import STATE_MEANINGS
 
     words = {v for k, v in vars(policy).items() if k.isupper() and isinstance(v, str)}

@@ -1,0 +1,212 @@
+"""What each network path we touched is in, and the crash journal written from those states.
+
+The Ledger is the one owner of both: a state changes only through `go` (one event of
+nm_scanguard.daemon.suspension_table), and the journal then says what the new state needs, before
+any call that state makes.  An entry exists exactly while the state can carry our "" (`journaled`);
+it goes only when a state that cannot is reached, and the table reaches those only on evidence
+(restored and read back, or the object confirmed gone).  The calls themselves are the
+Suspender's (nm_scanguard.daemon.suspension); the Ledger does no bus I/O.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Collection, Iterator
+from typing import NamedTuple
+
+from ...peers.supplicant import SupplicantError
+from .journal import Journal
+from .suspension_table import BUSY, LIVE, STARTS, UNOWNED, Ev, Kind, State, journaled, step
+
+log = logging.getLogger("scanguard")
+
+
+class Suspended(NamedTuple):
+    """We set `network`'s bgscan to ""; `saved` is what restore() puts back.  `generation` is
+    the path's generation when we read its bgscan (Ledger.generation): a removal that took
+    the path to a higher one took our object away; one at or below it came before, however late
+    it is handled (wpa_supplicant reuses paths, NetworkManager removes and adds on
+    re-activation)."""
+
+    network: str
+    saved: str
+    generation: int = 0
+    ifname: str = ""
+
+
+JOURNAL_UNWRITABLE = ("cannot write {path} ({why}), so bgscan is left on (a crash could not "
+                      "restore it); check the directory's permissions")
+
+
+class Ledger:
+    """The state of each network path we touched (suspension_table.State), the journal written
+    from those states (its only writer), and the generation of each path."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self._states: dict[str, State] = {}  # network path -> what it is in
+        # How many NetworkRemoved signals each path has had: wpa_supplicant reuses ids, so
+        # NetworkManager's remove-then-add brings back the same path with a fresh bgscan.
+        self._generations: dict[str, int] = {}
+        self._ops = 0  # the last call sequence's token (State.op)
+
+    # ---- the table ------------------------------------------------------------------------
+
+    def state(self, network: str) -> State | None:
+        """`network`'s state; an entry on disk that no state accounts for is an earlier
+        instance's (LEFTOVER)."""
+        s = self._states.get(network)
+        if s is None and (entry := self.journal.get(network)) is not None:
+            s = self._states[network] = State(Kind.LEFTOVER, entry.ifname, entry.bgscan,
+                                              self.generation(network))
+        return s
+
+    def go(self, net: str, ev: Ev, *, op: int | None = None, ifname: str = "",
+           value: str | None = None) -> State | None:
+        """Apply one event to `net`'s state, then make the journal say what the new state
+        needs (before any call that state makes).  `op` names the call the event answers: if
+        the state is no longer that call's (it ended meanwhile: removed, wpa_supplicant
+        restarted, and maybe another task's since), the answer is not applied and None is
+        returned.  If an entry an event needs cannot be written, the event has not happened
+        when it leads to a call (ASK, READ_VALUE: the state stays and SupplicantError says
+        why), and is logged otherwise (the state the bus or a cancel left is the truth)."""
+        before = self.state(net)
+        if op is not None and (before is None or before.op != op):
+            return None
+        after = step(before, ev, generation=self.generation(net), ifname=ifname, value=value,
+                     op=self._ops if ev in STARTS else 0)
+        self._set(net, after)
+        try:
+            self._write(net, after)
+        except SupplicantError as e:
+            if ev in (Ev.ASK, Ev.READ_VALUE):
+                self._set(net, before)
+                raise
+            log.error("%s", e)
+        return after
+
+    def begin(self, net: str, ev: Ev, ifname: str = "") -> int:
+        """Start a call sequence on `net` (ASK, RELEASE, REPLAY): the token its answers carry."""
+        self._ops += 1
+        self.go(net, ev, ifname=ifname)
+        return self._ops
+
+    def owner(self, net: str) -> int | None:
+        """The token of the call sequence `net`'s state belongs to (None: no state)."""
+        s = self._states.get(net)
+        return None if s is None else s.op
+
+    def abandon(self, ifname: str) -> None:
+        """The guard of `ifname` is gone: what it could not restore is nobody's now
+        (LEFTOVER), for the journal's replay to restore."""
+        for net, s in list(self._states.items()):
+            if s.ifname == ifname and s.kind in LIVE:
+                self.go(net, Ev.ABANDON)
+
+    def _set(self, net: str, s: State | None) -> None:
+        if s is None:
+            self._states.pop(net, None)
+        else:
+            self._states[net] = s
+
+    def _write(self, net: str, s: State | None) -> None:
+        """The one place the journal changes: an entry exactly for the states that can carry
+        our "" (suspension_table.journaled)."""
+        entry = self.journal.get(net)
+        if journaled(s):
+            assert s is not None and s.saved is not None
+            if entry is None or (entry.ifname, entry.bgscan) != (s.ifname, s.saved):
+                try:
+                    self.journal.record(net, s.ifname, s.saved)
+                except OSError as e:
+                    raise SupplicantError(JOURNAL_UNWRITABLE.format(
+                        path=self.journal.path, why=e.strerror or e)) from None
+        elif entry is not None:
+            try:
+                self.journal.forget(net)
+            except OSError as e:
+                # Harmless: a stale entry only makes the next start look and find nothing to do.
+                log.warning("cannot remove %s from %s (%s); the next start will check it again",
+                            net, self.journal.path, e)
+
+    def settle(self, net: str, op: int) -> None:
+        """The task working on `net` ended without an answer (cancelled, or a defect): the
+        state its call left is the table's CANCELLED."""
+        s = self._states.get(net)
+        if s is not None and s.kind in BUSY:
+            self.go(net, Ev.CANCELLED, op=op)
+
+    def generation(self, network: str) -> int:
+        """How many objects at this path wpa_supplicant has removed so far."""
+        return self._generations.get(network, 0)
+
+    def network_removed(self, network: str) -> Suspended | None:
+        """Call at once when NetworkRemoved arrives (before other queued replies are handled):
+        the path moves to a new generation, and our "" on the object, if any, is gone with it.
+        Returns the suspension that ended so (its guard re-engages on a new object), if any."""
+        self._generations[network] = self.generation(network) + 1
+        before = self.state(network)
+        if before is None:
+            return None
+        self.go(network, Ev.GONE)
+        return as_suspended(network, before) if before.kind in LIVE else None
+
+    def forget_all(self) -> None:
+        """wpa_supplicant restarted: its networks, and every "" we set, are gone (a suspend
+        under way keeps its entry: its Set may still reach the new process)."""
+        nets = set(self._states) | set(self.journal.entries())
+        with contextlib.suppress(OSError), self.batch():
+            for net in nets:
+                self.go(net, Ev.RESTARTED)
+        dropped = len(nets) - len(self._states)
+        if dropped:
+            log.info("wpa_supplicant's networks are gone; forgot %d suspended bgscan(s)", dropped)
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Several forgets, one journal write; a write that fails is logged and retried by the
+        next one."""
+        try:
+            with self.journal.batch():
+                yield
+        except OSError as e:
+            log.warning("cannot update %s (%s); the next start will check its entries again",
+                        self.journal.path, e)
+            raise
+
+    def suspended_on(self, ifname: str) -> Suspended | None:
+        """The live suspension on `ifname`'s network, if any (also while it is restored)."""
+        for net, s in self._states.items():
+            if s.ifname == ifname and (s.kind in LIVE or s.origin in LIVE):
+                return as_suspended(net, s)
+        return None
+
+    def in_doubt(self, network: str) -> bool:
+        """Whether the live suspension on `network` may no longer carry our "" (a restore went
+        unanswered and could not be read back, or wpa_supplicant restarted during the suspend)."""
+        s = self._states.get(network)
+        return s is not None and s.kind is Kind.IN_DOUBT
+
+    # ---- for the journal's replay ---------------------------------------------------------
+
+    def peek(self, network: str) -> State | None:
+        """`network`'s state as it stands, without reading the journal (see `state`)."""
+        return self._states.get(network)
+
+    def unowned(self, skip: Collection[str] = ()) -> dict[str, State]:
+        """The networks nobody is working on whose "" may stand (LEFTOVER, LEFT_BEHIND), an
+        earlier instance's entries included, except those in `skip`."""
+        for net in self.journal.entries():  # an earlier instance's too, read at first use
+            self.state(net)
+        return {net: s for net, s in self._states.items()
+                if s.kind in UNOWNED and net not in skip}
+
+    def taking_over(self) -> int:
+        """Entries a guard is taking over: a suspend under way on a network that was LEFTOVER or
+        LEFT_BEHIND, which returns to that state if the suspend fails."""
+        return sum(1 for s in self._states.values() if s.kind not in UNOWNED and s.origin in UNOWNED)
+
+
+def as_suspended(net: str, s: State) -> Suspended:
+    return Suspended(network=net, saved=s.saved or "", generation=s.generation, ifname=s.ifname)

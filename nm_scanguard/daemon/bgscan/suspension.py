@@ -1,0 +1,277 @@
+"""Suspend and restore one network's bgscan: the calls to wpa_supplicant.
+
+The rule, and the states and transitions that keep it, are in nm_scanguard.daemon.suspension_table;
+what each network is in, and the journal written from it, in nm_scanguard.daemon.ledger; here each
+call's answer becomes one event there.  In short: never leave a user's bgscan off.
+- the journal entry is on disk before "" is sent, and is dropped only once we know the saved
+  value is back (or the network object is gone, taking our "" with it: nm_scanguard.daemon.evidence);
+- when wpa_supplicant does not answer in time, we cannot tell whether it applied "": we read it
+  back, and if that read cannot show it was not applied, we assume it was and keep the entry,
+  because restoring only writes where the value is still "" (so a restore that turns out
+  unneeded changes nothing), while forgetting a "" that was applied leaves bgscan off for good;
+- entries left by a previous instance are restored by nm_scanguard.daemon.replay.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ... import log_lines
+from ...ifname import valid_ifname
+from ...peers.supplicant import ObjectGone, SupplicantError, UncertainOutcome, WpaSupplicant
+from ...text import shown
+from .evidence import confirm_gone, is_uncertain, restore_landed, suspend_landed
+from .journal import Journal, valid_bgscan, valid_network_path
+from .ledger import Ledger, Suspended, as_suspended
+from .suspension_table import UNOWNED, Ev, Kind, Refused, State
+
+log = logging.getLogger("scanguard")
+
+NO_NETWORK = "not associated in wpa_supplicant"
+NO_BGSCAN_KEY = "the network has no bgscan (BSSID-locked profile or AP mode)"
+ALREADY_OFF = "bgscan is already off on this network"
+
+
+class NothingToSuspend(Exception):
+    """There is no bgscan to turn off; `reason` says why, in words fit for the status."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Suspender:
+    """Makes the calls each network's state needs and feeds each answer back to the Ledger as
+    one event (`_go`).  A Guard asks it to suspend, recheck and restore; what is suspended
+    now is the Ledger's to say (`ledger.suspended_on`)."""
+
+    def __init__(self, supplicant: WpaSupplicant, journal: Journal) -> None:
+        self.supplicant = supplicant
+        self.ledger = Ledger(journal)
+        self._go = self.ledger.go
+
+    # ---- suspend --------------------------------------------------------------------------
+
+    async def suspend(self, iface_path: str, ifname: str) -> Suspended:
+        """Turn off bgscan of the interface's current network, journal first.
+
+        Raises NothingToSuspend when there is nothing to turn off, SupplicantError when
+        wpa_supplicant or the journal refused (nothing is left changed then).  A reply that
+        came too late counts as done: the entry stays and the returned Suspended restores it."""
+        if not valid_ifname(ifname):
+            raise ValueError(f"not a valid interface name: {ifname!r}")
+        net = await self.supplicant.current_network(iface_path)
+        if net is None:
+            raise NothingToSuspend(NO_NETWORK)
+        if not valid_network_path(net):
+            raise SupplicantError(
+                f"wpa_supplicant reported {net!r} as the current network of {iface_path}, which "
+                "is not a network object path; not suspending bgscan there")
+        try:
+            op = self.ledger.begin(net, Ev.ASK, ifname)
+        except Refused:
+            raise SupplicantError(f"bgscan on {net} is already suspended or being suspended "
+                                  "for another interface; not suspending it twice") from None
+        try:
+            s = await self._suspend(net, ifname, op)
+        except BaseException:
+            self.ledger.settle(net, op)
+            raise
+        if s.kind is Kind.IN_DOUBT:
+            log.warning("%s: bgscan on %s may or may not be off (wpa_supplicant restarted, or "
+                        "did not answer, while it was being suspended); reading it again at the "
+                        "next sample", ifname, net)
+        return as_suspended(net, s)
+
+    async def _suspend(self, net: str, ifname: str, op: int) -> State:
+        sup = self.supplicant
+        try:
+            value = await sup.get_bgscan(net)
+        except SupplicantError:
+            self._go(net, Ev.FAILED, op=op)
+            raise
+        if value == "":
+            return self._adopt(net, ifname, op)
+        if value is None or not valid_bgscan(value):
+            self._go(net, Ev.READ_OTHER, op=op)
+            raise NothingToSuspend(NO_BGSCAN_KEY if value is None else (
+                f"bgscan {value[:80]!r} is not a setting the journal can keep (only "
+                "NetworkManager's form, simple:SHORT:THRESHOLD:LONG, is restored after a crash), "
+                "so leaving it on; to have this network guarded, let NetworkManager set its "
+                "bgscan (reconnect it)"))
+        try:
+            # The entry, on disk before the Set.
+            setting = self._go(net, Ev.READ_VALUE, op=op, value=value)
+        except SupplicantError:
+            self._go(net, Ev.FAILED, op=op)
+            raise
+        if setting is None:
+            raise _ended(net)
+        applied = Ev.SET_APPLIED
+        try:
+            await sup.set_bgscan(net, "")
+        except SupplicantError as e:
+            if not is_uncertain(e):
+                self._go(net, Ev.SET_NOT_APPLIED, op=op)
+                raise
+            landed = await suspend_landed(self.supplicant, net)
+            if landed is False:
+                self._go(net, Ev.SET_NOT_APPLIED, op=op)
+                raise SupplicantError(f"wpa_supplicant did not turn off bgscan on {net} ({e}; "
+                                      "reading it back shows no \"\" there); trying again on "
+                                      "the next sample", e.bus_error) from None
+            if landed is None:
+                applied = Ev.SET_ASSUMED
+            log.warning("%s: wpa_supplicant did not confirm turning off bgscan on %s (%s); "
+                        "assuming it did, so that it gets restored", ifname, net, e)
+        s = self._go(net, applied, op=op)
+        if s is None:
+            raise _ended(net)
+        if s.kind is Kind.PUTTING_BACK:
+            return await self._put_back(net, ifname, value, op)
+        return s
+
+    def _adopt(self, net: str, ifname: str, op: int) -> State:
+        """bgscan is "" already.  Only we ever set "" (NetworkManager writes a module or no key),
+        so if the journal holds this network, it is ours: an earlier suspend whose reply came
+        late or was cancelled, or a restore that failed.  Take it over so that it is restored."""
+        if self.ledger.owner(net) != op:
+            raise _ended(net)
+        s = self._go(net, Ev.READ_EMPTY, op=op)
+        if s is None:
+            raise NothingToSuspend(ALREADY_OFF)
+        log.info(log_lines.TAKEN_OVER, ifname, net, shown(s.saved))
+        return s
+
+    async def _put_back(self, net: str, ifname: str, value: str, op: int) -> State:
+        """NetworkManager removed the network and added a new one at the same path between our
+        read and our Set (wpa_supplicant sends the signal before it handles our Set, so it is
+        seen by now): the "" landed on the new object, whose own bgscan cannot be read back.
+        Put back the value we read, NetworkManager's for the same profile a moment ago, so the
+        next sample suspends the new object properly.  If that fails, the entry stays and the
+        network counts as suspended, so that release restores it."""
+        log.warning("%s: NetworkManager re-created network %s while bgscan was being suspended; "
+                    "putting back \"%s\" (the new object's own value cannot be read once "
+                    "overwritten)", ifname, net, shown(value))
+        try:
+            await self.supplicant.set_bgscan(net, value)
+        except SupplicantError as e:
+            if isinstance(e, ObjectGone):
+                try:
+                    await confirm_gone(self.supplicant, net, e, ifname)
+                except SupplicantError:
+                    pass
+                else:
+                    self._go(net, Ev.DONE, op=op)  # gone again: nothing of ours is left on it
+                    raise _recreated(net) from None
+            log.warning("%s: could not put bgscan back on %s (%s); it is restored on release",
+                        ifname, net, e)
+            s = self._go(net, Ev.UNKNOWN if is_uncertain(e) else Ev.FAILED, op=op)
+            if s is not None:
+                return s
+        else:
+            self._go(net, Ev.DONE, op=op)
+        raise _recreated(net)
+
+    async def recheck(self, s: Suspended, ifname: str) -> bool:
+        """Settle a suspension left in doubt: True if bgscan still reads "" (still ours, and
+        still suspended), False if it reads anything else (the restore landed after all: the
+        suspension and its entry end, so the caller suspends anew).  Raises SupplicantError if
+        the read fails again."""
+        op = self.ledger.owner(s.network)
+        try:
+            value = await self.supplicant.get_bgscan(s.network)
+        except SupplicantError:
+            self._go(s.network, Ev.FAILED, op=op)
+            raise
+        if self._go(s.network, Ev.READ_EMPTY if value == "" else Ev.READ_VALUE, op=op):
+            return True
+        log.info("%s: bgscan on %s reads \"%s\", not our \"\"; it is not suspended", ifname,
+                 s.network, shown(value))
+        return False
+
+    # ---- restore --------------------------------------------------------------------------
+
+    async def restore(self, s: Suspended, ifname: str) -> None:
+        """Put the saved value back where it is still our "", then forget the entry.
+
+        A network that is gone, or whose bgscan someone else changed, is left alone and
+        forgotten.  If wpa_supplicant fails or does not answer, the entry stays and the error
+        is raised: the caller tries again, and on stop the next start does."""
+        st = self.ledger.state(s.network)
+        if st is None:
+            return  # nothing of ours there any more
+        try:
+            op = self.ledger.begin(s.network, Ev.REPLAY if st.kind in UNOWNED else Ev.RELEASE)
+        except Refused:
+            raise SupplicantError(f"bgscan on {s.network} is being suspended or restored by "
+                                  "another task; trying again later") from None
+        try:
+            await self._restore(s.network, ifname, st.saved or s.saved, op)
+        except BaseException:
+            self.ledger.settle(s.network, op)
+            raise
+
+    async def _restore(self, net: str, ifname: str, saved: str, op: int) -> None:
+        sup = self.supplicant
+        try:
+            current = await sup.get_bgscan(net)
+        except SupplicantError as e:
+            await self._failed(net, e, ifname, op)
+            log.debug("%s: network %s is gone, nothing to restore", ifname, net)
+            return
+        if self._go(net, Ev.READ_EMPTY if current == "" else Ev.READ_VALUE, op=op) is None:
+            if current is None:
+                log.info("%s: network %s has no bgscan any more (changed by someone else); "
+                         "leaving it", ifname, net)
+            elif current != saved:
+                log.info("%s: bgscan on %s was changed to \"%s\" meanwhile; leaving it", ifname,
+                         net, shown(current))
+            return
+        generation = self.ledger.generation(net)  # of the object the "" we read is on
+        try:
+            await sup.set_bgscan(net, saved)
+        except UncertainOutcome as e:
+            landed = await restore_landed(self.supplicant, net, ifname, e)
+            if landed is not True:
+                self._go(net, Ev.UNANSWERED if landed is False else Ev.UNKNOWN, op=op)
+                raise
+        except SupplicantError as e:
+            await self._failed(net, e, ifname, op)
+            log.debug("%s: network %s went away while restoring", ifname, net)
+            return
+        if self.ledger.generation(net) != generation:
+            # wpa_supplicant's API has no compare-and-set: NetworkManager removed the network
+            # and added a new one at the same path between our read and our Set, so the Set
+            # landed on the new object and its own value is lost.
+            log.warning("%s: NetworkManager re-created network %s while bgscan was being "
+                        "restored; the new object got \"%s\" (the previous object's value) "
+                        "instead of its own; reconnecting gives it NetworkManager's again",
+                        ifname, net, shown(saved))
+        self._go(net, Ev.DONE, op=op)
+        log.debug("%s: bgscan on %s set back to \"%s\"", ifname, net,
+                  shown(saved))
+
+    async def _failed(self, net: str, err: SupplicantError, ifname: str, op: int) -> None:
+        """A restore's call failed: DONE if the object is confirmed gone, else FAILED and
+        raised."""
+        if isinstance(err, ObjectGone):
+            try:
+                await confirm_gone(self.supplicant, net, err, ifname)
+            except SupplicantError:
+                self._go(net, Ev.FAILED, op=op)
+                raise
+            self._go(net, Ev.DONE, op=op)
+            return
+        self._go(net, Ev.FAILED, op=op)
+        raise err
+
+
+def _ended(net: str) -> SupplicantError:
+    return SupplicantError(f"network {net} was removed, or wpa_supplicant restarted, while "
+                           "bgscan was being suspended; trying again on the next sample")
+
+
+def _recreated(net: str) -> SupplicantError:
+    return SupplicantError(f"network {net} was re-created while bgscan was being suspended; "
+                           "trying again on the next sample")

@@ -1,0 +1,292 @@
+"""One activated Wi-Fi interface: sample counters, ask the policy, suspend or restore bgscan.
+
+A Guard gets what it works with injected (a counter reader, wpa_supplicant for the interface
+object and the signal, a Suspender that owns the bgscan string and the journal, a way to run
+a coroutine beside its sampling) and reports through its Changes (state_changed, changed); it
+never reaches into the daemon.  So it can be tested with fakes.  Its jobs beside suspending
+and restoring are its own classes: the sampling loop and the counters (sampling.py), the
+signal floor and roaming (roaming.py), its scans (scans.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from ... import log_lines
+from ...config import Settings
+from ...peers.nm import WifiDevice
+from ...peers.supplicant import ObjectGone, SupplicantError, WpaSupplicant
+from ...status import DeviceStatus
+from ...text import clipped, shown
+from ..bgscan import NothingToSuspend, Suspended, Suspender, interface_of, restore_left_behind
+from ..changes import Changes
+from . import policy as P
+from .candidates import Candidates
+from .policy import GUARDED, Policy
+from .problems import SETTINGS, STEP, UNEXPECTED, Problems
+from .report import device_status, shown_state, status_line
+from .roaming import Roaming
+from .sampling import CounterReader, Sampler
+from .scans import ScanWatch, deferring_in
+from .targeted import Targeted
+
+log = logging.getLogger("scanguard")
+
+# Runs a coroutine beside the guard's sampling (the daemon's supervisor, Daemon.spawn); its
+# failure is shown in the status of the guard given.
+Spawn = Callable[[Coroutine[Any, Any, Any], "Guard"], object]
+
+
+class Guard:
+    def __init__(self, dev: WifiDevice, settings: Settings, *, counters: CounterReader,
+                 supplicant: WpaSupplicant, suspender: Suspender, spawn: Spawn,
+                 candidates: Candidates | None = None) -> None:
+        self.dev = dev
+        self.ifname = dev.ifname
+        self.policy = Policy(settings)
+        self.iface_path: str | None = None  # wpa_supplicant's object for this interface
+        self.no_bgscan: str | None = None  # why there is nothing to suspend, if so
+        self.state = P.IDLE
+        self.reason = "connected"
+        self.since = time.time()
+        self._supplicant = supplicant
+        self._suspender = suspender
+        self._spawn = spawn
+        # A listener's failure rises into what changed the guard (its step: shown in its status).
+        self.state_changed: Changes[[str, str, str]] = Changes(raises=True)  # (ifname, state, why)
+        self.changed: Changes[[]] = Changes(raises=True)  # a figure of the status changed
+        self._stopping = False
+        self.problems = Problems()  # shown in the status, each logged once per change
+        self.sampler = Sampler(self, counters)
+        self.roaming = Roaming(self, supplicant)
+        self.targeted = Targeted(self, self.roaming, supplicant, candidates)
+        self.scans = ScanWatch(self, supplicant, self.roaming)
+        self._engage_failed = False  # the last try to suspend bgscan raised
+        self._lock = asyncio.Lock()  # one change to wpa_supplicant at a time
+        self._settings_problem()
+
+    # ---- life cycle -----------------------------------------------------------------------
+
+    @property
+    def settings(self) -> Settings:
+        return self.policy.settings
+
+    @property
+    def suspended(self) -> Suspended | None:
+        """Our "" on this interface's network, as the Suspender (its one owner) has it."""
+        return self._suspender.ledger.suspended_on(self.ifname)
+
+    @property
+    def engaged(self) -> bool:
+        return self.suspended is not None
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def beside(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run `coro` beside the sampling, which a peer slow to answer must not hold up."""
+        self._spawn(coro, self)
+
+    async def attach(self) -> None:
+        """Find the interface in wpa_supplicant now, so that scans are counted from the start,
+        and start sampling."""
+        try:
+            iface = await self.iface()
+        except SupplicantError as e:
+            self.problems.fail(f"{self.ifname}: {e}")
+        else:
+            self.scans.watch(iface)
+            self.beside(self.targeted.learn())  # the access points seen at connect time
+        self.sampler.start()
+
+    async def stop(self, restore: bool = True) -> None:
+        """Stop sampling and give back whatever we suspended (unless the bus is gone: then
+        the journal keeps it for the next start)."""
+        self._stopping = True
+        await self.sampler.stop()
+        if restore:
+            async with self._lock:
+                try:
+                    await self._release("the guard stopped")
+                    await restore_left_behind(self._suspender, self.ifname)
+                finally:
+                    # What could not be restored is nobody's now: the journal's replay
+                    # restores it (Daemon retries it at once), not a guard that is gone.
+                    self._suspender.ledger.abandon(self.ifname)
+
+    def update(self, dev: WifiDevice, settings: Settings) -> None:
+        if dev.connection_uuid != self.dev.connection_uuid:
+            self.no_bgscan = None
+        self.dev = dev
+        self.policy.update_settings(settings)
+        self._settings_problem()
+
+    # ---- one sample -----------------------------------------------------------------------
+
+    async def step(self) -> None:
+        """One sample: the counters (Sampler.read), then act on what the policy wants."""
+        sampled = self.sampler.read()
+        if await self.kick() and sampled:
+            self.problems.clear(STEP)  # a clean step: the next problem is news again
+        self.problems.clear(UNEXPECTED)  # this sample ran through
+
+    async def kick(self) -> bool:
+        """Read the signal if the policy needs it, then act.  Also used when a hold changes."""
+        await self.roaming.poll()
+        await self.targeted.fade()
+        return await self.reconcile()
+
+    async def reconcile(self) -> bool:
+        """Make wpa_supplicant match what the policy wants; safe to call at any time.
+        False if wpa_supplicant refused (logged; the next sample tries again)."""
+        async with self._lock:
+            ok = True
+            was = self.state
+            try:
+                await self._release_if_interface_replaced()
+                await self._recheck_if_in_doubt()
+                if self.policy.want_engaged and not self.engaged and not self._stopping:
+                    # Once stopped, nothing restores what it would suspend (a kick spawned for
+                    # a hold can still be on its way when the interface stops being guarded).
+                    self._engage_failed = True  # until it returns
+                    await self._engage()
+                    self._engage_failed = False
+                elif not self.policy.want_engaged and self.engaged:
+                    await self._release(self.policy.reason)
+                    if self.roaming.release_for_roaming():
+                        await self.roaming.ask_for_scan()
+            except SupplicantError as e:
+                self.look_up_again_if_gone(e)
+                self.problems.fail(f"{self.ifname}: {e}")
+                ok = False
+            self._publish()
+            if was not in GUARDED and self.state in GUARDED:
+                self.scans.guarding_began()
+            return ok
+
+    async def _release_if_interface_replaced(self) -> None:
+        """Our suspension lies under the interface object wpa_supplicant had when we suspended;
+        once that object was found gone (`iface_path` reset), a new one means the suspension
+        went with the old: else the guard counts itself engaged while the new object's network
+        keeps its bgscan and the link stays busy."""
+        if self.suspended is not None and self.iface_path is None \
+                and interface_of(self.suspended.network) != await self.iface():
+            await self._release("wpa_supplicant re-created the interface")
+
+    async def _recheck_if_in_doubt(self) -> None:
+        """A suspension can be in doubt (Ledger.in_doubt): a release whose Set went
+        unanswered and whose read-back failed (the Set may have landed), or a suspend that
+        spanned a wpa_supplicant restart (its "" most likely went with the old process).
+        Before counting ourselves engaged, read bgscan (Suspender.recheck); if it is no longer
+        "", the suspension ends here and the caller suspends anew.  (While the policy wants
+        bgscan on, the release is simply tried again, and restoring reads first anyway.)"""
+        suspended = self.suspended
+        if suspended is not None and self.policy.want_engaged \
+                and self._suspender.ledger.in_doubt(suspended.network):
+            await self._suspender.recheck(suspended, self.ifname)
+
+    def hold_changed(self, held: bool) -> None:
+        self.policy.set_held(held)
+
+    # ---- engage / release -----------------------------------------------------------------
+
+    def look_up_again_if_gone(self, e: SupplicantError) -> None:
+        """NetworkManager may have removed wpa_supplicant's interface and added it again at a
+        new path, with no sample in between that missed the link: an object that is gone
+        makes the next call ask GetInterface anew."""
+        if isinstance(e, ObjectGone):
+            self.iface_path = None
+            self.scans.interface_gone()
+
+    async def iface(self) -> str:
+        if self.iface_path is None:
+            self.iface_path = await self._supplicant.interface(self.ifname)
+        return self.iface_path
+
+    async def _engage(self) -> None:
+        try:
+            suspended = await self._suspender.suspend(await self.iface(), self.ifname)
+        except NothingToSuspend as e:
+            if self.no_bgscan != e.reason:
+                log.info("%s: nothing to suspend: %s", self.ifname, e.reason)
+            self.no_bgscan = e.reason
+            return
+        except SupplicantError:
+            self.no_bgscan = None  # whatever was found before, this try failed (ERROR)
+            raise
+        self.no_bgscan = None
+        log.info(log_lines.SUSPENDED, self.ifname, suspended.network, shown(suspended.saved),
+                 self.policy.reason)
+
+    async def _release(self, why: str) -> None:
+        suspended = self.suspended
+        if suspended is None:
+            return
+        await self._suspender.restore(suspended, self.ifname)
+        log.info(log_lines.RESTORED, self.ifname, shown(suspended.saved), why)
+
+    async def network_changed(self, net: str | None) -> None:
+        """wpa_supplicant's CurrentNetwork changed (NM re-activated, or we lost the AP)."""
+        if self.suspended is not None and net != self.suspended.network:
+            async with self._lock:
+                await self._release("wpa_supplicant switched to another network object")
+        self.no_bgscan = None
+        await self.reconcile()
+
+    async def network_gone(self, gone: Suspended) -> None:
+        """NetworkRemoved took the object our "" was on (Ledger.network_removed ended that
+        suspension): NetworkManager re-activating, most often, with a new object at the same
+        path and a fresh bgscan.  Engage there if the link is still busy."""
+        log.info(log_lines.NETWORK_REMOVED, self.ifname, gone.network)
+        await self.reconcile()
+
+    def supplicant_restarted(self) -> None:
+        """A new wpa_supplicant has fresh networks from NM: nothing of ours is left to restore
+        (the Suspender forgets every suspension)."""
+        self.iface_path = self.no_bgscan = None
+        self.scans.supplicant_restarted()
+        self.targeted.supplicant_restarted()
+
+    # ---- reporting ------------------------------------------------------------------------
+
+    def _settings_problem(self) -> None:
+        """Show (or stop showing) that the profile's settings could not be read."""
+        if self.dev.settings_error:
+            self.problems.fail(self.dev.settings_error, SETTINGS)
+        elif SETTINGS in self.problems:
+            log.info("%s: the settings of profile %s can be read again", self.ifname,
+                     clipped(self.dev.connection_id or self.dev.connection_uuid))
+            self.problems.clear(SETTINGS)
+
+    def unexpected(self, e: BaseException, what: str) -> None:
+        """An error nobody foresaw (a bug), shown until a sample runs through (Problems)."""
+        self.problems.unexpected(e, what, self.ifname)
+
+    def _publish(self) -> None:
+        suspended = self.suspended
+        in_doubt = suspended is not None and self._suspender.ledger.in_doubt(suspended.network)
+        state, reason = shown_state(
+            self.policy, suspended, in_doubt,
+            self.no_bgscan, self._engage_failed)
+        if state != self.state:
+            self.scans.state_changed(state, deferring_in(self.settings, state))
+            self.state, self.since, self.reason = state, time.time(), reason
+            log.info("%s: %s (%s)", self.ifname, state, self.reason)
+            self.state_changed(self.ifname, state, self.reason)
+        else:
+            # The same state with this sample's figures: sent with the other figures (the
+            # bus API and the STATUS= line throttle those), not as a state change.
+            self.reason = reason
+        self.changed()
+
+    def status(self) -> DeviceStatus:
+        return device_status(self)
+
+    def status_line(self) -> str:
+        return status_line(self.status())
+
