@@ -37,9 +37,8 @@ from .report import device_status, shown_state, status_line
 from .roaming import Roaming
 from .sampling import CounterReader, Sampler
 from .scans import ScanWatch, deferring_in
-from .station import Station
 from .suspension import NothingToSuspend, Suspender
-from .targeted import Link, Targeted
+from .targeted import Targeted
 
 log = logging.getLogger("scanguard")
 
@@ -150,8 +149,8 @@ class Guard:
             policy.observe_signal(time.monotonic(), signal.rssi)
         if policy.targeted and policy.state not in (P.WEAK, P.ROAMING):
             policy.set_targeted(False, policy.reason)  # its fade is over
-        targeting = await self.targeted.fade(Link(
-            policy.state, policy.signal, s.saved if (s := self.suspended) else None, self.settings))
+        targeting = await self.targeted.fade(
+            policy.state, policy.signal, s.saved if (s := self.suspended) else None, self.settings)
         while targeting is not None:  # the policy has it before its scan starts
             policy.set_targeted(targeting.on, targeting.why)
             targeting = await self.targeted.scan(targeting) if targeting.on else None
@@ -311,9 +310,8 @@ def helpers(guard: Guard, counters: CounterReader, supplicant: WpaSupplicant,
     guard's problems, and where to say that a figure of the status changed."""
     problems, iface, settings = guard.problems, guard.interface, guard.settings
     roaming = Roaming(iface, supplicant, problems, guard.changed)
-    station = Station(iface, supplicant, problems, guard.changed, settings,
-                      guard.dev.connection_uuid, candidates)
+    targeted = Targeted(iface, supplicant, roaming, problems, guard.changed, settings,
+                        guard.dev.connection_uuid, candidates)
     scans = ScanWatch(iface, supplicant, roaming, problems, guard.changed, guard.beside, settings)
     iface.on_gone = scans.interface_gone  # what it announced on the object is void
-    return (Sampler(guard.ifname, counters, problems, settings), roaming,
-            Targeted(roaming, station, problems), scans)
+    return Sampler(guard.ifname, counters, problems, settings), roaming, targeted, scans

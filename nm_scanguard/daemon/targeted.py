@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ..config import Settings
-from ..peers.supplicant import Bss
+from ..peers.supplicant import Bss, WpaSupplicant
 from . import policy as P
 from .candidates import Candidates
+from .interface import Interface
 from .problems import ROAM, ProblemSink
 from .roaming import REFRESH, TARGETED, WALK, Roaming, mhz
 from .station import Station
@@ -99,7 +101,7 @@ BGSCAN_THRESHOLD = -65
 
 
 class Link(NamedTuple):
-    """What the guard tells the targeted path of its link, each sample."""
+    """What the guard told the targeted path of its link this sample (fade)."""
 
     state: str  # the policy's
     signal: float | None  # the policy's last reading
@@ -118,11 +120,15 @@ class Targeting(NamedTuple):
 
 
 class Targeted:
-    def __init__(self, roaming: Roaming, station: Station, problems: ProblemSink) -> None:
+    def __init__(self, interface: Interface, supplicant: WpaSupplicant, roaming: Roaming,
+                 problems: ProblemSink, changed: Callable[[], None], settings: Settings,
+                 connection: str, candidates: Candidates | None = None) -> None:
         self._roaming = roaming  # asks for the scans, knows which are ours
-        self.station = station
+        # Where the station is (its `settings` and `connection` kept current by the guard).
+        self.station = Station(interface, supplicant, problems, changed, settings, connection,
+                               candidates)
         self._problems = problems
-        self.ifname = station.ifname
+        self.ifname = interface.ifname
         # This fade: when the targeted path took it on (monotonic), whether its scan ended,
         # the Roam asked for ("" none was worth it, "wpa_supplicant": it moved by itself), and
         # whether the path gave up (until the signal is back above the floor).
@@ -169,10 +175,13 @@ class Targeted:
     def supplicant_restarted(self) -> None:
         self.station.supplicant_restarted()
 
-    async def fade(self, link: Link) -> Targeting | None:
+    async def fade(self, state: str, signal: float | None, bgscan: str | None,
+                   settings: Settings) -> Targeting | None:
         """Decide, each sample, how a weak signal is handled, and move the targeted path on:
-        what the policy's `targeted` flag is to become, if it changes (the guard sets it)."""
-        station = self.station
+        what the policy's `targeted` flag is to become, if it changes (the guard sets it).
+        The guard tells the policy's state and signal, and the value our "" replaced while
+        bgscan is suspended by us."""
+        station, link = self.station, Link(state, signal, bgscan, settings)
         if link.state not in (P.WEAK, P.ROAMING):
             if self._targeted_at is not None or self._spent or self._looked_at_dbm is None:
                 self._problems.clear(ROAM)  # the fade ended, or no walk is under way
