@@ -93,8 +93,7 @@ class Guards(dict[str, Guard]):
         if guard is None:
             return
         if isinstance(event, ScanDone):
-            guard.scans.count_scan()
-            guard.targeted.scan_done()
+            guard.scan_done()
         elif isinstance(event, Scanning):
             guard.scans.scanning_changed(event.scanning)
         else:
@@ -102,7 +101,7 @@ class Guards(dict[str, Guard]):
 
     def _for_interface(self, iface_path: str) -> Guard | None:
         for guard in self.values():
-            if guard.iface_path == iface_path:
+            if guard.interface.path == iface_path:
                 return guard
         return None
 

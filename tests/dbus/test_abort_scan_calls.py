@@ -46,7 +46,7 @@ async def guarding(d, link, peers, bus) -> None:
 async def test_a_scan_running_as_the_guard_engages_is_aborted(bus, link, peers, daemon):
     await peers.setup()
     d = await daemon()
-    await eventually(lambda: d.guards.get(link.ifname) and d.guards[link.ifname].iface_path,
+    await eventually(lambda: d.guards.get(link.ifname) and d.guards[link.ifname].interface.path,
                      what="guard")
     await start_scan(peers)  # bgscan's timer fired just before the transfer
     await asyncio.sleep(0.5)

@@ -214,7 +214,7 @@ async def test_interface_unknown_to_supplicant_is_reported_not_fatal(bus, link, 
     # It comes back (e.g. wpa_supplicant re-created it): the guard recovers by itself.
     (peers.iface,) = await peers.wpa_mock("AddWifiInterface", "s", [link.ifname])
     net = await peers.new_network(ORIGINAL)
-    d.guards[link.ifname].iface_path = None
+    d.guards[link.ifname].interface.path = None
     await eventually(lambda: suspended(bus, net), what="engaged after the interface came back")
 
 
@@ -305,7 +305,7 @@ async def test_fading_signal_releases_and_recovery_reengages(bus, link, peers, d
 async def test_scans_are_counted_while_guarding_and_idle(bus, link, peers, daemon):
     await peers.setup()
     d = await daemon()
-    await eventually(lambda: d.guards.get(link.ifname) and d.guards[link.ifname].iface_path, what="guard")
+    await eventually(lambda: d.guards.get(link.ifname) and d.guards[link.ifname].interface.path, what="guard")
     await peers.wpa_mock("EmitScanDone", "o", [peers.iface])
     guard = d.guards[link.ifname]
     await eventually(lambda: guard.scans.scans_idle == 1, what="idle scan counted")

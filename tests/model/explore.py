@@ -210,7 +210,7 @@ def fingerprint(m: Machine) -> str:
         d = w.instance.daemon
         s = None if d._peers is None else d._peers.suspender
         daemon = {
-            "guards": sorted((g.ifname, g.state, bool(g.engaged), g.iface_path)
+            "guards": sorted((g.ifname, g.state, bool(g.engaged), g.interface.path)
                              for g in d.guards.values()),
             "holds": sorted((h.caller, h.interface) for h in d.holds.all()),
             "suspender": None if s is None else (

@@ -197,9 +197,9 @@ MUTANTS = (
            "            await self.replay()\n        self.counters.close()",
            "            pass\n        self.counters.close()"),
     Mutant("stale-interface-path", "keep calling an interface path that is gone",
-           "nm_scanguard/daemon/guard/guard.py",
-           "        if isinstance(e, ObjectGone):\n            self.iface_path = None",
-           "        if False:\n            self.iface_path = None"),
+           "nm_scanguard/daemon/guard/interface.py",
+           "        if isinstance(e, ObjectGone):\n            self.path = None",
+           "        if False:\n            self.path = None"),
     # Not a variant: a guard's stop that skips restoring what a cancelled suspend left behind
     # (restore_left_behind). Its abandon leaves that entry to the journal's retry, which the
     # daemon runs after a guard's stop and again at its own stop, so no sequence can tell it
@@ -211,8 +211,8 @@ MUTANTS = (
            ""),
     Mutant("abort-own-roaming-scan", "abort the guard's own roaming scan when guarding resumes",
            "nm_scanguard/daemon/guard/scans.py",
-           "self._aborting or owner.stopping or self._roaming.is_ours():",
-           "self._aborting or owner.stopping:"),
+           "self._aborting or self.stopping or self._roaming.is_ours():",
+           "self._aborting or self.stopping:"),
     Mutant("pending-hold-unwatched", "a Hold still being authorised does not keep its caller "
            "watched (a release of another hold stops watching)",
            "nm_scanguard/daemon/api/holds.py",

@@ -5,7 +5,9 @@ object and the signal, a Suspender that owns the bgscan string and the journal, 
 a coroutine beside its sampling) and reports through its Changes (state_changed, changed); it
 never reaches into the daemon.  So it can be tested with fakes.  Its jobs beside suspending
 and restoring are its own classes: the sampling loop and the counters (sampling.py), the
-signal floor and roaming (roaming.py), its scans (scans.py).
+signal floor and roaming (roaming.py, targeted.py), its scans (scans.py).  They read and act;
+the guard alone feeds its policy (step, kick, hold_changed, update) and carries out what it
+decides.
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ from typing import Any
 from ... import log_lines
 from ...config import Settings
 from ...peers.nm import WifiDevice
-from ...peers.supplicant import ObjectGone, SupplicantError, WpaSupplicant
+from ...peers.supplicant import SupplicantError, WpaSupplicant
 from ...status import DeviceStatus
 from ...text import clipped, shown
 from ..bgscan import NothingToSuspend, Suspended, Suspender, interface_of, restore_left_behind
 from ..changes import Changes
 from . import policy as P
 from .candidates import Candidates
+from .interface import Interface
 from .policy import GUARDED, Policy
 from .problems import SETTINGS, STEP, UNEXPECTED, Problems
 from .report import device_status, shown_state, status_line
@@ -48,7 +51,7 @@ class Guard:
         self.dev = dev
         self.ifname = dev.ifname
         self.policy = Policy(settings)
-        self.iface_path: str | None = None  # wpa_supplicant's object for this interface
+        self.interface = Interface(self.ifname, supplicant)  # wpa_supplicant's object for it
         self.no_bgscan: str | None = None  # why there is nothing to suspend, if so
         self.state = P.IDLE
         self.reason = "connected"
@@ -61,13 +64,11 @@ class Guard:
         self.changed: Changes[[]] = Changes(raises=True)  # a figure of the status changed
         self._stopping = False
         self.problems = Problems()  # shown in the status, each logged once per change
-        self.sampler = Sampler(self, counters)
-        self.roaming = Roaming(self, supplicant)
-        self.targeted = Targeted(self, self.roaming, supplicant, candidates)
-        self.scans = ScanWatch(self, supplicant, self.roaming)
+        self.sampler, self.roaming, self.targeted, self.scans = helpers(
+            self, counters, supplicant, candidates)
         self._engage_failed = False  # the last try to suspend bgscan raised
         self._lock = asyncio.Lock()  # one change to wpa_supplicant at a time
-        self._settings_problem()
+        show_settings_problem(self.problems, dev)
 
     # ---- life cycle -----------------------------------------------------------------------
 
@@ -84,10 +85,6 @@ class Guard:
     def engaged(self) -> bool:
         return self.suspended is not None
 
-    @property
-    def stopping(self) -> bool:
-        return self._stopping
-
     def beside(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run `coro` beside the sampling, which a peer slow to answer must not hold up."""
         self._spawn(coro, self)
@@ -102,12 +99,12 @@ class Guard:
         else:
             self.scans.watch(iface)
             self.beside(self.targeted.learn())  # the access points seen at connect time
-        self.sampler.start()
+        self.sampler.start(self.step, self.unexpected)
 
     async def stop(self, restore: bool = True) -> None:
         """Stop sampling and give back whatever we suspended (unless the bus is gone: then
         the journal keeps it for the next start)."""
-        self._stopping = True
+        self._stopping = self.scans.stopping = True
         await self.sampler.stop()
         if restore:
             async with self._lock:
@@ -124,21 +121,36 @@ class Guard:
             self.no_bgscan = None
         self.dev = dev
         self.policy.update_settings(settings)
-        self._settings_problem()
+        self.targeted.station.connection = dev.connection_uuid
+        self.sampler.settings = self.scans.settings = self.targeted.station.settings = self.settings
+        show_settings_problem(self.problems, dev)
 
     # ---- one sample -----------------------------------------------------------------------
 
     async def step(self) -> None:
-        """One sample: the counters (Sampler.read), then act on what the policy wants."""
-        sampled = self.sampler.read()
-        if await self.kick() and sampled:
+        """One sample: read the counters and hand them to the policy, then the rest (kick)."""
+        sample = self.sampler.read()
+        if sample is None:
+            self.policy.observe_unknown(time.monotonic())
+        else:
+            self.policy.observe(sample.time, sample.rates)
+        if await self.kick() and sample is not None:
             self.problems.clear(STEP)  # a clean step: the next problem is news again
         self.problems.clear(UNEXPECTED)  # this sample ran through
 
     async def kick(self) -> bool:
-        """Read the signal if the policy needs it, then act.  Also used when a hold changes."""
-        await self.roaming.poll()
-        await self.targeted.fade()
+        """The rest of a sample, also run when a hold changes: the signal to the policy if it
+        wants a reading, the targeted path's decision on a weak signal, then reconcile."""
+        policy = self.policy
+        if policy.signal_poll_due(time.monotonic()) and (signal := await self.roaming.poll()):
+            policy.observe_signal(time.monotonic(), signal.rssi)
+        if policy.targeted and policy.state not in (P.WEAK, P.ROAMING):
+            policy.set_targeted(False, policy.reason)  # its fade is over
+        targeting = await self.targeted.fade(
+            policy.state, policy.signal, s.saved if (s := self.suspended) else None, self.settings)
+        while targeting is not None:  # the policy has it before its scan starts
+            policy.set_targeted(targeting.on, targeting.why)
+            targeting = await self.targeted.scan(targeting) if targeting.on else None
         return await self.reconcile()
 
     async def reconcile(self) -> bool:
@@ -158,10 +170,10 @@ class Guard:
                     self._engage_failed = False
                 elif not self.policy.want_engaged and self.engaged:
                     await self._release(self.policy.reason)
-                    if self.roaming.release_for_roaming():
+                    if self.policy.state == P.WEAK:  # given back for roaming: scan now
                         await self.roaming.ask_for_scan()
             except SupplicantError as e:
-                self.look_up_again_if_gone(e)
+                self.interface.look_up_again_if_gone(e)
                 self.problems.fail(f"{self.ifname}: {e}")
                 ok = False
             self._publish()
@@ -171,10 +183,10 @@ class Guard:
 
     async def _release_if_interface_replaced(self) -> None:
         """Our suspension lies under the interface object wpa_supplicant had when we suspended;
-        once that object was found gone (`iface_path` reset), a new one means the suspension
+        once that object was found gone (its path reset), a new one means the suspension
         went with the old: else the guard counts itself engaged while the new object's network
         keeps its bgscan and the link stays busy."""
-        if self.suspended is not None and self.iface_path is None \
+        if self.suspended is not None and self.interface.path is None \
                 and interface_of(self.suspended.network) != await self.iface():
             await self._release("wpa_supplicant re-created the interface")
 
@@ -195,18 +207,8 @@ class Guard:
 
     # ---- engage / release -----------------------------------------------------------------
 
-    def look_up_again_if_gone(self, e: SupplicantError) -> None:
-        """NetworkManager may have removed wpa_supplicant's interface and added it again at a
-        new path, with no sample in between that missed the link: an object that is gone
-        makes the next call ask GetInterface anew."""
-        if isinstance(e, ObjectGone):
-            self.iface_path = None
-            self.scans.interface_gone()
-
     async def iface(self) -> str:
-        if self.iface_path is None:
-            self.iface_path = await self._supplicant.interface(self.ifname)
-        return self.iface_path
+        return await self.interface()
 
     async def _engage(self) -> None:
         try:
@@ -245,23 +247,21 @@ class Guard:
         log.info(log_lines.NETWORK_REMOVED, self.ifname, gone.network)
         await self.reconcile()
 
+    def scan_done(self) -> None:
+        """A scan of this interface ended: count it, and learn what it found (not stopping)."""
+        self.scans.count_scan(self.engaged)
+        self.targeted.scan_done()
+        if not self._stopping:
+            self.beside(self.targeted.learn())
+
     def supplicant_restarted(self) -> None:
         """A new wpa_supplicant has fresh networks from NM: nothing of ours is left to restore
         (the Suspender forgets every suspension)."""
-        self.iface_path = self.no_bgscan = None
+        self.interface.path = self.no_bgscan = None
         self.scans.supplicant_restarted()
         self.targeted.supplicant_restarted()
 
     # ---- reporting ------------------------------------------------------------------------
-
-    def _settings_problem(self) -> None:
-        """Show (or stop showing) that the profile's settings could not be read."""
-        if self.dev.settings_error:
-            self.problems.fail(self.dev.settings_error, SETTINGS)
-        elif SETTINGS in self.problems:
-            log.info("%s: the settings of profile %s can be read again", self.ifname,
-                     clipped(self.dev.connection_id or self.dev.connection_uuid))
-            self.problems.clear(SETTINGS)
 
     def unexpected(self, e: BaseException, what: str) -> None:
         """An error nobody foresaw (a bug), shown until a sample runs through (Problems)."""
@@ -290,3 +290,25 @@ class Guard:
     def status_line(self) -> str:
         return status_line(self.status())
 
+
+def show_settings_problem(problems: Problems, dev: WifiDevice) -> None:
+    """Show (or stop showing) that the profile's settings could not be read."""
+    if dev.settings_error:
+        problems.fail(dev.settings_error, SETTINGS)
+    elif SETTINGS in problems:
+        log.info("%s: the settings of profile %s can be read again", dev.ifname,
+                 clipped(dev.connection_id or dev.connection_uuid))
+        problems.clear(SETTINGS)
+
+
+def helpers(guard: Guard, counters: CounterReader, supplicant: WpaSupplicant,
+            candidates: Candidates | None) -> tuple[Sampler, Roaming, Targeted, ScanWatch]:
+    """The guard's readers and actors, each given the values and the peers it works with, the
+    guard's problems, and where to say that a figure of the status changed."""
+    problems, iface, settings = guard.problems, guard.interface, guard.settings
+    roaming = Roaming(iface, supplicant, problems, guard.changed)
+    targeted = Targeted(iface, supplicant, roaming, problems, guard.changed, settings,
+                        guard.dev.connection_uuid, candidates)
+    scans = ScanWatch(iface, supplicant, roaming, problems, guard.changed, guard.beside, settings)
+    iface.on_gone = scans.interface_gone  # what it announced on the object is void
+    return Sampler(guard.ifname, counters, problems, settings), roaming, targeted, scans

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import traceback
+from typing import Protocol
 
 from ...text import clipped, cut
 
@@ -45,6 +46,16 @@ def log_traceback_once(message: str, e: BaseException, seen: set[str]) -> bool:
     seen.add(message)
     log.error("%s", message, exc_info=e)
     return True
+
+
+class ProblemSink(Protocol):
+    """Where a guard's helper reports what is wrong on its interface (a guard's Problems)."""
+
+    def fail(self, message: str, kind: str = STEP) -> None: ...
+
+    def clear(self, kind: str) -> None: ...
+
+    def show(self, kind: str, message: str | None) -> None: ...
 
 
 class Problems:

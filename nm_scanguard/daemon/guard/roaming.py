@@ -1,15 +1,16 @@
 """The signal floor and the guard's own scans on one guarded interface: the signal now
-(SignalPoll, while the policy wants a reading), whether the guard should give bgscan back for
-roaming (WEAK), the scan of every channel it asks for with that release, the scans the targeted
-path asks for (targeted.py), and whether a scan is one of ours: never aborted.
+(SignalPoll, read by the guard while the policy wants a reading), the scan of every channel the
+guard asks for when it gives bgscan back for roaming (WEAK), the scans the targeted path asks
+for (targeted.py), and whether a scan is one of ours: never aborted.
 
 With bgscan "" wpa_supplicant's signal monitor is off too, and nothing would roam: below
 signal_floor_dbm the guard must make the station roam.  By setting `roam_scans`, either
 targeted.py keeps bgscan suspended and scans a few channels (ROAMING), or the guard gives
 bgscan back (WEAK) and asks for one scan of every channel (ask_for_scan), as bgscan would make.
 
-A Roaming belongs to one Guard (its `RoamingOwner`) and touches neither bgscan nor the journal: a scan
-of our own changes nothing that lasts.
+A Roaming belongs to one Guard, which hands the signal it reads to the policy and decides on
+the release and the scans; it touches neither bgscan nor the journal: a scan of our own changes
+nothing that lasts.
 """
 
 from __future__ import annotations
@@ -17,16 +18,12 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Coroutine
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Callable
+from typing import NamedTuple
 
-from ...config import Settings
-from ...peers.nm import WifiDevice
 from ...peers.supplicant import SupplicantError, UncertainOutcome, WpaSupplicant
-from ..bgscan import Suspended
-from . import policy as P
-from .policy import Policy
-from .problems import SIGNAL, Problems
+from .interface import Interface
+from .problems import SIGNAL, ProblemSink
 
 log = logging.getLogger("scanguard")
 
@@ -40,31 +37,10 @@ OWN_SCANS_KEPT = 8  # scans of ours remembered for diagnose and the status
 FULL, TARGETED, REFRESH, WALK = "full", "targeted", "refresh", "walk"
 
 
-class RoamingOwner(Protocol):
-    """What a Roaming asks of its Guard."""
+class Signal(NamedTuple):
+    """A SignalPoll's answer: dBm, or None when it is unknown (Policy.observe_signal)."""
 
-    ifname: str
-    iface_path: str | None
-    dev: WifiDevice
-    policy: Policy
-    problems: Problems
-
-    @property
-    def settings(self) -> Settings: ...
-
-    @property
-    def suspended(self) -> Suspended | None: ...
-
-    async def iface(self) -> str: ...
-
-    @property
-    def stopping(self) -> bool: ...
-
-    def look_up_again_if_gone(self, e: SupplicantError) -> None: ...
-
-    def beside(self, coro: Coroutine[Any, Any, Any]) -> None: ...
-
-    def changed(self) -> None: ...
+    rssi: int | None
 
 
 class OwnScan(NamedTuple):
@@ -76,10 +52,13 @@ class OwnScan(NamedTuple):
 
 
 class Roaming:
-    def __init__(self, owner: RoamingOwner, supplicant: WpaSupplicant) -> None:
-        self._owner = owner
+    def __init__(self, interface: Interface, supplicant: WpaSupplicant, problems: ProblemSink,
+                 changed: Callable[[], None]) -> None:
+        self._interface = interface
         self._supplicant = supplicant
-        self.ifname = owner.ifname
+        self._problems = problems
+        self._changed = changed  # a figure of the status changed
+        self.ifname = interface.ifname
         self._own_scan_at: float | None = None  # our scan asked for, not yet ended
         self._own_scan_started = False  # ...and seen starting
         self.own_kind = FULL  # ...and what kind
@@ -94,37 +73,28 @@ class Roaming:
 
     # ---- the signal -------------------------------------------------------------------------
 
-    async def poll(self) -> None:
-        """Read the signal if the policy needs it, and hand it to the policy."""
-        owner = self._owner
-        if owner.policy.signal_poll_due(time.monotonic()):
-            known = owner.iface_path is not None
-            rssi = await self.signal_now()
-            if not (known and owner.iface_path is None):
-                owner.policy.observe_signal(time.monotonic(), rssi)
-            # else the object polled was gone (NetworkManager re-created the interface): no
-            # reading, so the new object is polled at the next sample, not a poll interval
-            # later while the old object's reading (a weak one, say) keeps deciding.
+    async def poll(self) -> Signal | None:
+        """The signal now, to hand to the policy; None for no reading at all: the object polled
+        was gone (NetworkManager re-created the interface), and the new object is polled at
+        the next sample, not a poll interval later while the old object's reading (a weak one,
+        say) keeps deciding."""
+        known = self._interface.path is not None
+        rssi = await self.signal_now()
+        return None if known and self._interface.path is None else Signal(rssi)
 
     async def signal_now(self) -> int | None:
         """The signal, or None when unknown.  Not associated or a driver that cannot tell is
         normal; anything else (a refusal, no answer) is shown: without the signal a fading
         link is never released for roaming.  Guarding goes on either way."""
-        owner = self._owner
         try:
-            rssi = await self._supplicant.signal(await owner.iface())
+            rssi = await self._supplicant.signal(await self._interface())
         except SupplicantError as e:
-            owner.look_up_again_if_gone(e)
-            owner.problems.fail(f"{self.ifname}: cannot read the signal, so a fading signal does "
+            self._interface.look_up_again_if_gone(e)
+            self._problems.fail(f"{self.ifname}: cannot read the signal, so a fading signal does "
                                 f"not release bgscan for roaming: {e}", SIGNAL)
             return None
-        owner.problems.clear(SIGNAL)
+        self._problems.clear(SIGNAL)
         return rssi
-
-    def release_for_roaming(self) -> bool:
-        """Whether the guard should give bgscan back for roaming now: the signal is below the
-        floor, and not yet back above it by the hysteresis (the policy's WEAK)."""
-        return self._owner.policy.state == P.WEAK
 
     # ---- our own scan to roam ---------------------------------------------------------------
 
@@ -144,11 +114,11 @@ class Roaming:
         self.own.append(OwnScan(time.time(), FULL, ()))  # for diagnose: ours
         self._own_scan_started, self.own_kind = False, FULL
         try:
-            await self._supplicant.scan(await self._owner.iface())
+            await self._supplicant.scan(await self._interface())
         except SupplicantError as e:
             if not isinstance(e, UncertainOutcome):  # no answer: it may have started all the same
                 self._own_scan_at = None
-            self._owner.look_up_again_if_gone(e)
+            self._interface.look_up_again_if_gone(e)
             # A scan already running ("Scan request rejected") serves as well; in any case
             # bgscan, restored, scans within its short interval.  Nothing to retry.
             log.info("%s: asked wpa_supplicant for a scan to roam, it did not start one (%s); "
@@ -160,13 +130,12 @@ class Roaming:
     async def own_scan(self, kind: str, channels: list[int], ssid: bytes | None) -> bool:
         """Ask for a scan of `channels` probing for `ssid`, roaming allowed (targeted.py);
         whether it was (or may have been) started."""
-        owner = self._owner
         self._own_scan_at, self._own_scan_started, self.own_kind = time.monotonic(), False, kind
         self.own.append(OwnScan(time.time(), kind, tuple(channels)))
         try:
-            await self._supplicant.scan(await owner.iface(), channels, ssid)
+            await self._supplicant.scan(await self._interface(), channels, ssid)
         except SupplicantError as e:
-            owner.look_up_again_if_gone(e)
+            self._interface.look_up_again_if_gone(e)
             if isinstance(e, UncertainOutcome):
                 return True  # no answer: it may have started all the same
             self._own_scan_at = None
@@ -175,7 +144,7 @@ class Roaming:
             return False
         log.log(logging.INFO if kind in (TARGETED, WALK) else logging.DEBUG,
                 "%s: asked wpa_supplicant for a %s scan of %s", self.ifname, kind, mhz(channels))
-        owner.changed()
+        self._changed()
         return True
 
     def is_ours(self) -> bool:

@@ -3,23 +3,26 @@ guarding (abort_scans) but never the guard's own roaming scan (roaming.py), refu
 programs' scan requests (defer_client_scans), who asked for each scan (for `scanguardctl
 diagnose`), and the counts the status shows.
 
-A ScanWatch belongs to one Guard (its `ScanWatchOwner`) and touches neither bgscan nor the journal:
-AbortScan only cuts a scan short.
+A ScanWatch belongs to one Guard, which tells it the state it shows (state_changed), keeps its
+`settings` current and runs its calls beside the sampling (`beside`); it touches neither bgscan
+nor the journal: AbortScan only cuts a scan short.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from ... import attribution, log_lines
 from ...attribution import Request
 from ...config import Settings
 from ...peers.supplicant import NoScanRunning, SupplicantError, WpaSupplicant
 from ...status import who_scanned
+from . import policy as P
+from .interface import Interface
 from .policy import GUARDED
-from .problems import ABORT, DEFERRAL, Problems
+from .problems import ABORT, DEFERRAL, ProblemSink
 from .roaming import FULL, Roaming
 
 log = logging.getLogger("scanguard")
@@ -35,38 +38,24 @@ def deferring_in(settings: Settings, state: str) -> bool:
     return settings.defer_client_scans and state in GUARDED
 
 
-class ScanWatchOwner(Protocol):
-    """What a ScanWatch asks of its Guard."""
-
-    ifname: str
-    state: str
-    iface_path: str | None
-    problems: Problems
-
-    @property
-    def settings(self) -> Settings: ...
-
-    @property
-    def engaged(self) -> bool: ...
-
-    @property
-    def stopping(self) -> bool: ...
-
-    async def iface(self) -> str: ...
-
-    def look_up_again_if_gone(self, e: SupplicantError) -> None: ...
-
-    def changed(self) -> None: ...
-
-    def beside(self, coro: Coroutine[Any, Any, Any]) -> None: ...
+# Runs a coroutine beside the guard's sampling (Guard.beside).
+Beside = Callable[[Coroutine[Any, Any, Any]], None]
 
 
 class ScanWatch:
-    def __init__(self, owner: ScanWatchOwner, supplicant: WpaSupplicant, roaming: Roaming) -> None:
-        self._owner = owner
+    def __init__(self, interface: Interface, supplicant: WpaSupplicant, roaming: Roaming,
+                 problems: ProblemSink, changed: Callable[[], None], beside: Beside,
+                 settings: Settings) -> None:
+        self._interface = interface
         self._supplicant = supplicant
         self._roaming = roaming  # whose scans are never aborted
-        self.ifname = owner.ifname
+        self._problems = problems
+        self._changed = changed  # a figure of the status changed
+        self._beside = beside
+        self.ifname = interface.ifname
+        self.settings = settings  # the guard's, kept current by it
+        self.state = P.IDLE  # the guard's, as state_changed told
+        self.stopping = False  # the guard stops: no AbortScan any more
         self.scans_guarding = 0
         self.scans_idle = 0
         # Client scan requests (NetworkManager RequestScan) the polkit rule refused for us,
@@ -94,7 +83,7 @@ class ScanWatch:
     def watch(self, iface: str) -> None:
         """Read whether a scan runs already on `iface`, beside the sampling (a peer slow to
         answer must not hold it up)."""
-        self._owner.beside(self._read_scanning(iface, self._scan_news))
+        self._beside(self._read_scanning(iface, self._scan_news))
 
     async def _read_scanning(self, iface: str, watched: int) -> None:
         """Whether a scan runs already (started before we watched): abort_scans then aborts it
@@ -105,7 +94,7 @@ class ScanWatch:
             log.info("%s: cannot tell whether a scan is running (%s); the next one announced "
                      "is seen", self.ifname, e)
             return
-        if self._scan_news == watched and self._owner.iface_path == iface:
+        if self._scan_news == watched and self._interface.path == iface:
             self.scanning = scanning
 
     def interface_gone(self) -> None:
@@ -121,7 +110,7 @@ class ScanWatch:
         self.scanning = scanning
         self._scan_news += 1
         self._roaming.scanning_changed(scanning)
-        if scanning and self._owner.state in GUARDED:
+        if scanning and self.state in GUARDED:
             self._abort_soon(WHILE_GUARDING)
 
     # ---- abort_scans ----------------------------------------------------------------------
@@ -132,45 +121,44 @@ class ScanWatch:
             self._abort_soon(AT_ENGAGE)
 
     def _abort_soon(self, when: str) -> None:
-        owner = self._owner
-        if not owner.settings.abort_scans or self._aborting or owner.stopping or self._roaming.is_ours():
+        if not self.settings.abort_scans or self._aborting or self.stopping or self._roaming.is_ours():
             return
         self._aborting = True
-        owner.beside(self._abort(when))
+        self._beside(self._abort(when))
 
     async def _abort(self, when: str) -> None:
         """AbortScan, outside the guard's lock: a wpa_supplicant that hangs on it must not hold
         up a release.  It only cuts a scan short; bgscan and the journal are not involved."""
-        owner = self._owner
         try:
-            if owner.state not in GUARDED or not self.scanning:
+            if self.state not in GUARDED or not self.scanning:
                 return  # released, or the scan ended, while this waited its turn
-            await self._supplicant.abort_scan(await owner.iface())
+            await self._supplicant.abort_scan(await self._interface())
         except NoScanRunning:
-            owner.problems.clear(ABORT)  # it ended just before: nothing was off the channel
+            self._problems.clear(ABORT)  # it ended just before: nothing was off the channel
             log.debug("%s: the scan to abort had already ended", self.ifname)
             return
         except SupplicantError as e:
-            owner.look_up_again_if_gone(e)
-            owner.problems.fail(f"{self.ifname}: could not abort a scan that takes the radio off "
+            self._interface.look_up_again_if_gone(e)
+            self._problems.fail(f"{self.ifname}: could not abort a scan that takes the radio off "
                                 f"the channel while guarding: {e}", ABORT)
-            owner.changed()
+            self._changed()
             return
         finally:
             self._aborting = False
-        owner.problems.clear(ABORT)
+        self._problems.clear(ABORT)
         self.scans_aborted[when] += 1
         self._aborted_now += 1
         if self._aborted_now == 1 and when == AT_ENGAGE:
             log.info(log_lines.ABORTED_AT_ENGAGE, self.ifname)
         elif self._aborted_now == 1:
             log.info(log_lines.ABORTED, self.ifname, who_scanned(self.deferring))
-        owner.changed()
+        self._changed()
 
     # ---- counting and labelling -------------------------------------------------------------
 
-    def count_scan(self) -> None:
-        if self._owner.engaged:
+    def count_scan(self, engaged: bool) -> None:
+        """A scan ended (`engaged`: while bgscan was suspended by us)."""
+        if engaged:
             self.scans_guarding += 1
             if self._roaming.is_ours():
                 # Not somebody else's.  A targeted or refresh scan runs while guarding by
@@ -184,7 +172,7 @@ class ScanWatch:
                 log.info(log_lines.SCAN_RAN, self.ifname, who_scanned(False))
         else:
             self.scans_idle += 1
-        self._owner.changed()
+        self._changed()
 
     async def scan_started(self, ssids: tuple[bytes, ...] | None, at: float,
                            requests: Sequence[Request],
@@ -202,13 +190,13 @@ class ScanWatch:
         self.scans_by_source[label.source] = self.scans_by_source.get(label.source, 0) + 1
         self.last_scan = label.text()
         log.debug("%s: a scan by %s (%s)", self.ifname, self.last_scan, label.basis)
-        self._owner.changed()
+        self._changed()
 
     async def _current_ssid(self) -> bytes | None:
         """The current access point's SSID, read once per interface object; None when it
         cannot be read (the label then says what it can without it)."""
         try:
-            iface = await self._owner.iface()
+            iface = await self._interface()
             if self._ssid is None or self._ssid[0] != iface:
                 self._ssid = (iface, await self._supplicant.current_ssid(iface))
             return self._ssid[1]
@@ -225,7 +213,7 @@ class ScanWatch:
         because suspending failed: their scans hurt the transfer just the same) and
         defer_client_scans is on.  Not on a weak signal: then scans help, and bgscan is back
         on anyway.  Whether they are refused is `deferral_status`'s to say."""
-        return deferring_in(self._owner.settings, self._owner.state)
+        return deferring_in(self.settings, self.state)
 
     def deferral_status(self, in_force: bool, problem: str | None) -> None:
         """What the daemon's scan-deferral file says now (`in_force`: it refuses other
@@ -233,7 +221,7 @@ class ScanWatch:
         The problem is shown where it contradicts what this guard wants; it was logged once
         by ScanDeferral."""
         self.deferral_in_force = in_force
-        self._owner.problems.show(DEFERRAL, problem if in_force != self.deferring else None)
+        self._problems.show(DEFERRAL, problem if in_force != self.deferring else None)
 
     def count_deferred_request(self, who: str) -> None:
         """The polkit rule refused a client's NetworkManager scan request while we deferred.
@@ -243,7 +231,7 @@ class ScanWatch:
         self._deferred_now += 1
         if self._deferred_now == 1:
             log.info(log_lines.REFUSED, self.ifname, who)
-        self._owner.changed()
+        self._changed()
 
     def state_changed(self, state: str, deferring: bool) -> None:
         """The guard shows `state` now (`deferring`: other programs' scan requests refused in
@@ -254,3 +242,4 @@ class ScanWatch:
         if self._aborted_now and state not in GUARDED:
             log.info(log_lines.ABORTED_COUNT, self.ifname, self._aborted_now)
             self._aborted_now = 0
+        self.state = state

@@ -11,30 +11,39 @@ and the Roams the guard asks for.
   CANDIDATES) is shown until the next read succeeds or wpa_supplicant restarts.  A Roam
   wpa_supplicant refused is problem ROAM; the targeted path says how long it stands.
 
-A Station belongs to one Guard (its `RoamingOwner`) and touches neither bgscan nor the journal.
+A Station belongs to one Guard, which keeps its `connection` and `settings` current; it touches
+neither bgscan nor the journal.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
+from ...config import Settings
 from ...peers.supplicant import Bss, SupplicantError, WpaSupplicant
 from .candidates import Candidate, Candidates
-from .problems import CANDIDATES, ROAM
-from .roaming import TARGETED, RoamingOwner
+from .interface import Interface
+from .problems import CANDIDATES, ROAM, ProblemSink
+from .roaming import TARGETED
 
 log = logging.getLogger("scanguard")
 
 
 class Station:
-    def __init__(self, owner: RoamingOwner, supplicant: WpaSupplicant,
+    def __init__(self, interface: Interface, supplicant: WpaSupplicant, problems: ProblemSink,
+                 changed: Callable[[], None], settings: Settings, connection: str,
                  candidates: Candidates | None = None) -> None:
-        self._owner = owner
+        self._interface = interface
         self._supplicant = supplicant
+        self._problems = problems
+        self._changed = changed  # a figure of the status changed
+        self.settings = settings  # the guard's, kept current by it
+        self.connection = connection  # the UUID of the guarded profile, kept current by the guard
         self.candidates = candidates if candidates is not None else Candidates()
-        self.ifname = owner.ifname
+        self.ifname = interface.ifname
         self.current: Bss | None = None  # the AP the station is with, as last read
         self.roams = 0  # Roams asked for, for the status
         self.moves = 0  # changes of the current AP seen
@@ -54,13 +63,13 @@ class Station:
     def others(self) -> list[Candidate]:
         """The network's other known APs, strongest first."""
         current = self.current.bssid if self.current is not None else None
-        return self.candidates.others(self._owner.dev.connection_uuid, current)
+        return self.candidates.others(self.connection, current)
 
     async def channels(self) -> list[int]:
         """A targeted or walk scan's channels: the current AP's and the other candidates'."""
         await self.read_current()
         current = self.current
-        return self.candidates.channels(self._owner.dev.connection_uuid,
+        return self.candidates.channels(self.connection,
                                         current.bssid if current else None,
                                         current.frequency if current else None)
 
@@ -70,18 +79,17 @@ class Station:
 
     async def ask_roam(self, before: Bss, signal: float, best: Candidate, when: str) -> None:
         """Ask wpa_supplicant to move from `before` to `best`; a refusal is problem ROAM."""
-        owner = self._owner
         try:
-            await self._supplicant.roam(await owner.iface(), best.bssid)
+            await self._supplicant.roam(await self._interface(), best.bssid)
         except SupplicantError as e:
-            owner.look_up_again_if_gone(e)
-            owner.problems.fail(f"{self.ifname}: cannot move to the stronger access point "
+            self._interface.look_up_again_if_gone(e)
+            self._problems.fail(f"{self.ifname}: cannot move to the stronger access point "
                                 f"{best.bssid} ({best.signal} dBm): {e}", ROAM)
             return
         self.roams += 1
         self.moved_at = time.monotonic()
         self._roam_to = best.bssid
-        owner.problems.clear(ROAM)
+        self._problems.clear(ROAM)
         log.info("%s: asked wpa_supplicant to roam from %s (%s dBm) to %s (%d dBm, %d MHz) "
                  "%s", self.ifname, before.bssid, dbm(signal), best.bssid, best.signal,
                  best.frequency, when)
@@ -91,7 +99,7 @@ class Station:
     async def read_current(self) -> None:
         """The AP the station is with now (CurrentBSS), into `current`."""
         try:
-            iface = await self._owner.iface()
+            iface = await self._interface()
             path = await self._supplicant.current_bss(iface)
             if path is None:
                 self.current = None
@@ -102,40 +110,39 @@ class Station:
                 else:
                     self._now_with(bss)
         except SupplicantError as e:
-            self._owner.look_up_again_if_gone(e)
-            self._owner.problems.fail(f"{self.ifname}: cannot read which access point the "
-                                      f"station is with: {e}", CANDIDATES)
+            self._interface.look_up_again_if_gone(e)
+            self._problems.fail(f"{self.ifname}: cannot read which access point the "
+                                f"station is with: {e}", CANDIDATES)
             return
-        self._owner.problems.clear(CANDIDATES)
+        self._problems.clear(CANDIDATES)
 
     async def learn(self) -> None:
         """Read wpa_supplicant's BSS list and remember the network's access points (run
         beside the sampling after every scan, and when the guard starts)."""
-        owner = self._owner
-        if owner.settings.roam_scans != TARGETED:
+        if self.settings.roam_scans != TARGETED:
             return
         try:
-            iface = await owner.iface()
+            iface = await self._interface()
             path = await self._supplicant.current_bss(iface)
             seen = await self._supplicant.bsses(iface)
         except SupplicantError as e:
-            owner.look_up_again_if_gone(e)
-            owner.problems.fail(f"{self.ifname}: cannot read the access points wpa_supplicant "
+            self._interface.look_up_again_if_gone(e)
+            self._problems.fail(f"{self.ifname}: cannot read the access points wpa_supplicant "
                                 f"found: {e}; the known ones are kept", CANDIDATES)
             return
-        owner.problems.clear(CANDIDATES)
+        self._problems.clear(CANDIDATES)
         current = next((b for b in seen if b.path == path), None)
-        if current is None or not owner.dev.connection_uuid:
+        if current is None or not self.connection:
             return
         self._now_with(current)
         known = len(self.others())
-        now_known = self.candidates.learn(owner.dev.connection_uuid, current, seen,
+        now_known = self.candidates.learn(self.connection, current, seen,
                                           time.monotonic())
         if now_known - 1 != known:
             log.info("%s: %d other access point(s) of this network known: %s", self.ifname,
                      now_known - 1, ", ".join(f"{c.bssid} ({c.frequency} MHz, {c.signal} dBm)"
                                               for c in self.others()) or "none")
-        owner.changed()
+        self._changed()
 
     def _now_with(self, bss: Bss) -> None:
         """The station is with `bss`: a different AP than before is a move."""
@@ -156,11 +163,11 @@ class Station:
         """The network's known access points, for the status."""
         return [{"bssid": c.bssid, "frequency": c.frequency, "signal": c.signal,
                  "current": self.current is not None and c.bssid == self.current.bssid}
-                for c in self.candidates.known(self._owner.dev.connection_uuid)]
+                for c in self.candidates.known(self.connection)]
 
     def supplicant_restarted(self) -> None:
         self.current = None
-        self._owner.problems.clear(CANDIDATES)  # said of the old process's list
+        self._problems.clear(CANDIDATES)  # said of the old process's list
 
 
 def dbm(value: float | None) -> str:

@@ -25,21 +25,25 @@ channel for seconds.
   or (asked before the floor) the walk is over: after that it says nothing about what the
   guard is doing.
 
-A Targeted belongs to one Guard and touches neither bgscan nor the journal: the policy's
-`targeted` flag is what keeps bgscan off, and it ends with the fade or the fallback.
+A Targeted belongs to one Guard, which tells it each sample what the policy says of the link
+(Link) and sets the policy's `targeted` flag as it decides (Targeting); it touches neither bgscan
+nor the journal: that flag is what keeps bgscan off, and it ends with the fade or the fallback.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
+from ...config import Settings
 from ...peers.supplicant import Bss, WpaSupplicant
 from . import policy as P
 from .candidates import Candidates
-from .problems import ROAM
-from .roaming import REFRESH, TARGETED, WALK, Roaming, RoamingOwner, mhz
+from .interface import Interface
+from .problems import ROAM, ProblemSink
+from .roaming import REFRESH, TARGETED, WALK, Roaming, mhz
 from .station import Station
 from .station import dbm as _dbm
 
@@ -96,13 +100,35 @@ WALK_RESULTS_FRESH = 10.0
 BGSCAN_THRESHOLD = -65
 
 
+class Link(NamedTuple):
+    """What the guard told the targeted path of its link this sample (fade)."""
+
+    state: str  # the policy's
+    signal: float | None  # the policy's last reading
+    bgscan: str | None  # the value our "" replaced, while bgscan is suspended by us
+    settings: Settings
+
+
+class Targeting(NamedTuple):
+    """What the policy's `targeted` flag is to become (Policy.set_targeted), and why; taking a
+    fade on, the channels its scan is to cover and the signal that made it."""
+
+    on: bool
+    why: str
+    channels: tuple[int, ...] = ()
+    signal: float | None = None
+
+
 class Targeted:
-    def __init__(self, owner: RoamingOwner, roaming: Roaming, supplicant: WpaSupplicant,
-                 candidates: Candidates | None = None) -> None:
-        self._owner = owner
+    def __init__(self, interface: Interface, supplicant: WpaSupplicant, roaming: Roaming,
+                 problems: ProblemSink, changed: Callable[[], None], settings: Settings,
+                 connection: str, candidates: Candidates | None = None) -> None:
         self._roaming = roaming  # asks for the scans, knows which are ours
-        self.station = Station(owner, supplicant, candidates)
-        self.ifname = owner.ifname
+        # Where the station is (its `settings` and `connection` kept current by the guard).
+        self.station = Station(interface, supplicant, problems, changed, settings, connection,
+                               candidates)
+        self._problems = problems
+        self.ifname = interface.ifname
         # This fade: when the targeted path took it on (monotonic), whether its scan ended,
         # the Roam asked for ("" none was worth it, "wpa_supplicant": it moved by itself), and
         # whether the path gave up (until the signal is back above the floor).
@@ -149,62 +175,71 @@ class Targeted:
     def supplicant_restarted(self) -> None:
         self.station.supplicant_restarted()
 
-    async def fade(self) -> None:
-        """Decide, each sample, how a weak signal is handled, and move the targeted path on."""
-        owner, policy, station = self._owner, self._owner.policy, self.station
-        if policy.state not in (P.WEAK, P.ROAMING):
-            if policy.targeted:
-                policy.set_targeted(False, policy.reason)
+    async def fade(self, state: str, signal: float | None, bgscan: str | None,
+                   settings: Settings) -> Targeting | None:
+        """Decide, each sample, how a weak signal is handled, and move the targeted path on:
+        what the policy's `targeted` flag is to become, if it changes (the guard sets it).
+        The guard tells the policy's state and signal, and the value our "" replaced while
+        bgscan is suspended by us."""
+        station, link = self.station, Link(state, signal, bgscan, settings)
+        if link.state not in (P.WEAK, P.ROAMING):
             if self._targeted_at is not None or self._spent or self._looked_at_dbm is None:
-                owner.problems.clear(ROAM)  # the fade ended, or no walk is under way
-            if self._targeted_at is not None and policy.state in P.ENGAGED:
+                self._problems.clear(ROAM)  # the fade ended, or no walk is under way
+            if self._targeted_at is not None and link.state in P.ENGAGED:
                 log.info("%s: the signal is back above the floor (%s dBm): guarding goes on "
-                         "on %s", self.ifname, _dbm(policy.signal), station.where())
+                         "on %s", self.ifname, _dbm(link.signal), station.where())
             self._targeted_at, self._spent = None, False
-            if not await self._walk():
-                await self._refresh()
-            return
+            if not await self._walk(link):
+                await self._refresh(link)
+            return None
         now = time.monotonic()
         self._walk_scanned = False  # the fade's own scan decides from here
+        settings = link.settings
         if self._targeted_at is None:
             # Whether bgscan is suspended yet does not matter (a suspend may be under way in
             # another reconcile): ROAMING wants it suspended, and the reconcile that follows
             # this sample's keeps or makes it so.
-            if self._spent or owner.settings.roam_scans != TARGETED:
-                return
+            if self._spent or settings.roam_scans != TARGETED:
+                return None
             if not station.others():
                 log.info("%s: the signal fell below the floor and no other access point of "
                          "this network is known: releasing bgscan for a scan of every channel",
                          self.ifname)
                 self._spent = True
-                return
+                return None
             channels = await station.channels()
             self._targeted_at, self._targeted_scanned, self._roam_asked = now, False, None
-            station.why_looked = (f"a targeted scan: the signal fell to {_dbm(policy.signal)} "
+            station.why_looked = (f"a targeted scan: the signal fell to {_dbm(link.signal)} "
                                   "dBm, below the floor")
-            policy.set_targeted(True, f"signal {_dbm(policy.signal)} dBm below the floor of "
-                                      f"{owner.settings.signal_floor_dbm:.0f} dBm: scanning "
-                                      f"{mhz(channels)} to roam, bgscan kept off")
-            if not await self._roaming.own_scan(TARGETED, channels, station.ssid()):
-                self._give_up("wpa_supplicant did not start the targeted scan")
-            return
-        if owner.settings.roam_scans != TARGETED:
-            self._give_up("roam_scans was set to full")
-        elif now - self._targeted_at >= TARGETED_LIMIT:
-            self._give_up(f"the station did not leave the fade within {TARGETED_LIMIT:g} s")
-        elif self._targeted_scanned and self._roam_asked is None:
-            await self._roam_if_better()
+            # Scanned (Targeted.scan) once the policy has it: ROAMING keeps bgscan off.
+            return Targeting(True, f"signal {_dbm(link.signal)} dBm below the floor of "
+                                   f"{settings.signal_floor_dbm:.0f} dBm: scanning "
+                                   f"{mhz(channels)} to roam, bgscan kept off", tuple(channels),
+                             link.signal)
+        if settings.roam_scans != TARGETED:
+            return self._give_up("roam_scans was set to full", link.signal)
+        if now - self._targeted_at >= TARGETED_LIMIT:
+            return self._give_up(f"the station did not leave the fade within "
+                                 f"{TARGETED_LIMIT:g} s", link.signal)
+        if self._targeted_scanned and self._roam_asked is None:
+            await self._roam_if_better(link.signal)
+        return None
 
-    def _give_up(self, why: str) -> None:
-        policy = self._owner.policy
+    async def scan(self, take: Targeting) -> Targeting | None:
+        """The targeted scan of a fade taken on (fade); a give-up if it did not start."""
+        if not await self._roaming.own_scan(TARGETED, list(take.channels), self.station.ssid()):
+            return self._give_up("wpa_supplicant did not start the targeted scan", take.signal)
+        return None
+
+    def _give_up(self, why: str, signal: float | None) -> Targeting:
         log.info("%s: targeted roaming gave up: %s; releasing bgscan for a scan of every "
                  "channel", self.ifname, why)
         self._spent = True
         self._targeted_at = None
-        policy.set_targeted(False, f"signal {_dbm(policy.signal)} dBm below the floor: {why}; "
-                                   "bgscan left on so it can roam")
+        return Targeting(False, f"signal {_dbm(signal)} dBm below the floor: {why}; "
+                                "bgscan left on so it can roam")
 
-    async def _roam_if_better(self) -> None:
+    async def _roam_if_better(self, signal: float | None) -> None:
         """One sample after our targeted scan ended: if wpa_supplicant has not moved by itself
         and an AP of the network is better by ROAM_MARGIN_DB, ask it to move there."""
         station = self.station
@@ -213,7 +248,6 @@ class Targeted:
         if before is None or station.current is None or station.moved_since(before):
             self._roam_asked = "wpa_supplicant"  # it moved (or is moving) by itself
             return
-        signal = self._owner.policy.signal
         signal = signal if signal is not None else station.current.signal
         best = next(iter(station.others()), None)
         if best is None or best.signal < signal + ROAM_MARGIN_DB:
@@ -222,22 +256,21 @@ class Targeted:
         self._roam_asked = best.bssid
         await station.ask_roam(before, signal, best, "below the floor")
 
-    async def _walk(self) -> bool:
+    async def _walk(self, link: Link) -> bool:
         """Between bgscan's threshold and the floor, while bgscan is suspended by us: a walk
         scan per WALK_DROP_DB the signal fell, and the move after it (see the module's
         docstring).  Whether it scanned or decided a move this sample."""
-        owner, station = self._owner, self.station
-        suspended, signal = owner.suspended, owner.policy.signal
-        if owner.settings.roam_scans != TARGETED or suspended is None or signal is None \
-                or owner.policy.state not in (P.GUARDING, P.HELD):
+        station, signal, bgscan = self.station, link.signal, link.bgscan
+        if link.settings.roam_scans != TARGETED or bgscan is None or signal is None \
+                or link.state not in (P.GUARDING, P.HELD):
             self._looked_at_dbm = None
             return False
         now = time.monotonic()
         if self._walk_scanned:
             self._walk_scanned = False
-            await self._move_if_better()
+            await self._move_if_better(signal)
             return True
-        threshold = bgscan_threshold(suspended.saved)
+        threshold = bgscan_threshold(bgscan)
         moved = station.moves != self._moves_seen
         self._moves_seen = station.moves
         if signal >= threshold:
@@ -250,7 +283,7 @@ class Targeted:
             self._looked_in_band = False
         look_at = self._looked_at_dbm - WALK_DROP_DB
         if not self._looked_in_band:
-            look_at = max(look_at, owner.settings.signal_floor_dbm + WALK_BEFORE_FLOOR_DB)
+            look_at = max(look_at, link.settings.signal_floor_dbm + WALK_BEFORE_FLOOR_DB)
         if signal > look_at or self._roaming.is_ours() \
                 or (self._walk_at is not None and now - self._walk_at < WALK_GAP) \
                 or not station.others():
@@ -267,7 +300,7 @@ class Targeted:
         await self._roaming.own_scan(WALK, channels, station.ssid())
         return True
 
-    async def _move_if_better(self) -> None:
+    async def _move_if_better(self, signal: float) -> None:
         """After a walk scan: if wpa_supplicant has not moved by itself, an AP of the network
         is better by WALK_MARGIN_DB, and the station has not moved within MOVE_GAP, ask it
         to."""
@@ -276,8 +309,6 @@ class Targeted:
         await station.read_current()
         if before is None or station.current is None or station.moved_since(before):
             return  # it moved (or is moving) by itself
-        signal = self._owner.policy.signal
-        signal = signal if signal is not None else station.current.signal
         best = next(iter(station.others()), None)
         now = time.monotonic()
         if best is None or best.signal < signal + WALK_MARGIN_DB:
@@ -290,14 +321,13 @@ class Targeted:
         else:
             await station.ask_roam(before, signal, best, "before the floor")
 
-    async def _refresh(self) -> None:
+    async def _refresh(self, link: Link) -> None:
         """Between the floor and bgscan's threshold, while bgscan is suspended by us: one
         candidate channel every REFRESH_GAP (see the module's docstring)."""
-        owner, station = self._owner, self.station
-        suspended, signal = owner.suspended, owner.policy.signal
-        if owner.settings.roam_scans != TARGETED or suspended is None or signal is None \
-                or owner.policy.state not in (P.GUARDING, P.HELD) \
-                or signal >= bgscan_threshold(suspended.saved) or self._roaming.is_ours():
+        station, signal, bgscan = self.station, link.signal, link.bgscan
+        if link.settings.roam_scans != TARGETED or bgscan is None or signal is None \
+                or link.state not in (P.GUARDING, P.HELD) \
+                or signal >= bgscan_threshold(bgscan) or self._roaming.is_ours():
             return
         now = time.monotonic()
         if self._refresh_at is not None and now - self._refresh_at < REFRESH_GAP:
@@ -313,15 +343,13 @@ class Targeted:
         await self._roaming.own_scan(REFRESH, [channel], station.ssid())
 
     def scan_done(self) -> None:
-        """A scan of this interface ended: learn what it found; our targeted or walk scan's
-        end lets the next sample decide on a move."""
+        """A scan of this interface ended: our targeted or walk scan's end lets the next sample
+        decide on a move (the guard has the station learn what it found)."""
         if self._targeted_at is not None and self._roaming.own_kind == TARGETED:
             self._targeted_scanned = True
         elif self._walk_at is not None and self._roaming.own_kind == WALK \
                 and time.monotonic() - self._walk_at < WALK_RESULTS_FRESH:
             self._walk_scanned = True
-        if not self._owner.stopping:  # a guard that stops learns nothing more
-            self._owner.beside(self.station.learn())
 
 
 def bgscan_threshold(bgscan: str) -> int:

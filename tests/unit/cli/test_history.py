@@ -220,7 +220,7 @@ async def test_the_daemons_own_lines_make_a_spell_with_who_asked(guard, parts, c
         A.scan_starts(guard, parts)
         assert await parts["listener"].run() == 1  # the abort
         guard.scans.scanning_changed(False)
-        guard.scans.count_scan()  # its ScanDone
+        guard.scans.count_scan(guard.engaged)  # its ScanDone
         await G.run(guard, parts["counters"], 0, 4)
         assert not guard.engaged
     entries = [H.Entry(r.created, PID, one_line(r.getMessage())) for r in caplog.records]

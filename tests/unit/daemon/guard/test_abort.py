@@ -48,13 +48,13 @@ async def test_a_scan_running_when_the_guard_engages_is_aborted_once(guard, part
         await run(guard, parts["counters"], 8, 2)
         assert guard.state == P.GUARDING
         assert await listener.run() == 1
-    assert sup.aborts == [guard.iface_path] and not sup.is_scanning
+    assert sup.aborts == [guard.interface.path] and not sup.is_scanning
     assert guard.scans.scans_aborted == {AT_ENGAGE: 1, WHILE_GUARDING: 0}
     assert "aborted a scan that was running when the guard engaged" in caplog.text
     assert guard.status().scans_aborted == {AT_ENGAGE: 1, WHILE_GUARDING: 0}
     # Still guarding, bgscan still suspended: the abort touched neither.
     await run(guard, parts["counters"], 8, 3)
-    assert await listener.run() == 0 and sup.aborts == [guard.iface_path]
+    assert await listener.run() == 0 and sup.aborts == [guard.interface.path]
     assert sup.networks[NET0]["bgscan"] == ""
 
 

@@ -531,11 +531,11 @@ async def test_a_suspension_in_doubt_is_not_shown_as_held(guard, parts):
 
 
 async def test_scans_are_counted_by_whether_bgscan_was_suspended(guard, parts):
-    guard.scans.count_scan()
+    guard.scans.count_scan(guard.engaged)
     guard.hold_changed(True)
     await guard.kick()
-    guard.scans.count_scan()
-    guard.scans.count_scan()
+    guard.scans.count_scan(guard.engaged)
+    guard.scans.count_scan(guard.engaged)
     assert (guard.scans.scans_idle, guard.scans.scans_guarding) == (1, 2)
     assert "2 scans while guarding" in guard.status_line()
 
@@ -551,7 +551,7 @@ async def test_the_guards_own_roaming_scan_running_after_it_re_engaged_is_not_bl
     await _fade(guard, parts, -60)
     assert guard.engaged
     caplog.set_level("INFO", "scanguard")
-    guard.scans.count_scan()
+    guard.scans.count_scan(guard.engaged)
     assert "the scan the guard asked for to roam ran after guarding resumed" in caplog.text
     assert "asked for by" not in caplog.text
 
@@ -596,7 +596,7 @@ async def test_a_guard_that_cannot_read_the_counters_gives_bgscan_back_after_rel
     after release_after without a sample it releases, as after that long a quiet link."""
     sup, counters = parts["sup"], parts["counters"]
     clock = {"now": 5000.0}
-    monkeypatch.setattr("nm_scanguard.daemon.guard.sampling.time.monotonic", lambda: clock["now"])
+    monkeypatch.setattr("nm_scanguard.daemon.guard.guard.time.monotonic", lambda: clock["now"])
     await guard.step()
     await run(guard, counters, 8, 2)
     assert guard.engaged and sup.networks[NET0]["bgscan"] == ""
@@ -622,7 +622,7 @@ async def test_the_interface_is_looked_up_once(guard, parts):
     await guard.kick()
     await guard.kick()
     assert [c for c in parts["sup"].calls if c[0] == "interface"] == [("interface", "wlan0")]
-    assert guard.iface_path == IFACE0
+    assert guard.interface.path == IFACE0
 
 
 async def test_stop_ends_a_sampling_loop_whose_cancellation_was_swallowed(guard, parts):
@@ -644,7 +644,7 @@ async def test_stop_ends_a_sampling_loop_whose_cancellation_was_swallowed(guard,
     guard.hold_changed(True)
     await guard.kick()
     assert parts["sup"].networks[NET0]["bgscan"] == ""
-    guard.policy.settings = guard.policy.settings.with_values({"sample_interval": 0.1}, "test")
+    guard.update(guard.dev, guard.settings.with_values({"sample_interval": 0.1}, "test"))
     guard.step = swallowing_step
     await guard.attach()
     await asyncio.sleep(0.3)  # inside a sample
@@ -746,7 +746,7 @@ async def test_an_unexpected_error_logs_its_traceback_once_and_clears_on_a_clean
         await real_step()
 
     caplog.set_level("INFO", "scanguard")
-    guard.policy.settings = guard.policy.settings.with_values({"sample_interval": 0.01}, "test")
+    guard.update(guard.dev, guard.settings.with_values({"sample_interval": 0.01}, "test"))
     real_step = guard.step
     guard.step = scripted_step
     await guard.attach()
@@ -838,7 +838,7 @@ async def test_an_interface_recreated_at_a_new_path_is_looked_up_again(guard, pa
     assert not await guard.kick()  # the old path: gone, shown
     assert "the object is gone" in guard.status().error
     assert await guard.kick()  # looked up again
-    assert guard.iface_path == new_iface
+    assert guard.interface.path == new_iface
     assert guard.engaged and sup.networks[new_net]["bgscan"] == ""
     await guard.step()
     await guard.step()  # a clean sample clears the error
@@ -901,7 +901,7 @@ async def test_a_suspension_under_a_recreated_interface_object_is_let_go(guard, 
     sup.networks = {new_net: {"bgscan": NM_BGSCAN}}  # the old network went with its object
     for _ in range(3):
         await _fade(guard, parts, -40)
-    assert guard.iface_path == new_iface
+    assert guard.interface.path == new_iface
     assert guard.engaged and sup.networks[new_net]["bgscan"] == ""
     assert list(parts["journal"].entries()) == [new_net]
     await guard.stop()

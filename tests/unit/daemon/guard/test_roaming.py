@@ -1,6 +1,7 @@
-"""The signal floor and roaming (daemon/guard/roaming.py) on their own: a Roaming with a fake owner
-(the interface object, a real Policy and Problems), the fake wpa_supplicant of test_guard and a
-clock set by the test.  The guard's side (release, then the scan) is in test_guard."""
+"""The signal floor and roaming (daemon/guard/roaming.py) on their own: a Roaming on an Interface of
+the fake wpa_supplicant of test_guard, with a real Policy fed as the guard feeds it (poll) and
+real Problems, and a clock set by the test.  The guard's side (release, then the scan) is in
+test_guard."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ import pytest
 
 from nm_scanguard.daemon.guard import policy as P
 from nm_scanguard.daemon.guard import roaming
+from nm_scanguard.daemon.guard.interface import Interface
 from nm_scanguard.daemon.guard.policy import Policy
 from nm_scanguard.daemon.guard.problems import Problems
 from nm_scanguard.daemon.guard.roaming import OWN_SCAN_LIMIT, OWN_SCANS_KEPT, ROAM_SCAN_GAP, Roaming
-from nm_scanguard.peers.supplicant import ObjectGone, SupplicantError
 from tests.unit.daemon.guard.test_guard import ACCESS_DENIED, SETTINGS, FakeView
 from tests.unit.daemon.bgscan.test_suspension import IFACE0
 
@@ -24,23 +25,27 @@ SCAN_REFUSED = "fi.w1.wpa_supplicant1.Interface.ScanError"
 
 
 class Owner:
-    """What a Guard is to its Roaming: the interface object, the policy and the problems."""
+    """What a Roaming works with on a Guard: the interface object, the problems; and the policy
+    that the guard hands its readings to."""
 
     def __init__(self, sup: FakeView) -> None:
-        self.ifname = "wlan0"
-        self.iface_path: str | None = None
+        self.interface = Interface("wlan0", sup)
         self.policy = Policy(SETTINGS)
         self.problems = Problems()
-        self._sup = sup
+
+    @property
+    def iface_path(self) -> str | None:
+        return self.interface.path
 
     async def iface(self) -> str:
-        if self.iface_path is None:
-            self.iface_path = await self._sup.interface(self.ifname)
-        return self.iface_path
+        return await self.interface()
 
-    def look_up_again_if_gone(self, e: SupplicantError) -> None:
-        if isinstance(e, ObjectGone):
-            self.iface_path = None
+
+async def poll(owner: Owner, r: Roaming) -> None:
+    """What Guard.kick does with the signal: read it while the policy wants a reading, and hand
+    it over."""
+    if owner.policy.signal_poll_due(roaming.time.monotonic()) and (signal := await r.poll()):
+        owner.policy.observe_signal(roaming.time.monotonic(), signal.rssi)
 
 
 @pytest.fixture
@@ -54,20 +59,21 @@ def clock(monkeypatch) -> list[float]:
 def parts(clock) -> dict[str, Any]:
     sup = FakeView()
     owner = Owner(sup)
-    return {"sup": sup, "owner": owner, "roaming": Roaming(owner, sup)}
+    return {"sup": sup, "owner": owner,
+            "roaming": Roaming(owner.interface, sup, owner.problems, lambda: None)}
 
 
 async def test_the_signal_is_read_only_while_the_policy_wants_a_reading(parts, clock):
     sup, owner, r = parts["sup"], parts["owner"], parts["roaming"]
-    await r.poll()
+    await poll(owner, r)
     assert sup.polls == 0  # idle: the signal does not matter
     owner.policy.set_held(True)
-    await r.poll()
+    await poll(owner, r)
     assert sup.polls == 1 and owner.policy.signal == -50
-    await r.poll()
+    await poll(owner, r)
     assert sup.polls == 1  # not due again before signal_poll_interval
     clock[0] += SETTINGS.signal_poll_interval
-    await r.poll()
+    await poll(owner, r)
     assert sup.polls == 2
 
 
@@ -79,11 +85,11 @@ async def test_below_the_floor_the_guard_should_release_for_roaming_until_it_is_
     for rssi, release in readings:
         sup.rssi = rssi
         clock[0] += SETTINGS.signal_poll_interval
-        await r.poll()
-        assert r.release_for_roaming() is release, rssi
+        await poll(owner, r)
+        assert (owner.policy.state == P.WEAK) is release, rssi
     sup.rssi = -80
     clock[0] += SETTINGS.signal_poll_interval
-    await r.poll()
+    await poll(owner, r)
     assert owner.policy.state == P.WEAK and "bgscan left on so it can roam" in owner.policy.reason
 
 
@@ -105,10 +111,10 @@ async def test_a_poll_of_an_object_found_gone_is_no_reading(parts, clock):
     owner.policy.set_held(True)
     await owner.iface()
     sup.signal_error = GONE
-    await r.poll()
+    await poll(owner, r)
     assert owner.iface_path is None and owner.policy.signal_poll_due(clock[0])
     sup.signal_error = None
-    await r.poll()
+    await poll(owner, r)
     assert owner.iface_path == IFACE0 and not owner.policy.signal_poll_due(clock[0])
 
 

@@ -63,7 +63,7 @@ async def learned(guard: Guard, parts) -> None:
 
 async def scan_ends(guard: Guard, parts) -> None:
     guard.scans.scanning_changed(True)
-    guard.targeted.scan_done()
+    guard.scan_done()
     guard.scans.scanning_changed(False)
     await parts["listener"].run()
 
@@ -289,7 +289,7 @@ async def test_a_guard_that_stops_learns_nothing_more(guard, parts, two_aps, clo
     await learned(guard, parts)
     await parts["listener"].run()
     await guard.stop()
-    guard.targeted.scan_done()  # a refresh scan ends while the daemon shuts down
+    guard.scan_done()  # a refresh scan ends while the daemon shuts down
     assert parts["listener"].beside == []
 
 
@@ -299,7 +299,7 @@ async def test_our_targeted_scan_s_end_is_not_logged_as_a_late_roaming_scan(guar
     await learned(guard, parts)
     await fade(guard, parts, -85)
     guard.scans.scanning_changed(True)
-    guard.scans.count_scan()
+    guard.scans.count_scan(guard.engaged)
     assert "ran after guarding resumed" not in caplog.text
 
 
