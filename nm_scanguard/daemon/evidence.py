@@ -19,6 +19,7 @@ from ..peers.supplicant import (
     WpaSupplicant,
 )
 from ..text import shown
+from .suspension_table import Ev
 
 log = logging.getLogger("scanguard")
 
@@ -106,40 +107,32 @@ async def not_running(sup: WpaSupplicant, err: SupplicantError) -> bool:
     return True
 
 
-async def suspend_landed(sup: WpaSupplicant, net: str) -> bool | None:
-    """After a Set of "" with no answer: True if bgscan reads back as our "", False if it reads
-    as anything else (a value, or no bgscan key at all), None if that read fails too.
-    wpa_supplicant handles one client's calls in order, so that read comes after the Set:
-    anything but "" means the object there now does not carry our "" (the Set was not
-    applied, or went to an object NetworkManager removed meanwhile), and never will; a failed
-    read leaves the suspension in doubt, journaled, read again before it counts.  Taking an
-    unanswered Set for applied without reading would leave the guard counting itself engaged,
-    bgscan on, for as long as the link stays busy; and a put-back after a re-activation must
-    not follow a Set that hit the old object, or it overwrites the new object's own value
-    (a new object without a bgscan key, a BSSID-locked profile, would get one)."""
+async def suspend_landed(sup: WpaSupplicant, net: str) -> Ev:
+    """After a Set of "" with no answer, read bgscan back (wpa_supplicant handles one client's
+    calls in order, so the read comes after the Set): our "" is SET_APPLIED; anything else (a
+    value, or no key) SET_NOT_APPLIED, as the object there now does not carry our "" and never
+    will (the Set was not applied, or went to an object NetworkManager removed meanwhile: a
+    put-back must not follow it); a read that fails too is SET_ASSUMED (suspension_table)."""
     try:
-        return await sup.get_bgscan(net) == ""
+        return Ev.SET_APPLIED if await sup.get_bgscan(net) == "" else Ev.SET_NOT_APPLIED
     except SupplicantError:
-        return None
+        return Ev.SET_ASSUMED
 
 
-async def restore_landed(sup: WpaSupplicant, net: str, ifname: str,
-                        err: UncertainOutcome) -> bool | None:
-    """After a restoring Set with no answer: True if reading bgscan back shows something
-    other than "" at the path, i.e. the Set landed (or NetworkManager's new object is
-    there); False if it shows our "" (the Set did not land); None if the read failed too,
-    and the suspension is left in doubt (IN_DOUBT): a release whose Set landed but whose
-    reply was lost must not leave the guard counting itself engaged, or it never suspends
-    again while bgscan runs on a busy link."""
+async def restore_landed(sup: WpaSupplicant, net: str, ifname: str, err: UncertainOutcome) -> Ev:
+    """After a restoring Set with no answer, read bgscan back: anything but "" is DONE (the Set
+    landed, or NetworkManager's new object is there), our "" UNANSWERED (it did not land), and
+    a read that fails too UNKNOWN: the suspension is left in doubt, as a release whose Set
+    landed but whose reply was lost must not leave the guard counting itself engaged."""
     try:
         value = await sup.get_bgscan(net)
     except SupplicantError as e:
         log.warning("%s: wpa_supplicant did not confirm restoring bgscan on %s (%s), and "
                     "reading it back failed too (%s); keeping it to restore again",
                     ifname, net, err, e)
-        return None
+        return Ev.UNKNOWN
     if value == "":
-        return False
+        return Ev.UNANSWERED
     log.info("%s: wpa_supplicant did not confirm restoring bgscan on %s (%s), but it reads "
              "back as \"%s\": restored", ifname, net, err, shown(value))
-    return True
+    return Ev.DONE

@@ -1,7 +1,7 @@
 """One activated Wi-Fi interface: sample counters, ask the policy, suspend or restore bgscan.
 
 A Guard gets what it works with injected (a counter reader, wpa_supplicant for the interface
-object and the signal, a Suspender that owns the bgscan string and the journal, a way to run
+object and the signal, Bgscan that owns the bgscan string and the journal, a way to run
 a coroutine beside its sampling) and reports through its Changes (state_changed, changed); it
 never reaches into the daemon.  So it can be tested with fakes.  Its jobs beside suspending
 and restoring are its own classes: the sampling loop and the counters (sampling.py), the
@@ -29,12 +29,11 @@ from .evidence import interface_of
 from .ledger import Suspended
 from .policy import GUARDED, Policy
 from .problems import SETTINGS, STEP, UNEXPECTED, Problems
-from .replay import restore_left_behind
 from .report import device_status, shown_state, status_line
 from .roaming import Roaming
 from .sampling import CounterReader, Sampler
 from .scans import ScanWatch, deferring_in
-from .suspension import NothingToSuspend, Suspender
+from .suspension import Bgscan, NothingToSuspend
 from .targeted import Targeted
 
 log = logging.getLogger("scanguard")
@@ -46,7 +45,7 @@ Spawn = Callable[[Coroutine[Any, Any, Any], "Guard"], object]
 
 class Guard:
     def __init__(self, dev: WifiDevice, settings: Settings, *, counters: CounterReader,
-                 supplicant: WpaSupplicant, suspender: Suspender, spawn: Spawn,
+                 supplicant: WpaSupplicant, bgscan: Bgscan, spawn: Spawn,
                  candidates: Candidates | None = None) -> None:
         self.dev = dev
         self.ifname = dev.ifname
@@ -57,7 +56,7 @@ class Guard:
         self.reason = "connected"
         self.since = time.time()
         self._supplicant = supplicant
-        self._suspender = suspender
+        self._bgscan = bgscan
         self._spawn = spawn
         # A listener's failure rises into what changed the guard (its step: shown in its status).
         self.state_changed: Changes[[str, str, str]] = Changes(raises=True)  # (ifname, state, why)
@@ -80,8 +79,8 @@ class Guard:
 
     @property
     def suspended(self) -> Suspended | None:
-        """Our "" on this interface's network, as the Suspender (its one owner) has it."""
-        return self._suspender.ledger.suspended_on(self.ifname)
+        """Our "" on this interface's network, as Bgscan (its one owner) has it."""
+        return self._bgscan.current(self.ifname)
 
     @property
     def engaged(self) -> bool:
@@ -116,11 +115,13 @@ class Guard:
             async with self._lock:
                 try:
                     await self._release("the guard stopped")
-                    await restore_left_behind(self._suspender, self.ifname)
+                    # What a suspend cancelled with its Set on the way left behind, now rather
+                    # than at a next start that may be far off.
+                    await self._bgscan.replay(ifname=self.ifname)
                 finally:
                     # What could not be restored is nobody's now: the journal's replay
                     # restores it (Daemon retries it at once), not a guard that is gone.
-                    self._suspender.ledger.abandon(self.ifname)
+                    self._bgscan.abandon(self.ifname)
 
     def update(self, dev: WifiDevice, settings: Settings) -> None:
         if dev.connection_uuid != self.dev.connection_uuid:
@@ -182,16 +183,15 @@ class Guard:
             await self._release("wpa_supplicant re-created the interface")
 
     async def _recheck_if_in_doubt(self) -> None:
-        """A suspension can be in doubt (Ledger.in_doubt): a release whose Set went
+        """A suspension can be in doubt (Suspended.in_doubt): a release whose Set went
         unanswered and whose read-back failed (the Set may have landed), or a suspend that
         spanned a wpa_supplicant restart (its "" most likely went with the old process).
-        Before counting ourselves engaged, read bgscan (Suspender.recheck); if it is no longer
+        Before counting ourselves engaged, read bgscan (Bgscan.recheck); if it is no longer
         "", the suspension ends here and the caller suspends anew.  (While the policy wants
         bgscan on, the release is simply tried again, and restoring reads first anyway.)"""
         suspended = self.suspended
-        if suspended is not None and self.policy.want_engaged \
-                and self._suspender.ledger.in_doubt(suspended.network):
-            await self._suspender.recheck(suspended, self.ifname)
+        if suspended is not None and self.policy.want_engaged and suspended.in_doubt:
+            await self._bgscan.recheck(self.ifname)
 
     def hold_changed(self, held: bool) -> None:
         self.policy.set_held(held)
@@ -213,7 +213,7 @@ class Guard:
 
     async def _engage(self) -> None:
         try:
-            suspended = await self._suspender.suspend(await self.iface(), self.ifname)
+            suspended = await self._bgscan.suspend(await self.iface(), self.ifname)
         except NothingToSuspend as e:
             if self.no_bgscan != e.reason:
                 log.info("%s: nothing to suspend: %s", self.ifname, e.reason)
@@ -230,7 +230,7 @@ class Guard:
         suspended = self.suspended
         if suspended is None:
             return
-        await self._suspender.restore(suspended, self.ifname)
+        await self._bgscan.restore(self.ifname)
         log.info(log_lines.RESTORED, self.ifname, shown(suspended.saved), why)
 
     async def network_changed(self, net: str | None) -> None:
@@ -242,7 +242,7 @@ class Guard:
         await self.reconcile()
 
     async def network_gone(self, gone: Suspended) -> None:
-        """NetworkRemoved took the object our "" was on (Ledger.network_removed ended that
+        """NetworkRemoved took the object our "" was on (Bgscan.network_removed ended that
         suspension): NetworkManager re-activating, most often, with a new object at the same
         path and a fresh bgscan.  Engage there if the link is still busy."""
         log.info(log_lines.NETWORK_REMOVED, self.ifname, gone.network)
@@ -250,7 +250,7 @@ class Guard:
 
     def supplicant_restarted(self) -> None:
         """A new wpa_supplicant has fresh networks from NM: nothing of ours is left to restore
-        (the Suspender forgets every suspension)."""
+        (Bgscan forgets every suspension)."""
         self.iface_path = self.no_bgscan = None
         self.scans.supplicant_restarted()
         self.targeted.supplicant_restarted()
@@ -272,7 +272,7 @@ class Guard:
 
     def _publish(self) -> None:
         suspended = self.suspended
-        in_doubt = suspended is not None and self._suspender.ledger.in_doubt(suspended.network)
+        in_doubt = suspended is not None and suspended.in_doubt
         state, reason = shown_state(
             self.policy, suspended, in_doubt,
             self.no_bgscan, self._engage_failed)

@@ -43,8 +43,8 @@ def test_the_entry_is_on_disk_once_the_value_is_read_and_goes_with_the_restore(l
     assert ledger.state(NET).kind is Kind.SETTING  # the Set of "" is sent after this
     assert list(on_disk(ledger)) == [NET]
     ledger.go(NET, Ev.SET_APPLIED, op=op)
-    assert ledger.suspended_on(ifname) == Suspended(NET, SAVED, 0, ifname)
-    op = ledger.begin(NET, Ev.RELEASE)
+    assert ledger.current(ifname) == Suspended(NET, SAVED, 0, ifname)
+    op = ledger.begin(NET, Ev.RESTORE)
     assert ledger.state(NET).kind is Kind.RESTORING and list(on_disk(ledger)) == [NET]
     ledger.go(NET, Ev.READ_EMPTY, op=op)
     ledger.go(NET, Ev.DONE, op=op)
@@ -76,10 +76,10 @@ def test_an_entry_that_cannot_be_written_stops_the_suspend_before_its_set(ledger
 def test_an_earlier_instances_entry_is_leftover_and_unowned(tmp_path, ifname):
     Journal(str(tmp_path)).record(NET, ifname, SAVED)
     ledger = Ledger(Journal(str(tmp_path)))
-    assert ledger.peek(NET) is None  # not read yet
+    assert ledger.state(NET, found=False) is None  # not read yet
     assert {n: s.kind for n, s in ledger.unowned().items()} == {NET: Kind.LEFTOVER}
-    assert ledger.unowned(skip=[NET]) == {}
-    assert ledger.suspended_on(ifname) is None  # nobody's live suspension
+    assert list(ledger.unowned(ifname)) == [NET] and ledger.unowned("wlan9") == {}
+    assert ledger.current(ifname) is None  # nobody's live suspension
 
 
 @pytest.mark.parametrize("ifname", IFNAMES)
@@ -90,7 +90,7 @@ def test_a_wpa_supplicant_restart_forgets_what_it_carried_but_not_a_set_on_its_w
     other = NET.replace("/Networks/0", "/Networks/1")
     op = ledger.begin(other, Ev.ASK, ifname)
     ledger.go(other, Ev.READ_VALUE, op=op, value=SAVED)  # its Set is on the way
-    ledger.forget_all()
+    ledger.supplicant_restarted()
     assert ledger.state(NET) is None
     assert ledger.state(other) is not None and list(on_disk(ledger)) == [other]
 
