@@ -136,14 +136,13 @@ class Ledger:
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
         """Several forgets, one journal write; a write that fails is logged and retried by the
-        next one."""
+        next one (a stale entry only makes a later replay look and find nothing to do)."""
         try:
             with self.journal.batch():
                 yield
         except OSError as e:
             log.warning("cannot update %s (%s); the next start will check its entries again",
                         self.journal.path, e)
-            raise
 
     def generation(self, network: str) -> int:
         """How many objects at this path wpa_supplicant has removed so far."""
@@ -166,7 +165,7 @@ class Ledger:
         """wpa_supplicant restarted: its networks, and every "" we set, are gone (a suspend
         under way keeps its entry: its Set may still reach the new process)."""
         nets = set(self._states) | set(self.journal.entries())
-        with contextlib.suppress(OSError), self.batch():
+        with self.batch():
             for net in nets:
                 self.go(net, Ev.RESTARTED)
         dropped = len(nets) - len(self._states)
@@ -202,10 +201,6 @@ class Ledger:
         """Entries a guard is taking over: a suspend under way on a network that was LEFTOVER or
         LEFT_BEHIND, which returns to that state if the suspend fails."""
         return sum(1 for s in self._states.values() if s.kind not in UNOWNED and s.origin in UNOWNED)
-
-    def kept(self, ifname: str | None = None) -> int:
-        return kept(self.journal, ifname)
-
 
 def kept(journal: Journal, ifname: str | None = None) -> int:
     """The journal's entries (only `ifname`'s if given): the restores still owed."""

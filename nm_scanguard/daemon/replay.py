@@ -17,7 +17,7 @@ from functools import partial
 from .. import log_lines
 from ..peers.supplicant import SupplicantError, WpaSupplicant
 from ..text import shown
-from .evidence import interface, interface_of, not_running, supplicant_gone
+from .evidence import interface, interface_of, supplicant_gone
 from .ledger import Ledger
 from .suspension_table import UNOWNED, Ev, State
 
@@ -47,23 +47,19 @@ async def restore_journal(ledger: Ledger, sup: WpaSupplicant, restore: Restore,
     lookup = known or partial(interface, sup)
     paths: dict[str, str | None | SupplicantError] = {}  # ifname -> its object, or why not
     counts = {RESTORED: 0, DROPPED: 0, KEPT: 0, TAKEN: 0}
-    try:
-        with ledger.batch():
-            try:
-                if await supplicant_gone(sup) is not None:
-                    raise _NoSupplicant("wpa_supplicant is not running")
-                for net, s in entries.items():
-                    counts[await _replay_one(ledger, sup, restore, net, s, lookup, paths)] += 1
-            except _NoSupplicant as e:
-                log.info("%s: the %d network(s) a previous instance changed are gone with "
-                         "it; nothing to restore", e, len(entries))
-                for net in entries:
-                    if (left := ledger.state(net, found=False)) is not None \
-                            and left.kind in UNOWNED:
-                        ledger.go(net, Ev.RESTARTED)
-                return 0
-    except OSError:
-        pass  # the one write at the end of the batch: logged, and retried by the next
+    with ledger.batch():  # one write, at the end
+        try:
+            if await supplicant_gone(sup):
+                raise _NoSupplicant("wpa_supplicant is not running")
+            for net, s in entries.items():
+                counts[await _replay_one(ledger, sup, restore, net, s, lookup, paths)] += 1
+        except _NoSupplicant as e:
+            log.info("%s: the %d network(s) a previous instance changed are gone with it; "
+                     "nothing to restore", e, len(entries))
+            for net in entries:
+                if (left := ledger.state(net, found=False)) is not None and left.kind in UNOWNED:
+                    ledger.go(net, Ev.RESTARTED)
+            return 0
     taking_over = ledger.taking_over()
     log.info("crash journal replayed: %d restored, %d dropped, %d kept for a later try%s",
              counts[RESTORED], counts[DROPPED], counts[KEPT],
@@ -81,7 +77,7 @@ async def _replay_one(ledger: Ledger, sup: WpaSupplicant, restore: Restore, net:
         try:
             paths[ifname] = await lookup(ifname)
         except SupplicantError as e:
-            if await not_running(sup, e):
+            if await supplicant_gone(sup, e):
                 raise _NoSupplicant(f"wpa_supplicant is not running ({e})") from None
             paths[ifname] = e
     iface_path = paths[ifname]
@@ -105,7 +101,7 @@ async def _replay_one(ledger: Ledger, sup: WpaSupplicant, restore: Restore, net:
         try:
             await restore(net, ifname)
         except SupplicantError as e:
-            if await not_running(sup, e):
+            if await supplicant_gone(sup, e):
                 raise _NoSupplicant(f"wpa_supplicant left while restoring ({e})") from None
             why = e
     if why is not None:

@@ -13,18 +13,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TypeVar
 
 from .. import log_lines
 from ..ifname import valid_ifname
-from ..peers.supplicant import ObjectGone, SupplicantError, UncertainOutcome, WpaSupplicant
+from ..peers.supplicant import SupplicantError, UncertainOutcome, WpaSupplicant
 from ..text import shown
-from .evidence import confirm_gone, is_uncertain, restore_landed, suspend_landed
+from .evidence import is_uncertain, restore_landed, suspend_landed, unless_gone
 from .journal import Journal, valid_network_path
-from .ledger import Ledger, Suspended, as_suspended
+from .ledger import Ledger, Suspended, as_suspended, kept
 from .replay import restore_journal
 from .suspension_table import Ev, Kind, Refused, State, read
 
 log = logging.getLogger("scanguard")
+T = TypeVar("T")
 
 NO_NETWORK = "not associated in wpa_supplicant"
 NO_BGSCAN_KEY = "the network has no bgscan (BSSID-locked profile or AP mode)"
@@ -52,7 +55,7 @@ class Bgscan:
         self.network_removed = self.ledger.network_removed
         self.supplicant_restarted = self.ledger.supplicant_restarted
         self.abandon = self.ledger.abandon
-        self.kept = self.ledger.kept
+        self.kept = partial(kept, journal)
 
     async def replay(self, known: Callable[[str], Awaitable[str | None]] | None = None, *,
                      ifname: str | None = None) -> int:
@@ -76,16 +79,8 @@ class Bgscan:
             raise SupplicantError(
                 f"wpa_supplicant reported {net!r} as the current network of {iface_path}, which "
                 "is not a network object path; not suspending bgscan there")
-        try:
-            op = self.ledger.begin(net, Ev.ASK, ifname)
-        except Refused:
-            raise SupplicantError(f"bgscan on {net} is already suspended or being suspended "
-                                  "for another interface; not suspending it twice") from None
-        try:
-            s = await self._suspend(net, ifname, op)
-        except BaseException:
-            self.ledger.settle(net, op)
-            raise
+        s = await self._sequence(net, Ev.ASK, ifname, self._suspend, "is already suspended or "
+                                 "being suspended for another interface; not suspending it twice")
         if s.kind is Kind.IN_DOUBT:
             log.warning("%s: bgscan on %s may or may not be off (wpa_supplicant restarted, or "
                         "did not answer, while it was being suspended); reading it again at the "
@@ -163,7 +158,7 @@ class Bgscan:
         try:
             await self.supplicant.set_bgscan(net, value)
         except SupplicantError as e:
-            if await self._unless_gone(net, e, ifname) is None:
+            if await unless_gone(self.supplicant, net, e, ifname) is None:
                 self._go(net, Ev.DONE, op=op)  # gone again: nothing of ours is left on it
                 raise _ended(net, "re-created") from None
             log.warning("%s: could not put bgscan back on %s (%s); it is restored on release",
@@ -208,22 +203,28 @@ class Bgscan:
         A network that is gone, or whose bgscan someone else changed, is left alone and
         forgotten.  If wpa_supplicant fails or does not answer, the entry stays and the error
         is raised: the caller tries again, and on stop the next start does."""
-        st = self.ledger.state(net)
-        if st is None:
-            return  # nothing of ours there any more
+        if self.ledger.state(net) is not None:  # else nothing of ours is there any more
+            await self._sequence(net, Ev.RESTORE, ifname, self._restore, "is being suspended "
+                                 "or restored by another task; trying again later")
+
+    async def _sequence(self, net: str, ev: Ev, ifname: str,
+                        run: Callable[[str, str, int], Awaitable[T]], refused: str) -> T:
+        """Begin a call sequence on `net` with `ev` and run it; a task that ends without an
+        answer (cancelled, or a defect) leaves the state CANCELLED makes of it."""
         try:
-            op = self.ledger.begin(net, Ev.RESTORE)
+            op = self.ledger.begin(net, ev, ifname if ev is Ev.ASK else "")
         except Refused:
-            raise SupplicantError(f"bgscan on {net} is being suspended or restored by "
-                                  "another task; trying again later") from None
+            raise SupplicantError(f"bgscan on {net} {refused}") from None
         try:
-            await self._restore(net, ifname, st.saved or "", op)
+            return await run(net, ifname, op)
         except BaseException:
             self.ledger.settle(net, op)
             raise
 
-    async def _restore(self, net: str, ifname: str, saved: str, op: int) -> None:
-        sup = self.supplicant
+    async def _restore(self, net: str, ifname: str, op: int) -> None:
+        sup, st = self.supplicant, self.ledger.state(net, found=False)
+        assert st is not None and st.saved is not None, "RESTORING always has its entry"
+        saved = st.saved
         try:
             current = await sup.get_bgscan(net)
         except SupplicantError as e:
@@ -264,22 +265,10 @@ class Bgscan:
     async def _failed(self, net: str, err: SupplicantError, ifname: str, op: int) -> None:
         """A restore's call failed: DONE if the object is confirmed gone, else FAILED and
         raised."""
-        why = await self._unless_gone(net, err, ifname)
+        why = await unless_gone(self.supplicant, net, err, ifname)
         self._go(net, Ev.FAILED if why else Ev.DONE, op=op)
         if why:
             raise why
-
-    async def _unless_gone(self, net: str, err: SupplicantError,
-                           ifname: str) -> SupplicantError | None:
-        """None if `err` came from an object now confirmed gone (evidence.confirm_gone); else
-        what to raise: `err`, or why the confirmation failed."""
-        if not isinstance(err, ObjectGone):
-            return err
-        try:
-            await confirm_gone(self.supplicant, net, err, ifname)
-        except SupplicantError as e:
-            return e
-        return None
 
 def _ended(net: str, how: str = "removed, or wpa_supplicant restarted,") -> SupplicantError:
     return SupplicantError(f"network {net} was {how} while bgscan was being suspended; trying "
