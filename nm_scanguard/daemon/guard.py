@@ -271,11 +271,8 @@ class Guard:
         self.problems.unexpected(e, what, self.ifname)
 
     def _publish(self) -> None:
-        suspended = self.suspended
-        in_doubt = suspended is not None and suspended.in_doubt
-        state, reason = shown_state(
-            self.policy, suspended, in_doubt,
-            self.no_bgscan, self._engage_failed)
+        state, reason = shown_state(self.policy, self.suspended, self.no_bgscan,
+                                    self._engage_failed)
         if state != self.state:
             self.scans.state_changed(state, deferring_in(self.settings, state))
             self.state, self.since, self.reason = state, time.time(), reason

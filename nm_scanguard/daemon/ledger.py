@@ -22,11 +22,10 @@ log = logging.getLogger("scanguard")
 
 
 class Suspended(NamedTuple):
-    """We set `network`'s bgscan to ""; `saved` is what a restore puts back.  `generation` is
-    the path's generation when we read its bgscan (Ledger.generation): a removal that took
-    the path to a higher one took our object away.  `in_doubt`: our "" may no longer stand (a
-    restore went unanswered and could not be read back, or wpa_supplicant restarted during the
-    suspend); it is read again before it counts (Bgscan.recheck)."""
+    """We set `network`'s bgscan to ""; `saved` is what a restore puts back; `generation` the
+    path's when we read its bgscan (Ledger.generation).  `in_doubt`: our "" may no longer
+    stand (a restore went unanswered and could not be read back, or wpa_supplicant restarted
+    during the suspend); it is read again before it counts (Bgscan.recheck)."""
 
     network: str
     saved: str

@@ -87,13 +87,17 @@ class Bgscan:
                         "next sample", ifname, net)
         return as_suspended(net, s)
 
-    async def _suspend(self, net: str, ifname: str, op: int) -> State:
-        sup = self.supplicant
+    async def _read(self, net: str, op: int | None) -> str | None:
+        """bgscan of `net`; a read that fails is FAILED, and raised."""
         try:
-            value = await sup.get_bgscan(net)
+            return await self.supplicant.get_bgscan(net)
         except SupplicantError:
             self._go(net, Ev.FAILED, op=op)
             raise
+
+    async def _suspend(self, net: str, ifname: str, op: int) -> State:
+        sup = self.supplicant
+        value = await self._read(net, op)
         ev = read(value)
         if ev is Ev.READ_EMPTY:
             return self._adopt(net, ifname, op)
@@ -179,11 +183,7 @@ class Bgscan:
         if s is None:
             return False
         op = self.ledger.owner(s.network)
-        try:
-            value = await self.supplicant.get_bgscan(s.network)
-        except SupplicantError:
-            self._go(s.network, Ev.FAILED, op=op)
-            raise
+        value = await self._read(s.network, op)
         if self._go(s.network, read(value), op=op):
             return True
         log.info("%s: bgscan on %s reads \"%s\", not our \"\"; it is not suspended", ifname,
@@ -269,6 +269,7 @@ class Bgscan:
         self._go(net, Ev.FAILED if why else Ev.DONE, op=op)
         if why:
             raise why
+
 
 def _ended(net: str, how: str = "removed, or wpa_supplicant restarted,") -> SupplicantError:
     return SupplicantError(f"network {net} was {how} while bgscan was being suspended; trying "

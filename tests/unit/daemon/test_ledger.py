@@ -2,8 +2,12 @@
 says exactly what those states need, written before the call that needs it."""
 
 import json
+import re
+from pathlib import Path
 
 import pytest
+
+import nm_scanguard
 
 from nm_scanguard.daemon.journal import Journal
 from nm_scanguard.daemon.ledger import Ledger, Suspended
@@ -100,3 +104,17 @@ def test_a_stopped_guards_suspension_is_nobodys_and_left_for_the_replay(ledger):
     ledger.abandon("wlan0")
     assert ledger.state(NET).kind is Kind.LEFTOVER
     assert list(ledger.unowned()) == [NET] and list(on_disk(ledger)) == [NET]
+
+
+# The bgscan core: the one owner of the states and the journal (nm_scanguard.daemon.suspension).
+CORE = {"suspension_table.py", "suspension.py", "ledger.py", "evidence.py", "replay.py",
+        "journal.py"}
+REACHING_IN = re.compile(r"\w\.ledger\b|\bLedger\(|journal\.(entries|get|record|forget|load|batch)\(")
+
+
+def test_nothing_outside_the_core_reaches_into_its_ledger_or_journal():
+    """The guards and the daemon ask Bgscan (current, kept, replay, ...) instead."""
+    for path in Path(nm_scanguard.__file__).parent.rglob("*.py"):
+        if path.name not in CORE:
+            found = REACHING_IN.search(path.read_text(encoding="utf-8"))
+            assert found is None, f"{path}: {found and found.group()}"
