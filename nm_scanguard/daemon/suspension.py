@@ -44,8 +44,7 @@ class NothingToSuspend(Exception):
 
 class Bgscan:
     """Makes the calls each network's state needs and feeds each answer back to the Ledger as
-    one event (`_go`).  A Guard asks it to suspend, recheck and restore, and what is suspended
-    on its interface now (`current`)."""
+    one event (`_go`)."""
 
     def __init__(self, supplicant: WpaSupplicant, journal: Journal) -> None:
         self.supplicant = supplicant
