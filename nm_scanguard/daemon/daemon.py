@@ -1,6 +1,6 @@
 """The Daemon, its life cycle and wiring: follows NetworkManager and wpa_supplicant on the bus and
 keeps one Guard per activated Wi-Fi interface (guard_set.Guards).  It owns the hold table (the bus
-API only authenticates for it), the crash journal (through the Suspender), the records of who
+API only authenticates for it), the crash journal (through Bgscan), the records of who
 asked for scans (who_asked.WhoAsked) and the status line systemd shows (SystemdStatus).  Its
 background tasks run under the process's supervisor (service.Supervisor), which owns the life
 cycle.
@@ -31,7 +31,7 @@ from ..peers.supplicant import NetworkRemoved, Supplicant, events_of
 from ..profile_settings import ProfileWarnings, apply_profile
 from ..status import DeviceStatus
 from .api.holds import Holds
-from .bgscan import Journal, Suspender, restore_journal
+from .bgscan import Bgscan, Journal, kept
 from .changes import Changes
 from .deferral import ScanDeferral
 from .guard.candidates import Candidates
@@ -80,18 +80,18 @@ class Tasks(Protocol):
 
 
 class Peers(NamedTuple):
-    """What the daemon works with on the bus: NetworkManager, wpa_supplicant, and the Suspender
-    that changes wpa_supplicant's bgscan (and the journal) for the guards."""
+    """What the daemon works with on the bus: NetworkManager, wpa_supplicant, and Bgscan, which
+    changes wpa_supplicant's bgscan (and the journal) for the guards."""
 
     bus: MessageBus
     nm: NetworkManager
     supplicant: Supplicant
-    suspender: Suspender
+    bgscan: Bgscan
 
     @classmethod
     def on(cls, bus: MessageBus, journal: Journal) -> Peers:
         supplicant = Supplicant(bus)
-        return cls(bus, NetworkManager(bus), supplicant, Suspender(supplicant, journal))
+        return cls(bus, NetworkManager(bus), supplicant, Bgscan(supplicant, journal))
 
 
 class Daemon:
@@ -167,7 +167,7 @@ class Daemon:
 
     async def replay(self) -> int:
         """Restore what the journal holds, once; the entries kept for a later try."""
-        return await restore_journal(self.peers.suspender)
+        return await self.peers.bgscan.replay()
 
     async def _replay_journal(self) -> None:
         """Replay the journal; entries that could not be restored (wpa_supplicant refused or did
@@ -191,12 +191,12 @@ class Daemon:
         self.who_asked.close()
         await self.tasks.cancel_all()
         restore = self._peers is not None and self._peers.bus.connected
-        if not restore and self.journal.entries():
+        if not restore and (left := kept(self.journal)):
             log.error("the system bus is gone, so bgscan cannot be restored now; %d suspended "
                       "bgscan(s) stay in %s and the next start restores them",
-                      len(self.journal.entries()), self.journal.path)
+                      left, self.journal.path)
         await self.guards.stop_all(restore)
-        if restore and self.journal.entries():
+        if restore and self.peers.bgscan.kept():
             # What no guard holds (a stop wpa_supplicant refused, the retry cancelled above) is
             # this instance's too: a clean stop restores it now, not the next start.
             await self.replay()
@@ -222,7 +222,7 @@ class Daemon:
             active = {d.ifname: d for d in devices if d.activated and d.ifname}
             for ifname in [i for i in self.guards if i not in active]:
                 await self.guards.stop(ifname)
-                if any(e.ifname == ifname for e in self.journal.entries().values()):
+                if self.peers.bgscan.kept(ifname):
                     # What the stop could not restore (wpa_supplicant refused or did not
                     # answer) is tried again now, not at the next start.
                     self._retry_journal()
@@ -232,7 +232,7 @@ class Daemon:
                 if guard is None:
                     guard = Guard(dev, settings, counters=self.counters,
                                   supplicant=self.peers.supplicant,
-                                  suspender=self.peers.suspender, spawn=self.spawn,
+                                  bgscan=self.peers.bgscan, spawn=self.spawn,
                                   candidates=self.candidates)
                     guard.state_changed.connect(self._guard_state_changed)
                     guard.changed.connect(self._guard_changed)
@@ -300,7 +300,7 @@ class Daemon:
                 if isinstance(event, NetworkRemoved):
                     # At once, before any reply queued behind this signal resumes a suspend in
                     # flight: that suspend must learn that the object it read bgscan from is gone.
-                    gone = self.peers.suspender.ledger.network_removed(event.network)
+                    gone = self.peers.bgscan.network_removed(event.network)
                     if gone is not None:
                         self.guards.network_gone(event.iface, gone)
                 else:
@@ -315,7 +315,7 @@ class Daemon:
             log.info("wpa_supplicant %s", "appeared" if new else "left the bus; its networks "
                      "are gone, so is anything we suspended")
             self.guards.supplicant_restarted()
-            self.peers.suspender.ledger.forget_all()
+            self.peers.bgscan.supplicant_restarted()
             self.schedule_sync()
 
     def spawn(self, coro: Coroutine[Any, Any, Any], guard: Guard | None = None) -> asyncio.Task[None]:

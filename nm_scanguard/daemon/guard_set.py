@@ -81,7 +81,7 @@ class Guards(dict[str, Guard]):
             guard.supplicant_restarted()
 
     def network_gone(self, iface_path: str, gone: Suspended) -> None:
-        """NetworkRemoved ended suspension `gone` (Ledger.network_removed): its guard re-engages
+        """NetworkRemoved ended suspension `gone` (Bgscan.network_removed): its guard re-engages
         on the object that follows, if the link is still busy."""
         guard = self._for_interface(iface_path)
         if guard is not None:

@@ -34,7 +34,7 @@ from ..peers.bus import BusError, NoSystemBus, call, close_bus, connect_system
 from ..peers.supplicant import SupplicantError
 from ..text import one_line, shown
 from .api.methods import Api
-from .bgscan import DEFAULT_STATE_DIR
+from .bgscan import DEFAULT_STATE_DIR, kept
 from .daemon import Daemon
 from .guard.problems import log_traceback_once, unexpected_line
 
@@ -231,19 +231,19 @@ async def restore_left_over(bus: MessageBus, state_dir: str) -> int:
     the entries kept for a later try."""
     daemon = Daemon(Settings(), None, state_dir, tasks=Supervisor())
     journal = daemon.journal
-    if not journal.load():
+    if not kept(journal):
         return 0
     problem = await own_name(bus, BUS_NAME)
     if problem:  # a running instance owns the journal
         log.error("%s; not touching %s", problem, journal.path)
         return 0
     daemon.attach(bus)
-    kept = await daemon.replay()
+    left = await daemon.replay()
     log.error("not guarding until the settings are fixed (scanguardd --check-config); what a "
               "previous instance left suspended was restored%s",
-              f", except {kept} entr{'y' if kept == 1 else 'ies'} kept in {journal.path}"
-              if kept else "")
-    return kept
+              f", except {left} entr{'y' if left == 1 else 'ies'} kept in {journal.path}"
+              if left else "")
+    return left
 
 
 async def own_name(bus: MessageBus, name: str) -> str | None:

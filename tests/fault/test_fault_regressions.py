@@ -56,7 +56,7 @@ async def test_journal_entry_is_retried_after_a_failed_replay(world):
     Neither answer comes from a running wpa_supplicant for an object it has (docs/testing.md,
     "Only faults the real peers can produce"); the failure a real one gives is the bus's
     AccessDenied while a policy reload denies the daemon's user, and the unit tests of the
-    Suspender keep the unconfirmed "unknown object" case."""
+    Bgscan keep the unconfirmed "unknown object" case."""
     await engaged(world)
     world.daemon.process.kill()
     world.daemon.process.wait()

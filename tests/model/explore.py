@@ -26,7 +26,7 @@ How the count stays tractable: the situations (a sequence spends none of its K e
 reaching a call under way), re-execution from the start for every prefix (the simulation is
 deterministic, so a prefix always leads to the same state), split by situation and first event
 over one worker process per core.  Nothing is pruned unless `--prune` is given: then a prefix whose
-fingerprint (`fingerprint()`: peers, journal, published states, the Suspender's records, the
+fingerprint (`fingerprint()`: peers, journal, published states, Bgscan's records, the
 faults, races, calls and timers pending) was seen at the same or a smaller depth is not extended.
 The fingerprint leaves out the guards' sample history and the clock's phase, so pruning is
 a heuristic for going deeper, not part of the bound's claim.
@@ -121,7 +121,7 @@ EVENTS: tuple[Event, ...] = (
     # recovers (or restarts)
     _e("set-hang-before", f"fault(kind='hang-before', member='Set', error={AD}, t=25.0, "
                           "count=1, then=0.0)"),
-    # the next read of a network's bgscan (the Suspender's reads) refused, or unanswered
+    # the next read of a network's bgscan (Bgscan's reads) refused, or unanswered
     _e("read-refused", f"fault(kind='error', member='Get.Properties', error={AD}, t=0.001, "
                        "count=1, then=0.0)"),
     _e("read-lost", f"fault(kind='lost', member='Get.Properties', error={AD}, t=0.001, count=1, "
@@ -208,12 +208,12 @@ def fingerprint(m: Machine) -> str:
     daemon: Any = None
     if w.instance is not None and w.instance.alive:
         d = w.instance.daemon
-        s = None if d._peers is None else d._peers.suspender
+        s = None if d._peers is None else d._peers.bgscan
         daemon = {
             "guards": sorted((g.ifname, g.state, bool(g.engaged), g.interface.path)
                              for g in d.guards.values()),
             "holds": sorted((h.caller, h.interface) for h in d.holds.all()),
-            "suspender": None if s is None else (
+            "bgscan": None if s is None else (
                 sorted((k, repr(v)) for k, v in s.ledger._states.items()),
                 sorted(s.ledger._generations.items())),
         }

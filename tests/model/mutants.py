@@ -112,14 +112,13 @@ MUTANTS = (
            "        case Ev.FAILED, Kind.IN_DOUBT:\n            return None"),
     Mutant("restore-over-others", "RESTORING: restore over a value that is no longer ours",
            "nm_scanguard/daemon/bgscan/suspension.py",
-           "        if self._go(net, Ev.READ_EMPTY if current == \"\" else Ev.READ_VALUE, op=op) is None:",
-           "        if self._go(net, Ev.READ_EMPTY if current is not None else Ev.READ_VALUE, op=op) "
-           "is None:"),
+           "        if self._go(net, read(current), op=op) is None:",
+           "        if self._go(net, read(\"\" if current is not None else current), op=op) is None:"),
     Mutant("restore-trusts-no-answer", "RESTORING: an unanswered restoring Set is taken for "
            "landed, unread",
            "nm_scanguard/daemon/bgscan/suspension.py",
            "            landed = await restore_landed(self.supplicant, net, ifname, e)\n",
-           "            landed = True\n"),
+           "            landed = Ev.DONE\n"),
     Mutant("restore-cancel-forgets", "RESTORING: a restore cancelled on its way drops the entry",
            "nm_scanguard/daemon/bgscan/suspension_table.py",
            "        case Ev.CANCELLED, Kind.RESTORING:\n            return doubted(back(s, generation))",
@@ -166,7 +165,7 @@ MUTANTS = (
     Mutant("stopped-guard-keeps-suspension", "SUSPENDED: what a stopped guard could not restore "
            "stays its, and no replay restores it",
            "nm_scanguard/daemon/guard/guard.py",
-           "                    self._suspender.ledger.abandon(self.ifname)\n",
+           "                    self._bgscan.abandon(self.ifname)\n",
            "                    pass\n"),
     # The rest of the daemon.
     Mutant("holder-left-keeps-holds", "forget a hold's release path (holder leaves the bus)",
@@ -201,7 +200,7 @@ MUTANTS = (
            "        if isinstance(e, ObjectGone):\n            self.path = None",
            "        if False:\n            self.path = None"),
     # Not a variant: a guard's stop that skips restoring what a cancelled suspend left behind
-    # (restore_left_behind). Its abandon leaves that entry to the journal's retry, which the
+    # (Bgscan.replay(ifname=...)). Its abandon leaves that entry to the journal's retry, which the
     # daemon runs after a guard's stop and again at its own stop, so no sequence can tell it
     # from the code (docs/testing.md).
     Mutant("replaced-interface-kept", "a suspension under an interface object NetworkManager "

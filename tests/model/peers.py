@@ -143,7 +143,7 @@ class Fault:
     kind: str  # error, lost, late, slow, hang-before, hang-after
     # Get, Set, GetAll, GetInterface, Scan, AbortScan, SignalPoll, Roam; None: any call;
     # "Get.<property>": only reads of that property (Get.Properties: a network's bgscan, read
-    # by the Suspender; Get.BSSs, Get.CurrentBSS)
+    # by Bgscan; Get.BSSs, Get.CurrentBSS)
     member: str | None
     error: str = "org.freedesktop.DBus.Error.AccessDenied"  # test_model.POSSIBLE_ERRORS
     seconds: float = 0.0

@@ -1,7 +1,7 @@
 """The model rung: thousands of generated sequences against scanguardd's real logic, in-process.
 
 The end-to-end fault rung (tests/fault) runs the daemon as a process on a real bus, a few dozen
-sequences per run.  This one runs the same code -- Daemon, Api, Guard, Suspender, Holds,
+sequences per run.  This one runs the same code -- Daemon, Api, Guard, Bgscan, Holds,
 Journal, Policy, unchanged -- against simulated peers on an in-process bus with a virtual clock
 (tests/model/world.py), so a sequence of minutes costs milliseconds and thousands of them fit in
 `make test`.  The promise checked is the one the product makes: bgscan ends as NetworkManager

@@ -109,7 +109,7 @@ def test_an_interface_recreated_without_a_gap_is_guarded_again():
 
 
 def test_a_replay_that_waited_does_not_undo_a_guard_that_took_the_network_over():
-    """Found 2026-11-25 (tests/unit/daemon/bgscan/test_suspension.py has the Suspender's side): after a lost
+    """Found 2026-11-25 (tests/unit/daemon/bgscan/test_suspension.py has Bgscan's side): after a lost
     bus and another program's write, the next instance's replay waited on a lost reply while the
     guard suspended the network anew; the replay then restored the value it had read before."""
     state = Machine()
@@ -337,7 +337,7 @@ def test_a_lost_set_after_a_weak_signal_is_guarded_again_once_the_signal_is_back
     """A daemon defect (liveness: bgscan on while the link was busy).  wlan0 fell below the
     floor; the release's restoring Set landed but its reply was lost, so the suspension stayed
     live and the guard counted itself engaged; when the signal came back it did not suspend
-    again.  Suspender.restore now reads back after an unanswered Set, and a suspension whose
+    again.  Bgscan.restore now reads back after an unanswered Set, and a suspension whose
     read-back failed too is read again before the guard counts itself engaged."""
     state = Machine()
     try:
@@ -376,7 +376,7 @@ def test_a_restart_while_a_suspend_is_under_way_keeps_its_journal_entry():
     """Found 2026-11-26 by `make model-long SEQUENCES=10000` (a daemon defect of the safety
     kind; it fails the same way on 82b2be5): wpa_supplicant stalled on a read, the hold's Sets
     were sent once it recovered, and it restarted before handling them; the new process, its
-    networks already added again, handled them.  forget_all had dropped every journal entry,
+    networks already added again, handled them.  supplicant_restarted had dropped every journal entry,
     those of the suspends under way too, so their "" stood unjournaled.  It now keeps them."""
     state = Machine()
     try:

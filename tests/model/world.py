@@ -1,5 +1,5 @@
 """One simulated machine for the model rung: the bus, the peers, the counters, the state
-directory, and scanguardd's real code (Daemon, Api, Guard, Suspender, Holds, Journal, Policy)
+directory, and scanguardd's real code (Daemon, Api, Guard, Bgscan, Holds, Journal, Policy)
 started the way service.serve() starts it, on a virtual clock.
 
 What the world can do to the daemon is what a machine can: traffic, holds from clients that

@@ -15,9 +15,8 @@ below.
 
 from .evidence import interface_of
 from .journal import DEFAULT_STATE_DIR, Journal
-from .ledger import Suspended
-from .replay import restore_journal, restore_left_behind
-from .suspension import NothingToSuspend, Suspender
+from .ledger import Suspended, kept
+from .suspension import Bgscan, NothingToSuspend
 
-__all__ = ["DEFAULT_STATE_DIR", "Journal", "NothingToSuspend", "Suspended", "Suspender",
-           "interface_of", "restore_journal", "restore_left_behind"]
+__all__ = ["DEFAULT_STATE_DIR", "Bgscan", "Journal", "NothingToSuspend", "Suspended",
+           "interface_of", "kept"]

@@ -1,9 +1,10 @@
 """What counts as evidence that something of wpa_supplicant's is gone, or that a Set landed.
 
 A journal entry is forgotten only on evidence, never on an inference: an error that names a
-removed object is not enough by itself (a misreported failure can carry the same name), so it
-counts only once the interface shows the network is no longer its current one, or the interface
-object itself was replaced; and "nobody owns the name" counts only once the bus confirms it.
+removed object is not enough by itself (a misreported failure can carry the same name, and
+forgetting a network that is still there would leave its bgscan off), so it counts only once
+the interface shows the network is no longer its current one, or the interface object itself
+was replaced; and "nobody owns the name" counts only once the bus confirms it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ...peers.supplicant import (
     WpaSupplicant,
 )
 from ...text import shown
+from .suspension_table import Ev
 
 log = logging.getLogger("scanguard")
 
@@ -39,36 +41,32 @@ def is_not_running(err: SupplicantError) -> bool:
     return err.bus_error in NOT_RUNNING
 
 
-async def confirm_gone(sup: WpaSupplicant, net: str, err: ObjectGone, ifname: str) -> None:
-    """An "unknown object/method" error is taken for a removed network only if the
-    interface no longer has it as its current network, or the interface object itself is
-    gone (wpa_supplicant names another object for `ifname`, or none); otherwise raise
-    SupplicantError, so that the entry stays and the restore is tried again.  (The error
-    names are all a removed object gets, but a misreported failure can carry them too,
-    and forgetting a network that is still there would leave its bgscan off.)  A
-    re-created network at the same path also counts as there: the retry then finds
-    NetworkManager's value on it and leaves it."""
+async def unless_gone(sup: WpaSupplicant, net: str, err: SupplicantError,
+                      ifname: str) -> SupplicantError | None:
+    """None if `err` came from `net` now confirmed gone: it answered "unknown object/method"
+    (ObjectGone), and the interface no longer has it as its current network, or the interface
+    object itself is gone (wpa_supplicant names another object for `ifname`, or none).  Else
+    what to raise, so that the entry stays and the call is tried again: `err`, or why it could
+    not be confirmed.  A network re-created at the same path counts as there: the retry then
+    finds NetworkManager's value on it and leaves it."""
+    if not isinstance(err, ObjectGone):
+        return err
     try:
         current = await sup.current_network(interface_of(net))
     except SupplicantError as e:
-        if isinstance(e, ObjectGone) and await interface_replaced(sup, net, ifname):
-            return  # the interface and its networks went: nothing left to retry
-        raise SupplicantError(f"wpa_supplicant answered {err.bus_error or err} for {net} and "
-                              f"could not say whether the network still exists ({e}); "
-                              "trying again later", e.bus_error) from None
+        try:
+            if isinstance(e, ObjectGone) and await interface(sup, ifname) != interface_of(net):
+                return None  # the interface and its networks went: nothing left to retry
+        except SupplicantError:
+            pass
+        return SupplicantError(f"wpa_supplicant answered {err.bus_error or err} for {net} and "
+                               f"could not say whether the network still exists ({e}); "
+                               "trying again later", e.bus_error)
     if current == net:
-        raise SupplicantError(f"wpa_supplicant answered {err.bus_error or err} for {net}, "
-                              "which is still the interface's current network; trying "
-                              "again later", err.bus_error)
-
-
-async def interface_replaced(sup: WpaSupplicant, net: str, ifname: str) -> bool:
-    """True if wpa_supplicant's object for `ifname` is no longer the one `net` lies under
-    (NetworkManager removed the interface and added it again), or it has none."""
-    try:
-        return await interface(sup, ifname) != interface_of(net)
-    except SupplicantError:
-        return False
+        return SupplicantError(f"wpa_supplicant answered {err.bus_error or err} for {net}, "
+                               "which is still the interface's current network; trying "
+                               "again later", err.bus_error)
+    return None
 
 
 async def interface(sup: WpaSupplicant, ifname: str) -> str | None:
@@ -83,63 +81,48 @@ async def interface(sup: WpaSupplicant, ifname: str) -> str | None:
                               f"({e})", e.bus_error) from None
 
 
-async def supplicant_gone(sup: WpaSupplicant) -> SupplicantError | None:
-    """None while wpa_supplicant owns its name or the bus will not say (no evidence);
-    otherwise the reason to drop what its networks carried."""
+async def supplicant_gone(sup: WpaSupplicant, err: SupplicantError | None = None) -> bool:
+    """Whether the bus confirms that nobody owns wpa_supplicant's name (after `err`, if given,
+    said so; any other `err` is no evidence).  A bus that will not say is no evidence either."""
+    if err is not None and not is_not_running(err):
+        return False
     try:
-        if await sup.running():
-            return None
+        gone = not await sup.running()
     except SupplicantError as e:
         log.warning("%s; keeping the crash journal's entries for a later try", e)
-        return None
-    return SupplicantError("the bus says nobody owns fi.w1.wpa_supplicant1")
-
-
-async def not_running(sup: WpaSupplicant, err: SupplicantError) -> bool:
-    """`err` said nobody owns wpa_supplicant's name, and the bus confirms it."""
-    if not is_not_running(err):
-        return False
-    if await supplicant_gone(sup) is None:
+        gone = False
+    if err is not None and not gone:
         log.warning("wpa_supplicant's call answered %s, but the bus says it owns its name; "
                     "keeping the crash journal's entries for a later try", err.bus_error)
-        return False
-    return True
+    return gone
 
 
-async def suspend_landed(sup: WpaSupplicant, net: str) -> bool | None:
-    """After a Set of "" with no answer: True if bgscan reads back as our "", False if it reads
-    as anything else (a value, or no bgscan key at all), None if that read fails too.
-    wpa_supplicant handles one client's calls in order, so that read comes after the Set:
-    anything but "" means the object there now does not carry our "" (the Set was not
-    applied, or went to an object NetworkManager removed meanwhile), and never will; a failed
-    read leaves the suspension in doubt, journaled, read again before it counts.  Taking an
-    unanswered Set for applied without reading would leave the guard counting itself engaged,
-    bgscan on, for as long as the link stays busy; and a put-back after a re-activation must
-    not follow a Set that hit the old object, or it overwrites the new object's own value
-    (a new object without a bgscan key, a BSSID-locked profile, would get one)."""
+async def suspend_landed(sup: WpaSupplicant, net: str) -> Ev:
+    """After a Set of "" with no answer, read bgscan back (wpa_supplicant handles one client's
+    calls in order, so the read comes after the Set): our "" is SET_APPLIED; anything else (a
+    value, or no key) SET_NOT_APPLIED, as the object there now does not carry our "" and never
+    will (the Set was not applied, or went to an object NetworkManager removed meanwhile: a
+    put-back must not follow it); a read that fails too is SET_ASSUMED (suspension_table)."""
     try:
-        return await sup.get_bgscan(net) == ""
+        return Ev.SET_APPLIED if await sup.get_bgscan(net) == "" else Ev.SET_NOT_APPLIED
     except SupplicantError:
-        return None
+        return Ev.SET_ASSUMED
 
 
-async def restore_landed(sup: WpaSupplicant, net: str, ifname: str,
-                        err: UncertainOutcome) -> bool | None:
-    """After a restoring Set with no answer: True if reading bgscan back shows something
-    other than "" at the path, i.e. the Set landed (or NetworkManager's new object is
-    there); False if it shows our "" (the Set did not land); None if the read failed too,
-    and the suspension is left in doubt (IN_DOUBT): a release whose Set landed but whose
-    reply was lost must not leave the guard counting itself engaged, or it never suspends
-    again while bgscan runs on a busy link."""
+async def restore_landed(sup: WpaSupplicant, net: str, ifname: str, err: UncertainOutcome) -> Ev:
+    """After a restoring Set with no answer, read bgscan back: anything but "" is DONE (the Set
+    landed, or NetworkManager's new object is there), our "" UNANSWERED (it did not land), and
+    a read that fails too UNKNOWN: the suspension is left in doubt, as a release whose Set
+    landed but whose reply was lost must not leave the guard counting itself engaged."""
     try:
         value = await sup.get_bgscan(net)
     except SupplicantError as e:
         log.warning("%s: wpa_supplicant did not confirm restoring bgscan on %s (%s), and "
                     "reading it back failed too (%s); keeping it to restore again",
                     ifname, net, err, e)
-        return None
+        return Ev.UNKNOWN
     if value == "":
-        return False
+        return Ev.UNANSWERED
     log.info("%s: wpa_supplicant did not confirm restoring bgscan on %s (%s), but it reads "
              "back as \"%s\": restored", ifname, net, err, shown(value))
-    return True
+    return Ev.DONE

@@ -188,13 +188,9 @@ class Journal:
     def record(self, network: str, ifname: str, bgscan: str) -> None:
         """Note that `network`'s bgscan was `bgscan` before we set it to "".  Written to disk
         before returning, even inside batch(): the caller sets "" only once this succeeded.
-        Raises ValueError for values a later load() would refuse, OSError if it cannot write."""
-        if not valid_network_path(network):
-            raise ValueError(f"not a wpa_supplicant network object path: {_show(network)}")
-        if not valid_ifname(ifname):
-            raise ValueError(f"not a valid interface name: {_show(ifname)}")
-        if not valid_bgscan(bgscan):
-            raise ValueError(f"not a bgscan value the journal can keep: {_show(bgscan)}")
+        Raises ValueError for what a later load() would drop, OSError if it cannot write."""
+        if (problem := self._problem(network, {"ifname": ifname, "bgscan": bgscan})) is not None:
+            raise ValueError(problem)
         self._ensure_loaded()
         before = self._entries.get(network)
         self._entries[network] = JournalEntry(ifname=ifname, bgscan=bgscan)
@@ -263,17 +259,16 @@ class Journal:
 
 
 def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object" if isinstance(value, dict) else type(value).__name__
+    names = {type(None): "null", bool: "boolean", int: "number", float: "number", str: "string",
+             list: "array", dict: "object"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        os.rmdir(path)
+    else:
+        os.unlink(path)
 
 
 def _replace_aside(path: str, bad: str) -> None:
@@ -287,16 +282,8 @@ def _replace_aside(path: str, bad: str) -> None:
     except OSError:
         pass
     with contextlib.suppress(OSError):
-        if os.path.isdir(bad) and not os.path.islink(bad):
-            os.rmdir(bad)
-        else:
-            os.unlink(bad)
+        _remove(bad)
     try:
         os.replace(path, bad)
-        return
     except OSError:
-        pass
-    if os.path.isdir(path) and not os.path.islink(path):
-        os.rmdir(path)
-    else:
-        os.unlink(path)
+        _remove(path)

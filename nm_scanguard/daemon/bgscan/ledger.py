@@ -3,36 +3,35 @@
 The Ledger is the one owner of both: a state changes only through `go` (one event of
 nm_scanguard.daemon.suspension_table), and the journal then says what the new state needs, before
 any call that state makes.  An entry exists exactly while the state can carry our "" (`journaled`);
-it goes only when a state that cannot is reached, and the table reaches those only on evidence
-(restored and read back, or the object confirmed gone).  The calls themselves are the
-Suspender's (nm_scanguard.daemon.suspension); the Ledger does no bus I/O.
+it goes only when a state that cannot is reached, and the table reaches those only on evidence.
+The calls themselves are Bgscan's (nm_scanguard.daemon.suspension); the Ledger does no bus I/O.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from ...peers.supplicant import SupplicantError
 from .journal import Journal
-from .suspension_table import BUSY, LIVE, STARTS, UNOWNED, Ev, Kind, State, journaled, step
+from .suspension_table import BUSY, LIVE, NEED_ENTRY, STARTS, UNOWNED, Ev, Kind, State, journaled, step
 
 log = logging.getLogger("scanguard")
 
 
 class Suspended(NamedTuple):
-    """We set `network`'s bgscan to ""; `saved` is what restore() puts back.  `generation` is
-    the path's generation when we read its bgscan (Ledger.generation): a removal that took
-    the path to a higher one took our object away; one at or below it came before, however late
-    it is handled (wpa_supplicant reuses paths, NetworkManager removes and adds on
-    re-activation)."""
+    """We set `network`'s bgscan to ""; `saved` is what a restore puts back; `generation` the
+    path's when we read its bgscan (Ledger.generation).  `in_doubt`: our "" may no longer
+    stand (a restore went unanswered and could not be read back, or wpa_supplicant restarted
+    during the suspend); it is read again before it counts (Bgscan.recheck)."""
 
     network: str
     saved: str
     generation: int = 0
     ifname: str = ""
+    in_doubt: bool = False
 
 
 JOURNAL_UNWRITABLE = ("cannot write {path} ({why}), so bgscan is left on (a crash could not "
@@ -46,20 +45,20 @@ class Ledger:
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
         self._states: dict[str, State] = {}  # network path -> what it is in
+        self._on: dict[str, dict[str, None]] = {}  # ifname -> its paths with a state, in order
         # How many NetworkRemoved signals each path has had: wpa_supplicant reuses ids, so
         # NetworkManager's remove-then-add brings back the same path with a fresh bgscan.
         self._generations: dict[str, int] = {}
         self._ops = 0  # the last call sequence's token (State.op)
 
-    # ---- the table ------------------------------------------------------------------------
-
-    def state(self, network: str) -> State | None:
+    def state(self, network: str, *, found: bool = True) -> State | None:
         """`network`'s state; an entry on disk that no state accounts for is an earlier
-        instance's (LEFTOVER)."""
+        instance's, which enters the table as FOUND (unless `found` is false)."""
         s = self._states.get(network)
-        if s is None and (entry := self.journal.get(network)) is not None:
-            s = self._states[network] = State(Kind.LEFTOVER, entry.ifname, entry.bgscan,
-                                              self.generation(network))
+        if s is None and found and (entry := self.journal.get(network)) is not None:
+            s = step(None, Ev.FOUND, generation=self.generation(network), ifname=entry.ifname,
+                     value=entry.bgscan)
+            self._set(network, s)
         return s
 
     def go(self, net: str, ev: Ev, *, op: int | None = None, ifname: str = "",
@@ -68,9 +67,8 @@ class Ledger:
         needs (before any call that state makes).  `op` names the call the event answers: if
         the state is no longer that call's (it ended meanwhile: removed, wpa_supplicant
         restarted, and maybe another task's since), the answer is not applied and None is
-        returned.  If an entry an event needs cannot be written, the event has not happened
-        when it leads to a call (ASK, READ_VALUE: the state stays and SupplicantError says
-        why), and is logged otherwise (the state the bus or a cancel left is the truth)."""
+        returned.  An entry that cannot be written undoes an event in NEED_ENTRY (the state
+        stays and SupplicantError says why), and is logged after any other."""
         before = self.state(net)
         if op is not None and (before is None or before.op != op):
             return None
@@ -80,14 +78,14 @@ class Ledger:
         try:
             self._write(net, after)
         except SupplicantError as e:
-            if ev in (Ev.ASK, Ev.READ_VALUE):
+            if ev in NEED_ENTRY:
                 self._set(net, before)
                 raise
             log.error("%s", e)
         return after
 
     def begin(self, net: str, ev: Ev, ifname: str = "") -> int:
-        """Start a call sequence on `net` (ASK, RELEASE, REPLAY): the token its answers carry."""
+        """Start a call sequence on `net` (ASK, RESTORE): the token its answers carry."""
         self._ops += 1
         self.go(net, ev, ifname=ifname)
         return self._ops
@@ -97,18 +95,22 @@ class Ledger:
         s = self._states.get(net)
         return None if s is None else s.op
 
-    def abandon(self, ifname: str) -> None:
-        """The guard of `ifname` is gone: what it could not restore is nobody's now
-        (LEFTOVER), for the journal's replay to restore."""
-        for net, s in list(self._states.items()):
-            if s.ifname == ifname and s.kind in LIVE:
-                self.go(net, Ev.ABANDON)
+    def settle(self, net: str, op: int) -> None:
+        """The task working on `net` ended without an answer (cancelled, or a defect): the
+        state its call left is the table's CANCELLED."""
+        s = self._states.get(net)
+        if s is not None and s.kind in BUSY:
+            self.go(net, Ev.CANCELLED, op=op)
 
     def _set(self, net: str, s: State | None) -> None:
-        if s is None:
-            self._states.pop(net, None)
-        else:
+        old = self._states.pop(net, None) if s is None else self._states.get(net)
+        if old is not None and (s is None or s.ifname != old.ifname):
+            del self._on[old.ifname][net]
+            if not self._on[old.ifname]:
+                del self._on[old.ifname]
+        if s is not None:
             self._states[net] = s
+            self._on.setdefault(s.ifname, {})[net] = None
 
     def _write(self, net: str, s: State | None) -> None:
         """The one place the journal changes: an entry exactly for the states that can carry
@@ -130,16 +132,22 @@ class Ledger:
                 log.warning("cannot remove %s from %s (%s); the next start will check it again",
                             net, self.journal.path, e)
 
-    def settle(self, net: str, op: int) -> None:
-        """The task working on `net` ended without an answer (cancelled, or a defect): the
-        state its call left is the table's CANCELLED."""
-        s = self._states.get(net)
-        if s is not None and s.kind in BUSY:
-            self.go(net, Ev.CANCELLED, op=op)
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Several forgets, one journal write; a write that fails is logged and retried by the
+        next one (a stale entry only makes a later replay look and find nothing to do)."""
+        try:
+            with self.journal.batch():
+                yield
+        except OSError as e:
+            log.warning("cannot update %s (%s); the next start will check its entries again",
+                        self.journal.path, e)
 
     def generation(self, network: str) -> int:
         """How many objects at this path wpa_supplicant has removed so far."""
         return self._generations.get(network, 0)
+
+    # ---- what happened to wpa_supplicant's objects, and to a guard --------------------------
 
     def network_removed(self, network: str) -> Suspended | None:
         """Call at once when NetworkRemoved arrives (before other queued replies are handled):
@@ -152,61 +160,51 @@ class Ledger:
         self.go(network, Ev.GONE)
         return as_suspended(network, before) if before.kind in LIVE else None
 
-    def forget_all(self) -> None:
+    def supplicant_restarted(self) -> None:
         """wpa_supplicant restarted: its networks, and every "" we set, are gone (a suspend
         under way keeps its entry: its Set may still reach the new process)."""
         nets = set(self._states) | set(self.journal.entries())
-        with contextlib.suppress(OSError), self.batch():
+        with self.batch():
             for net in nets:
                 self.go(net, Ev.RESTARTED)
         dropped = len(nets) - len(self._states)
         if dropped:
             log.info("wpa_supplicant's networks are gone; forgot %d suspended bgscan(s)", dropped)
 
-    @contextlib.contextmanager
-    def batch(self) -> Iterator[None]:
-        """Several forgets, one journal write; a write that fails is logged and retried by the
-        next one."""
-        try:
-            with self.journal.batch():
-                yield
-        except OSError as e:
-            log.warning("cannot update %s (%s); the next start will check its entries again",
-                        self.journal.path, e)
-            raise
+    def abandon(self, ifname: str) -> None:
+        """The guard of `ifname` is gone: what it could not restore is nobody's now
+        (LEFTOVER), for the journal's replay to restore."""
+        for net in list(self._on.get(ifname, ())):
+            if self._states[net].kind in LIVE:
+                self.go(net, Ev.ABANDON)
 
-    def suspended_on(self, ifname: str) -> Suspended | None:
+    # ---- what is where ----------------------------------------------------------------------
+
+    def current(self, ifname: str) -> Suspended | None:
         """The live suspension on `ifname`'s network, if any (also while it is restored)."""
-        for net, s in self._states.items():
-            if s.ifname == ifname and (s.kind in LIVE or s.origin in LIVE):
+        for net in self._on.get(ifname, ()):
+            s = self._states[net]
+            if s.kind in LIVE or s.origin in LIVE:
                 return as_suspended(net, s)
         return None
 
-    def in_doubt(self, network: str) -> bool:
-        """Whether the live suspension on `network` may no longer carry our "" (a restore went
-        unanswered and could not be read back, or wpa_supplicant restarted during the suspend)."""
-        s = self._states.get(network)
-        return s is not None and s.kind is Kind.IN_DOUBT
-
-    # ---- for the journal's replay ---------------------------------------------------------
-
-    def peek(self, network: str) -> State | None:
-        """`network`'s state as it stands, without reading the journal (see `state`)."""
-        return self._states.get(network)
-
-    def unowned(self, skip: Collection[str] = ()) -> dict[str, State]:
+    def unowned(self, ifname: str | None = None) -> dict[str, State]:
         """The networks nobody is working on whose "" may stand (LEFTOVER, LEFT_BEHIND), an
-        earlier instance's entries included, except those in `skip`."""
+        earlier instance's entries included; only `ifname`'s if given."""
         for net in self.journal.entries():  # an earlier instance's too, read at first use
             self.state(net)
         return {net: s for net, s in self._states.items()
-                if s.kind in UNOWNED and net not in skip}
+                if s.kind in UNOWNED and ifname in (None, s.ifname)}
 
     def taking_over(self) -> int:
         """Entries a guard is taking over: a suspend under way on a network that was LEFTOVER or
         LEFT_BEHIND, which returns to that state if the suspend fails."""
         return sum(1 for s in self._states.values() if s.kind not in UNOWNED and s.origin in UNOWNED)
 
+def kept(journal: Journal, ifname: str | None = None) -> int:
+    """The journal's entries (only `ifname`'s if given): the restores still owed."""
+    return sum(1 for e in journal.entries().values() if ifname in (None, e.ifname))
+
 
 def as_suspended(net: str, s: State) -> Suspended:
-    return Suspended(network=net, saved=s.saved or "", generation=s.generation, ifname=s.ifname)
+    return Suspended(net, s.saved or "", s.generation, s.ifname, s.kind is Kind.IN_DOUBT)

@@ -1,31 +1,33 @@
-"""Suspend and restore one network's bgscan: the calls to wpa_supplicant.
+"""Bgscan: the one owner of what scanguard did to wpa_supplicant's bgscan strings.
 
-The rule, and the states and transitions that keep it, are in nm_scanguard.daemon.suspension_table;
-what each network is in, and the journal written from it, in nm_scanguard.daemon.ledger; here each
-call's answer becomes one event there.  In short: never leave a user's bgscan off.
-- the journal entry is on disk before "" is sent, and is dropped only once we know the saved
-  value is back (or the network object is gone, taking our "" with it: nm_scanguard.daemon.evidence);
-- when wpa_supplicant does not answer in time, we cannot tell whether it applied "": we read it
-  back, and if that read cannot show it was not applied, we assume it was and keep the entry,
-  because restoring only writes where the value is still "" (so a restore that turns out
-  unneeded changes nothing), while forgetting a "" that was applied leaves bgscan off for good;
-- entries left by a previous instance are restored by nm_scanguard.daemon.replay.
+It suspends and restores one network's bgscan, rechecks a suspension in doubt, says what is
+suspended on an interface (`current`), follows wpa_supplicant's objects (`network_removed`,
+`supplicant_restarted`), and replays the crash journal (nm_scanguard.daemon.replay).  The rule,
+and the states and transitions that keep it, are in nm_scanguard.daemon.suspension_table; what
+each network is in, and the journal written from it, in nm_scanguard.daemon.ledger; here each
+call's answer becomes one event there (`read` for a value, nm_scanguard.daemon.evidence for
+what a failure shows).  Nothing outside these modules reads the ledger or the journal.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TypeVar
 
 from ... import log_lines
 from ...ifname import valid_ifname
-from ...peers.supplicant import ObjectGone, SupplicantError, UncertainOutcome, WpaSupplicant
+from ...peers.supplicant import SupplicantError, UncertainOutcome, WpaSupplicant
 from ...text import shown
-from .evidence import confirm_gone, is_uncertain, restore_landed, suspend_landed
-from .journal import Journal, valid_bgscan, valid_network_path
-from .ledger import Ledger, Suspended, as_suspended
-from .suspension_table import UNOWNED, Ev, Kind, Refused, State
+from .evidence import is_uncertain, restore_landed, suspend_landed, unless_gone
+from .journal import Journal, valid_network_path
+from .ledger import Ledger, Suspended, as_suspended, kept
+from .replay import restore_journal
+from .suspension_table import Ev, Kind, Refused, State, read
 
 log = logging.getLogger("scanguard")
+T = TypeVar("T")
 
 NO_NETWORK = "not associated in wpa_supplicant"
 NO_BGSCAN_KEY = "the network has no bgscan (BSSID-locked profile or AP mode)"
@@ -40,15 +42,25 @@ class NothingToSuspend(Exception):
         self.reason = reason
 
 
-class Suspender:
+class Bgscan:
     """Makes the calls each network's state needs and feeds each answer back to the Ledger as
-    one event (`_go`).  A Guard asks it to suspend, recheck and restore; what is suspended
-    now is the Ledger's to say (`ledger.suspended_on`)."""
+    one event (`_go`)."""
 
     def __init__(self, supplicant: WpaSupplicant, journal: Journal) -> None:
         self.supplicant = supplicant
         self.ledger = Ledger(journal)
         self._go = self.ledger.go
+        self.current = self.ledger.current
+        self.network_removed = self.ledger.network_removed
+        self.supplicant_restarted = self.ledger.supplicant_restarted
+        self.abandon = self.ledger.abandon
+        self.kept = partial(kept, journal)
+
+    async def replay(self, known: Callable[[str], Awaitable[str | None]] | None = None, *,
+                     ifname: str | None = None) -> int:
+        """Restore what nobody owns (nm_scanguard.daemon.replay.restore_journal)."""
+        return await restore_journal(self.ledger, self.supplicant, self.restore_network, known,
+                                     ifname=ifname)
 
     # ---- suspend --------------------------------------------------------------------------
 
@@ -56,8 +68,7 @@ class Suspender:
         """Turn off bgscan of the interface's current network, journal first.
 
         Raises NothingToSuspend when there is nothing to turn off, SupplicantError when
-        wpa_supplicant or the journal refused (nothing is left changed then).  A reply that
-        came too late counts as done: the entry stays and the returned Suspended restores it."""
+        wpa_supplicant or the journal refused (nothing is left changed then)."""
         if not valid_ifname(ifname):
             raise ValueError(f"not a valid interface name: {ifname!r}")
         net = await self.supplicant.current_network(iface_path)
@@ -67,46 +78,42 @@ class Suspender:
             raise SupplicantError(
                 f"wpa_supplicant reported {net!r} as the current network of {iface_path}, which "
                 "is not a network object path; not suspending bgscan there")
-        try:
-            op = self.ledger.begin(net, Ev.ASK, ifname)
-        except Refused:
-            raise SupplicantError(f"bgscan on {net} is already suspended or being suspended "
-                                  "for another interface; not suspending it twice") from None
-        try:
-            s = await self._suspend(net, ifname, op)
-        except BaseException:
-            self.ledger.settle(net, op)
-            raise
+        s = await self._sequence(net, Ev.ASK, ifname, self._suspend, "is already suspended or "
+                                 "being suspended for another interface; not suspending it twice")
         if s.kind is Kind.IN_DOUBT:
             log.warning("%s: bgscan on %s may or may not be off (wpa_supplicant restarted, or "
                         "did not answer, while it was being suspended); reading it again at the "
                         "next sample", ifname, net)
         return as_suspended(net, s)
 
-    async def _suspend(self, net: str, ifname: str, op: int) -> State:
-        sup = self.supplicant
+    async def _read(self, net: str, op: int | None) -> str | None:
+        """bgscan of `net`; a read that fails is FAILED, and raised."""
         try:
-            value = await sup.get_bgscan(net)
+            return await self.supplicant.get_bgscan(net)
         except SupplicantError:
             self._go(net, Ev.FAILED, op=op)
             raise
-        if value == "":
+
+    async def _suspend(self, net: str, ifname: str, op: int) -> State:
+        sup = self.supplicant
+        value = await self._read(net, op)
+        ev = read(value)
+        if ev is Ev.READ_EMPTY:
             return self._adopt(net, ifname, op)
-        if value is None or not valid_bgscan(value):
-            self._go(net, Ev.READ_OTHER, op=op)
+        try:
+            setting = self._go(net, ev, op=op, value=value)  # the entry, on disk before the Set
+        except SupplicantError:
+            self._go(net, Ev.FAILED, op=op)
+            raise
+        if ev is Ev.READ_OTHER:
             raise NothingToSuspend(NO_BGSCAN_KEY if value is None else (
                 f"bgscan {value[:80]!r} is not a setting the journal can keep (only "
                 "NetworkManager's form, simple:SHORT:THRESHOLD:LONG, is restored after a crash), "
                 "so leaving it on; to have this network guarded, let NetworkManager set its "
                 "bgscan (reconnect it)"))
-        try:
-            # The entry, on disk before the Set.
-            setting = self._go(net, Ev.READ_VALUE, op=op, value=value)
-        except SupplicantError:
-            self._go(net, Ev.FAILED, op=op)
-            raise
         if setting is None:
             raise _ended(net)
+        assert value is not None
         applied = Ev.SET_APPLIED
         try:
             await sup.set_bgscan(net, "")
@@ -114,14 +121,12 @@ class Suspender:
             if not is_uncertain(e):
                 self._go(net, Ev.SET_NOT_APPLIED, op=op)
                 raise
-            landed = await suspend_landed(self.supplicant, net)
-            if landed is False:
-                self._go(net, Ev.SET_NOT_APPLIED, op=op)
+            applied = await suspend_landed(self.supplicant, net)
+            if applied is Ev.SET_NOT_APPLIED:
+                self._go(net, applied, op=op)
                 raise SupplicantError(f"wpa_supplicant did not turn off bgscan on {net} ({e}; "
                                       "reading it back shows no \"\" there); trying again on "
                                       "the next sample", e.bus_error) from None
-            if landed is None:
-                applied = Ev.SET_ASSUMED
             log.warning("%s: wpa_supplicant did not confirm turning off bgscan on %s (%s); "
                         "assuming it did, so that it gets restored", ifname, net, e)
         s = self._go(net, applied, op=op)
@@ -156,14 +161,9 @@ class Suspender:
         try:
             await self.supplicant.set_bgscan(net, value)
         except SupplicantError as e:
-            if isinstance(e, ObjectGone):
-                try:
-                    await confirm_gone(self.supplicant, net, e, ifname)
-                except SupplicantError:
-                    pass
-                else:
-                    self._go(net, Ev.DONE, op=op)  # gone again: nothing of ours is left on it
-                    raise _recreated(net) from None
+            if await unless_gone(self.supplicant, net, e, ifname) is None:
+                self._go(net, Ev.DONE, op=op)  # gone again: nothing of ours is left on it
+                raise _ended(net, "re-created") from None
             log.warning("%s: could not put bgscan back on %s (%s); it is restored on release",
                         ifname, net, e)
             s = self._go(net, Ev.UNKNOWN if is_uncertain(e) else Ev.FAILED, op=op)
@@ -171,20 +171,19 @@ class Suspender:
                 return s
         else:
             self._go(net, Ev.DONE, op=op)
-        raise _recreated(net)
+        raise _ended(net, "re-created")
 
-    async def recheck(self, s: Suspended, ifname: str) -> bool:
-        """Settle a suspension left in doubt: True if bgscan still reads "" (still ours, and
-        still suspended), False if it reads anything else (the restore landed after all: the
-        suspension and its entry end, so the caller suspends anew).  Raises SupplicantError if
-        the read fails again."""
+    async def recheck(self, ifname: str) -> bool:
+        """Settle the suspension on `ifname` left in doubt: True if bgscan still reads "" (still
+        ours, and still suspended), False if it reads anything else (the restore landed after
+        all: the suspension and its entry end, so the caller suspends anew).  Raises
+        SupplicantError if the read fails again."""
+        s = self.current(ifname)
+        if s is None:
+            return False
         op = self.ledger.owner(s.network)
-        try:
-            value = await self.supplicant.get_bgscan(s.network)
-        except SupplicantError:
-            self._go(s.network, Ev.FAILED, op=op)
-            raise
-        if self._go(s.network, Ev.READ_EMPTY if value == "" else Ev.READ_VALUE, op=op):
+        value = await self._read(s.network, op)
+        if self._go(s.network, read(value), op=op):
             return True
         log.info("%s: bgscan on %s reads \"%s\", not our \"\"; it is not suspended", ifname,
                  s.network, shown(value))
@@ -192,35 +191,46 @@ class Suspender:
 
     # ---- restore --------------------------------------------------------------------------
 
-    async def restore(self, s: Suspended, ifname: str) -> None:
+    async def restore(self, ifname: str) -> None:
+        """Put back the saved value of the suspension on `ifname`, if any (`current`)."""
+        if (s := self.current(ifname)) is not None:
+            await self.restore_network(s.network, ifname)
+
+    async def restore_network(self, net: str, ifname: str) -> None:
         """Put the saved value back where it is still our "", then forget the entry.
 
         A network that is gone, or whose bgscan someone else changed, is left alone and
         forgotten.  If wpa_supplicant fails or does not answer, the entry stays and the error
         is raised: the caller tries again, and on stop the next start does."""
-        st = self.ledger.state(s.network)
-        if st is None:
-            return  # nothing of ours there any more
+        if self.ledger.state(net) is not None:  # else nothing of ours is there any more
+            await self._sequence(net, Ev.RESTORE, ifname, self._restore, "is being suspended "
+                                 "or restored by another task; trying again later")
+
+    async def _sequence(self, net: str, ev: Ev, ifname: str,
+                        run: Callable[[str, str, int], Awaitable[T]], refused: str) -> T:
+        """Begin a call sequence on `net` with `ev` and run it; a task that ends without an
+        answer (cancelled, or a defect) leaves the state CANCELLED makes of it."""
         try:
-            op = self.ledger.begin(s.network, Ev.REPLAY if st.kind in UNOWNED else Ev.RELEASE)
+            op = self.ledger.begin(net, ev, ifname if ev is Ev.ASK else "")
         except Refused:
-            raise SupplicantError(f"bgscan on {s.network} is being suspended or restored by "
-                                  "another task; trying again later") from None
+            raise SupplicantError(f"bgscan on {net} {refused}") from None
         try:
-            await self._restore(s.network, ifname, st.saved or s.saved, op)
+            return await run(net, ifname, op)
         except BaseException:
-            self.ledger.settle(s.network, op)
+            self.ledger.settle(net, op)
             raise
 
-    async def _restore(self, net: str, ifname: str, saved: str, op: int) -> None:
-        sup = self.supplicant
+    async def _restore(self, net: str, ifname: str, op: int) -> None:
+        sup, st = self.supplicant, self.ledger.state(net, found=False)
+        assert st is not None and st.saved is not None, "RESTORING always has its entry"
+        saved = st.saved
         try:
             current = await sup.get_bgscan(net)
         except SupplicantError as e:
             await self._failed(net, e, ifname, op)
             log.debug("%s: network %s is gone, nothing to restore", ifname, net)
             return
-        if self._go(net, Ev.READ_EMPTY if current == "" else Ev.READ_VALUE, op=op) is None:
+        if self._go(net, read(current), op=op) is None:
             if current is None:
                 log.info("%s: network %s has no bgscan any more (changed by someone else); "
                          "leaving it", ifname, net)
@@ -233,8 +243,8 @@ class Suspender:
             await sup.set_bgscan(net, saved)
         except UncertainOutcome as e:
             landed = await restore_landed(self.supplicant, net, ifname, e)
-            if landed is not True:
-                self._go(net, Ev.UNANSWERED if landed is False else Ev.UNKNOWN, op=op)
+            if landed is not Ev.DONE:
+                self._go(net, landed, op=op)
                 raise
         except SupplicantError as e:
             await self._failed(net, e, ifname, op)
@@ -249,29 +259,17 @@ class Suspender:
                         "instead of its own; reconnecting gives it NetworkManager's again",
                         ifname, net, shown(saved))
         self._go(net, Ev.DONE, op=op)
-        log.debug("%s: bgscan on %s set back to \"%s\"", ifname, net,
-                  shown(saved))
+        log.debug("%s: bgscan on %s set back to \"%s\"", ifname, net, shown(saved))
 
     async def _failed(self, net: str, err: SupplicantError, ifname: str, op: int) -> None:
         """A restore's call failed: DONE if the object is confirmed gone, else FAILED and
         raised."""
-        if isinstance(err, ObjectGone):
-            try:
-                await confirm_gone(self.supplicant, net, err, ifname)
-            except SupplicantError:
-                self._go(net, Ev.FAILED, op=op)
-                raise
-            self._go(net, Ev.DONE, op=op)
-            return
-        self._go(net, Ev.FAILED, op=op)
-        raise err
+        why = await unless_gone(self.supplicant, net, err, ifname)
+        self._go(net, Ev.FAILED if why else Ev.DONE, op=op)
+        if why:
+            raise why
 
 
-def _ended(net: str) -> SupplicantError:
-    return SupplicantError(f"network {net} was removed, or wpa_supplicant restarted, while "
-                           "bgscan was being suspended; trying again on the next sample")
-
-
-def _recreated(net: str) -> SupplicantError:
-    return SupplicantError(f"network {net} was re-created while bgscan was being suspended; "
-                           "trying again on the next sample")
+def _ended(net: str, how: str = "removed, or wpa_supplicant restarted,") -> SupplicantError:
+    return SupplicantError(f"network {net} was {how} while bgscan was being suspended; trying "
+                           "again on the next sample")

@@ -1,13 +1,17 @@
 """What each network object we touched is in, and what each event makes of it: the rule of
-nm_scanguard.daemon.suspension as one table, with no I/O (Suspender carries out the calls and feeds
-their answers back as events).
+nm_scanguard.daemon.suspension as one table, with no I/O (Bgscan carries out the calls and feeds
+their answers back as events; `read` and nm_scanguard.daemon.evidence turn answers into events).
 
 The rule: never leave a user's bgscan off.  Hence
 - a state that can carry our "" on wpa_supplicant's object has a journal entry (`journaled`),
   written before the Set that puts "" there, so that a crash is followed by a restore;
 - a state leaves that set only on evidence: bgscan read back as something other than our "",
   a restore answered, the object confirmed gone (NetworkRemoved from wpa_supplicant, its
-  interface or the process gone), never because a call went unanswered;
+  interface or the process gone, or an entry not under its interface's object), never because
+  a call went unanswered;
+- a Set of "" that went unanswered counts as applied unless a read-back shows it was not
+  (SET_ASSUMED): restoring writes only where "" still stands, so an unneeded restore changes
+  nothing, while forgetting a "" that was applied leaves bgscan off for good;
 - wpa_supplicant reuses network paths (NetworkManager removes and re-adds on re-activation),
   so a state remembers the path's generation (how many NetworkRemoved it had) when its call
   began or our "" was read: a removal after that took the object our "" was on.
@@ -26,14 +30,16 @@ States (a path with no state is untouched and has no entry):
   RESTORING     reading bgscan, then Set of the saved value where our "" still stands.
   LEFT_BEHIND   its suspend was cancelled with the Set on the way: that Set may still land, on
                 whatever object the path has by then, so a removal does not end it.
-  LEFTOVER      journaled by an earlier instance, kept by a replay or a take-over that failed,
-                or given up by a guard that stopped: nobody's.
+  LEFTOVER      journaled by an earlier instance (FOUND), kept by a replay or a take-over that
+                failed, or given up by a guard that stopped: nobody's.
 """
 
 from __future__ import annotations
 
 import enum
 from typing import NamedTuple
+
+from .journal import valid_bgscan
 
 
 class Kind(enum.Enum):
@@ -62,7 +68,7 @@ def journaled(s: State | None) -> bool:
     return s is not None and s.saved is not None
 
 
-# A suspension the guard counts as its own (Ledger.suspended_on).
+# A suspension the guard counts as its own (Ledger.current).
 LIVE = frozenset({Kind.SUSPENDED, Kind.IN_DOUBT})
 # Under way on behalf of a task: a second suspend, or a replay, keeps off.
 BUSY = frozenset({Kind.READING, Kind.SETTING, Kind.PUTTING_BACK, Kind.RESTORING})
@@ -89,13 +95,28 @@ class Ev(enum.Enum):
     GONE = "the object confirmed gone (NetworkRemoved, its interface, or wpa_supplicant)"
     RESTARTED = "wpa_supplicant restarted"
     CANCELLED = "the task running the call was cancelled"
-    RELEASE = "restore asked by the guard"
-    REPLAY = "restore asked by the journal replay"
+    RESTORE = "restore asked (by the guard, or by the journal's replay)"
     ABANDON = "the guard that had it is gone"
+    FOUND = "an entry an earlier instance journaled, first looked at"
+    DROP = ("the entry is not under its interface's object (stale, or forged), or "
+            "wpa_supplicant no longer manages its interface")
 
 
 # The events that start a call sequence (the state takes the sequence's token, State.op).
-STARTS = frozenset({Ev.ASK, Ev.RELEASE, Ev.REPLAY})
+STARTS = frozenset({Ev.ASK, Ev.RESTORE})
+# The events after which a call goes out that needs the state's entry on disk: if it cannot be
+# written, the event has not happened (Ledger.go).  After any other, the state the bus or a
+# cancel left is the truth, and a failed write is only logged.
+NEED_ENTRY = frozenset({Ev.ASK, Ev.READ_VALUE})
+
+
+def read(value: str | None) -> Ev:
+    """A value of bgscan read from wpa_supplicant as an event: "" is only ever ours; a value the
+    journal can keep is NetworkManager's; no key or any other value is READ_OTHER (never
+    suspended, and never taken for ours)."""
+    if value == "":
+        return Ev.READ_EMPTY
+    return Ev.READ_VALUE if valid_bgscan(value) else Ev.READ_OTHER
 
 
 class Refused(Exception):
@@ -125,6 +146,8 @@ def step(s: State | None, ev: Ev, *, generation: int, ifname: str = "",
     one); `op` the token of the call sequence an event in STARTS begins.  Raises Refused where
     the event does not apply."""
     if s is None:  # untouched, or ended meanwhile (removed, or wpa_supplicant restarted)
+        if ev is Ev.FOUND:
+            return State(Kind.LEFTOVER, ifname, value, generation)
         return State(Kind.READING, ifname, None, generation, op=op) if ev is Ev.ASK else None
     k = s.kind
     match ev, k:
@@ -194,10 +217,10 @@ def step(s: State | None, ev: Ev, *, generation: int, ifname: str = "",
             return None
         case Ev.CANCELLED, Kind.RESTORING:
             return doubted(back(s, generation))
-        case Ev.RELEASE, Kind.SUSPENDED | Kind.IN_DOUBT:
+        case Ev.RESTORE, Kind.SUSPENDED | Kind.IN_DOUBT | Kind.LEFTOVER | Kind.LEFT_BEHIND:
             return s._replace(kind=Kind.RESTORING, origin=k, generation=generation, op=op)
-        case Ev.REPLAY, Kind.LEFTOVER | Kind.LEFT_BEHIND:
-            return s._replace(kind=Kind.RESTORING, origin=k, generation=generation, op=op)
+        case Ev.DROP, Kind.LEFTOVER | Kind.LEFT_BEHIND:
+            return None
         case Ev.ABANDON, Kind.SUSPENDED | Kind.IN_DOUBT:
             return s._replace(kind=Kind.LEFTOVER)
         case Ev.ABANDON, _:

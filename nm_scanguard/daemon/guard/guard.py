@@ -1,7 +1,7 @@
 """One activated Wi-Fi interface: sample counters, ask the policy, suspend or restore bgscan.
 
 A Guard gets what it works with injected (a counter reader, wpa_supplicant for the interface
-object and the signal, a Suspender that owns the bgscan string and the journal, a way to run
+object and the signal, Bgscan that owns the bgscan string and the journal, a way to run
 a coroutine beside its sampling) and reports through its Changes (state_changed, changed); it
 never reaches into the daemon.  So it can be tested with fakes.  Its jobs beside suspending
 and restoring are its own classes: the sampling loop and the counters (sampling.py), the
@@ -24,7 +24,7 @@ from ...peers.nm import WifiDevice
 from ...peers.supplicant import SupplicantError, WpaSupplicant
 from ...status import DeviceStatus
 from ...text import clipped, shown
-from ..bgscan import NothingToSuspend, Suspended, Suspender, interface_of, restore_left_behind
+from ..bgscan import Bgscan, NothingToSuspend, Suspended, interface_of
 from ..changes import Changes
 from . import policy as P
 from .candidates import Candidates
@@ -46,7 +46,7 @@ Spawn = Callable[[Coroutine[Any, Any, Any], "Guard"], object]
 
 class Guard:
     def __init__(self, dev: WifiDevice, settings: Settings, *, counters: CounterReader,
-                 supplicant: WpaSupplicant, suspender: Suspender, spawn: Spawn,
+                 supplicant: WpaSupplicant, bgscan: Bgscan, spawn: Spawn,
                  candidates: Candidates | None = None) -> None:
         self.dev = dev
         self.ifname = dev.ifname
@@ -57,7 +57,7 @@ class Guard:
         self.reason = "connected"
         self.since = time.time()
         self._supplicant = supplicant
-        self._suspender = suspender
+        self._bgscan = bgscan
         self._spawn = spawn
         # A listener's failure rises into what changed the guard (its step: shown in its status).
         self.state_changed: Changes[[str, str, str]] = Changes(raises=True)  # (ifname, state, why)
@@ -78,8 +78,8 @@ class Guard:
 
     @property
     def suspended(self) -> Suspended | None:
-        """Our "" on this interface's network, as the Suspender (its one owner) has it."""
-        return self._suspender.ledger.suspended_on(self.ifname)
+        """Our "" on this interface's network, as Bgscan (its one owner) has it."""
+        return self._bgscan.current(self.ifname)
 
     @property
     def engaged(self) -> bool:
@@ -110,11 +110,13 @@ class Guard:
             async with self._lock:
                 try:
                     await self._release("the guard stopped")
-                    await restore_left_behind(self._suspender, self.ifname)
+                    # What a suspend cancelled with its Set on the way left behind, now rather
+                    # than at a next start that may be far off.
+                    await self._bgscan.replay(ifname=self.ifname)
                 finally:
                     # What could not be restored is nobody's now: the journal's replay
                     # restores it (Daemon retries it at once), not a guard that is gone.
-                    self._suspender.ledger.abandon(self.ifname)
+                    self._bgscan.abandon(self.ifname)
 
     def update(self, dev: WifiDevice, settings: Settings) -> None:
         if dev.connection_uuid != self.dev.connection_uuid:
@@ -191,16 +193,15 @@ class Guard:
             await self._release("wpa_supplicant re-created the interface")
 
     async def _recheck_if_in_doubt(self) -> None:
-        """A suspension can be in doubt (Ledger.in_doubt): a release whose Set went
+        """A suspension can be in doubt (Suspended.in_doubt): a release whose Set went
         unanswered and whose read-back failed (the Set may have landed), or a suspend that
         spanned a wpa_supplicant restart (its "" most likely went with the old process).
-        Before counting ourselves engaged, read bgscan (Suspender.recheck); if it is no longer
+        Before counting ourselves engaged, read bgscan (Bgscan.recheck); if it is no longer
         "", the suspension ends here and the caller suspends anew.  (While the policy wants
         bgscan on, the release is simply tried again, and restoring reads first anyway.)"""
         suspended = self.suspended
-        if suspended is not None and self.policy.want_engaged \
-                and self._suspender.ledger.in_doubt(suspended.network):
-            await self._suspender.recheck(suspended, self.ifname)
+        if suspended is not None and self.policy.want_engaged and suspended.in_doubt:
+            await self._bgscan.recheck(self.ifname)
 
     def hold_changed(self, held: bool) -> None:
         self.policy.set_held(held)
@@ -212,7 +213,7 @@ class Guard:
 
     async def _engage(self) -> None:
         try:
-            suspended = await self._suspender.suspend(await self.iface(), self.ifname)
+            suspended = await self._bgscan.suspend(await self.iface(), self.ifname)
         except NothingToSuspend as e:
             if self.no_bgscan != e.reason:
                 log.info("%s: nothing to suspend: %s", self.ifname, e.reason)
@@ -229,7 +230,7 @@ class Guard:
         suspended = self.suspended
         if suspended is None:
             return
-        await self._suspender.restore(suspended, self.ifname)
+        await self._bgscan.restore(self.ifname)
         log.info(log_lines.RESTORED, self.ifname, shown(suspended.saved), why)
 
     async def network_changed(self, net: str | None) -> None:
@@ -241,7 +242,7 @@ class Guard:
         await self.reconcile()
 
     async def network_gone(self, gone: Suspended) -> None:
-        """NetworkRemoved took the object our "" was on (Ledger.network_removed ended that
+        """NetworkRemoved took the object our "" was on (Bgscan.network_removed ended that
         suspension): NetworkManager re-activating, most often, with a new object at the same
         path and a fresh bgscan.  Engage there if the link is still busy."""
         log.info(log_lines.NETWORK_REMOVED, self.ifname, gone.network)
@@ -256,7 +257,7 @@ class Guard:
 
     def supplicant_restarted(self) -> None:
         """A new wpa_supplicant has fresh networks from NM: nothing of ours is left to restore
-        (the Suspender forgets every suspension)."""
+        (Bgscan forgets every suspension)."""
         self.interface.path = self.no_bgscan = None
         self.scans.supplicant_restarted()
         self.targeted.supplicant_restarted()
@@ -268,11 +269,8 @@ class Guard:
         self.problems.unexpected(e, what, self.ifname)
 
     def _publish(self) -> None:
-        suspended = self.suspended
-        in_doubt = suspended is not None and self._suspender.ledger.in_doubt(suspended.network)
-        state, reason = shown_state(
-            self.policy, suspended, in_doubt,
-            self.no_bgscan, self._engage_failed)
+        state, reason = shown_state(self.policy, self.suspended, self.no_bgscan,
+                                    self._engage_failed)
         if state != self.state:
             self.scans.state_changed(state, deferring_in(self.settings, state))
             self.state, self.since, self.reason = state, time.time(), reason

@@ -18,14 +18,14 @@ from .scans import ScanWatch
 from .targeted import Targeted
 
 
-def shown_state(policy: Policy, suspended: Suspended | None, in_doubt: bool,
-                no_bgscan: str | None, engage_failed: bool) -> tuple[str, str]:
+def shown_state(policy: Policy, suspended: Suspended | None, no_bgscan: str | None,
+                engage_failed: bool) -> tuple[str, str]:
     """The state and reason to show.  GUARDING, HELD and ROAMING only while bgscan is surely
-    suspended (`suspended`, and not `in_doubt`); else NO_BGSCAN when the network has none
+    suspended (`suspended`, and not in doubt); else NO_BGSCAN when the network has none
     (`no_bgscan` says why), ERROR when suspending it failed (the problem says why) or whether
     it stands is in doubt."""
     state, reason = policy.state, policy.reason
-    if state in P.ENGAGED and suspended is not None and in_doubt:
+    if state in P.ENGAGED and suspended is not None and suspended.in_doubt:
         return P.ERROR, (f"{reason}; whether bgscan is still off is not known (wpa_supplicant "
                          "did not answer); reading it again at the next sample")
     if state not in P.ENGAGED or suspended is not None:

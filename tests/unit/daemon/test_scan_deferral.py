@@ -30,7 +30,7 @@ from nm_scanguard.status import FIELDS, DeviceStatus
 from nm_scanguard.daemon.guard.guard import Guard
 from nm_scanguard.daemon.bgscan.journal import Journal
 from nm_scanguard.peers.nm import WifiDevice
-from nm_scanguard.daemon.bgscan.suspension import Suspender
+from nm_scanguard.daemon.bgscan.suspension import Bgscan
 from tests.conftest import start_private_bus, stop_process
 from tests.unit.daemon.guard.test_guard import SETTINGS, FakeCounters, FakeView, Listener, run
 
@@ -46,7 +46,7 @@ def start_time(pid: int) -> str:
 def parts(tmp_path) -> dict:
     sup, journal = FakeView(), Journal(str(tmp_path / "journal"))
     return {"sup": sup, "journal": journal, "counters": FakeCounters(), "listener": Listener(),
-            "suspender": Suspender(sup, journal)}
+            "bgscan": Bgscan(sup, journal)}
 
 
 @pytest.fixture

@@ -2,8 +2,12 @@
 says exactly what those states need, written before the call that needs it."""
 
 import json
+import re
+from pathlib import Path
 
 import pytest
+
+import nm_scanguard
 
 from nm_scanguard.daemon.bgscan.journal import Journal
 from nm_scanguard.daemon.bgscan.ledger import Ledger, Suspended
@@ -43,8 +47,8 @@ def test_the_entry_is_on_disk_once_the_value_is_read_and_goes_with_the_restore(l
     assert ledger.state(NET).kind is Kind.SETTING  # the Set of "" is sent after this
     assert list(on_disk(ledger)) == [NET]
     ledger.go(NET, Ev.SET_APPLIED, op=op)
-    assert ledger.suspended_on(ifname) == Suspended(NET, SAVED, 0, ifname)
-    op = ledger.begin(NET, Ev.RELEASE)
+    assert ledger.current(ifname) == Suspended(NET, SAVED, 0, ifname)
+    op = ledger.begin(NET, Ev.RESTORE)
     assert ledger.state(NET).kind is Kind.RESTORING and list(on_disk(ledger)) == [NET]
     ledger.go(NET, Ev.READ_EMPTY, op=op)
     ledger.go(NET, Ev.DONE, op=op)
@@ -76,10 +80,10 @@ def test_an_entry_that_cannot_be_written_stops_the_suspend_before_its_set(ledger
 def test_an_earlier_instances_entry_is_leftover_and_unowned(tmp_path, ifname):
     Journal(str(tmp_path)).record(NET, ifname, SAVED)
     ledger = Ledger(Journal(str(tmp_path)))
-    assert ledger.peek(NET) is None  # not read yet
+    assert ledger.state(NET, found=False) is None  # not read yet
     assert {n: s.kind for n, s in ledger.unowned().items()} == {NET: Kind.LEFTOVER}
-    assert ledger.unowned(skip=[NET]) == {}
-    assert ledger.suspended_on(ifname) is None  # nobody's live suspension
+    assert list(ledger.unowned(ifname)) == [NET] and ledger.unowned("wlan9") == {}
+    assert ledger.current(ifname) is None  # nobody's live suspension
 
 
 @pytest.mark.parametrize("ifname", IFNAMES)
@@ -90,7 +94,7 @@ def test_a_wpa_supplicant_restart_forgets_what_it_carried_but_not_a_set_on_its_w
     other = NET.replace("/Networks/0", "/Networks/1")
     op = ledger.begin(other, Ev.ASK, ifname)
     ledger.go(other, Ev.READ_VALUE, op=op, value=SAVED)  # its Set is on the way
-    ledger.forget_all()
+    ledger.supplicant_restarted()
     assert ledger.state(NET) is None
     assert ledger.state(other) is not None and list(on_disk(ledger)) == [other]
 
@@ -100,3 +104,17 @@ def test_a_stopped_guards_suspension_is_nobodys_and_left_for_the_replay(ledger):
     ledger.abandon("wlan0")
     assert ledger.state(NET).kind is Kind.LEFTOVER
     assert list(ledger.unowned()) == [NET] and list(on_disk(ledger)) == [NET]
+
+
+# The bgscan core: the one owner of the states and the journal (nm_scanguard.daemon.suspension).
+CORE = {"suspension_table.py", "suspension.py", "ledger.py", "evidence.py", "replay.py",
+        "journal.py"}
+REACHING_IN = re.compile(r"\w\.ledger\b|\bLedger\(|journal\.(entries|get|record|forget|load|batch)\(")
+
+
+def test_nothing_outside_the_core_reaches_into_its_ledger_or_journal():
+    """The guards and the daemon ask Bgscan (current, kept, replay, ...) instead."""
+    for path in Path(nm_scanguard.__file__).parent.rglob("*.py"):
+        if path.name not in CORE:
+            found = REACHING_IN.search(path.read_text(encoding="utf-8"))
+            assert found is None, f"{path}: {found and found.group()}"

@@ -16,9 +16,8 @@ from nm_scanguard.peers.supplicant import NAME, Supplicant, SupplicantError, exp
 from nm_scanguard.daemon.bgscan.suspension_table import Kind
 from nm_scanguard.daemon.bgscan.evidence import is_not_running, is_uncertain
 from nm_scanguard.daemon.bgscan.ledger import Suspended
-from nm_scanguard.daemon.bgscan.replay import restore_journal, restore_left_behind
 from nm_scanguard.daemon.bgscan.suspension import (
-    ALREADY_OFF, NO_BGSCAN_KEY, NO_NETWORK, NothingToSuspend, Suspender,
+    ALREADY_OFF, NO_BGSCAN_KEY, NO_NETWORK, NothingToSuspend, Bgscan,
 )
 from nm_scanguard.peers.supplicant import UncertainOutcome
 
@@ -118,8 +117,13 @@ def journal(tmp_path):
 
 
 @pytest.fixture
-def suspender(sup, journal):
-    return Suspender(sup, journal)
+def bgscan(sup, journal):
+    return Bgscan(sup, journal)
+
+
+def in_doubt(bgscan: Bgscan, net: str) -> bool:
+    s = bgscan.ledger.state(net, found=False)
+    return s is not None and s.kind is Kind.IN_DOUBT
 
 
 def on_disk(journal: Journal) -> dict:
@@ -129,13 +133,13 @@ def on_disk(journal: Journal) -> dict:
 # ---- suspend ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("ifname", ["wlan0", "wlé0"])
-async def test_suspend_journals_first_then_sets_empty(sup, journal, suspender, ifname):
+async def test_suspend_journals_first_then_sets_empty(sup, journal, bgscan, ifname):
     seen = []
     sup.on_set = lambda net, value: seen.append(on_disk(journal))
-    s = await suspender.suspend(IFACE0, ifname)
+    s = await bgscan.suspend(IFACE0, ifname)
     assert s == Suspended(network=NET0, saved=NM_BGSCAN, ifname=ifname)
-    assert suspender.ledger.suspended_on(ifname) == s
-    assert suspender.ledger.state(NET0).kind is Kind.SUSPENDED
+    assert bgscan.current(ifname) == s
+    assert bgscan.ledger.state(NET0).kind is Kind.SUSPENDED
     assert sup.networks[NET0]["bgscan"] == ""
     assert [c[0] for c in sup.calls] == ["current", "get", "set"]
     assert seen == [{NET0: JournalEntry(ifname, NM_BGSCAN)}]  # on disk before the Set went out
@@ -147,11 +151,11 @@ async def test_suspend_journals_first_then_sets_empty(sup, journal, suspender, i
     (lambda sup: sup.networks[NET0].pop("bgscan"), NO_BGSCAN_KEY),
     (lambda sup: sup.networks[NET0].update(bgscan=""), ALREADY_OFF),
 ])
-async def test_nothing_to_suspend_says_why_in_the_guards_words(sup, journal, suspender, setup,
+async def test_nothing_to_suspend_says_why_in_the_guards_words(sup, journal, bgscan, setup,
                                                                 reason):
     setup(sup)
     with pytest.raises(NothingToSuspend) as e:
-        await suspender.suspend(IFACE0, "wlan0")
+        await bgscan.suspend(IFACE0, "wlan0")
     assert e.value.reason == reason
     assert reason in ("not associated in wpa_supplicant",
                       "the network has no bgscan (BSSID-locked profile or AP mode)",
@@ -161,21 +165,21 @@ async def test_nothing_to_suspend_says_why_in_the_guards_words(sup, journal, sus
 
 @pytest.mark.parametrize("value", ["simple:" + CAFE, CAFE, 'simple:30" -o "x', "x" * 300,
                                    "learn:30:-70:3600:/etc/shadow", "simple"])
-async def test_a_value_the_journal_cannot_keep_is_not_suspended(sup, journal, suspender, value):
+async def test_a_value_the_journal_cannot_keep_is_not_suspended(sup, journal, bgscan, value):
     # Only NetworkManager's simple:S:T:L is journaled (a learn value names a file root's
     # wpa_supplicant would write on replay); what we could not restore after a crash stays on.
     sup.networks[NET0]["bgscan"] = value
     with pytest.raises(NothingToSuspend) as e:
-        await suspender.suspend(IFACE0, "wlan0")
+        await bgscan.suspend(IFACE0, "wlan0")
     assert "journal" in e.value.reason and "simple:SHORT:THRESHOLD:LONG" in e.value.reason
     assert "reconnect" in e.value.reason
     assert sup.networks[NET0]["bgscan"] == value and sup.sets() == [] and on_disk(journal) == {}
 
 
 @pytest.mark.parametrize("ifname", [CAFE, "wlan0\n", "..", "Café☕Café☕"])
-async def test_an_impossible_interface_name_is_refused_before_any_call(sup, suspender, ifname):
+async def test_an_impossible_interface_name_is_refused_before_any_call(sup, bgscan, ifname):
     with pytest.raises(ValueError):
-        await suspender.suspend(IFACE0, ifname)
+        await bgscan.suspend(IFACE0, ifname)
     assert sup.calls == []
 
 
@@ -184,42 +188,42 @@ async def test_journal_write_failure_means_no_suspension(tmp_path, sup):
     blocker.write_text("")
     journal = Journal(str(blocker / "state"))
     with pytest.raises(SupplicantError) as e:
-        await Suspender(sup, journal).suspend(IFACE0, "wlan0")
+        await Bgscan(sup, journal).suspend(IFACE0, "wlan0")
     assert str(e.value) == (f"cannot write {journal.path} (Not a directory), so bgscan is left "
                             "on (a crash could not restore it); check the directory's permissions")
     assert sup.sets() == [] and sup.networks[NET0]["bgscan"] == NM_BGSCAN
 
 
 @pytest.mark.parametrize("error", [TIMEOUT, NO_REPLY])
-async def test_late_reply_keeps_the_entry_and_release_restores(sup, journal, suspender, error):
+async def test_late_reply_keeps_the_entry_and_release_restores(sup, journal, bgscan, error):
     """The finding: wpa_supplicant applied "" but answered after the timeout."""
     sup.set_errors, sup.late = [error], True
-    s = await suspender.suspend(IFACE0, "wlan0")
+    s = await bgscan.suspend(IFACE0, "wlan0")
     assert s == Suspended(NET0, NM_BGSCAN, ifname="wlan0")
     assert sup.networks[NET0]["bgscan"] == ""
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
-    await suspender.restore(s, "wlan0")
+    await bgscan.restore("wlan0")
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN
     assert on_disk(journal) == {}
 
 
 @pytest.mark.parametrize("error", [TIMEOUT, NO_REPLY])
-async def test_a_timeout_that_did_not_apply_is_read_back_and_tried_again(sup, journal, suspender,
+async def test_a_timeout_that_did_not_apply_is_read_back_and_tried_again(sup, journal, bgscan,
                                                                          error):
     """Found by the model rung (2026-11-25): taking it for applied left the guard counting
     itself engaged with bgscan on, for as long as the link stayed busy.  wpa_supplicant answers
     one client in order, so the read after the Set shows it was not applied."""
     sup.set_errors = [error]  # never applied
     with pytest.raises(SupplicantError, match="reading it back shows no"):
-        await suspender.suspend(IFACE0, "wlan0")
+        await bgscan.suspend(IFACE0, "wlan0")
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
-    assert suspender.ledger.suspended_on("wlan0") is None
-    s = await suspender.suspend(IFACE0, "wlan0")  # the next sample
+    assert bgscan.current("wlan0") is None
+    s = await bgscan.suspend(IFACE0, "wlan0")  # the next sample
     assert s.saved == NM_BGSCAN and sup.networks[NET0]["bgscan"] == ""
 
 
 @pytest.mark.parametrize("error", [TIMEOUT, NO_REPLY])
-async def test_a_timeout_that_cannot_be_read_back_counts_as_applied(sup, journal, suspender,
+async def test_a_timeout_that_cannot_be_read_back_counts_as_applied(sup, journal, bgscan,
                                                                     error):
     sup.set_errors = [error]  # never applied, but the read after it fails too
     original = sup.get_bgscan
@@ -231,77 +235,77 @@ async def test_a_timeout_that_cannot_be_read_back_counts_as_applied(sup, journal
             fail(error, f"reading the properties of {net_path}")
         return await original(net_path)
     sup.get_bgscan = get_bgscan
-    s = await suspender.suspend(IFACE0, "wlan0")
+    await bgscan.suspend(IFACE0, "wlan0")
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}  # kept: cannot tell
-    await suspender.restore(s, "wlan0")
+    await bgscan.restore("wlan0")
     assert sup.sets() == [("set", NET0, "")]  # restore saw the value intact: wrote nothing
     assert on_disk(journal) == {}
 
 
-async def test_uncertain_outcome_raised_directly_counts_too(sup, journal, suspender):
+async def test_uncertain_outcome_raised_directly_counts_too(sup, journal, bgscan):
     # The form supplicant.explain() will raise once it tells timeouts apart (see the report).
     async def late_set(net_path, value):
         sup.networks[net_path]["bgscan"] = value
         raise UncertainOutcome("wpa_supplicant did not answer in time")
     sup.set_bgscan = late_set
-    s = await suspender.suspend(IFACE0, "wlan0")
+    await bgscan.suspend(IFACE0, "wlan0")
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
     # The restoring Set is late as well: applied but unconfirmed; reading back shows it landed.
-    await suspender.restore(s, "wlan0")
+    await bgscan.restore("wlan0")
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN
-    assert on_disk(journal) == {} and suspender.ledger.suspended_on("wlan0") is None
+    assert on_disk(journal) == {} and bgscan.current("wlan0") is None
 
 
 @pytest.mark.parametrize("error", [TIMEOUT, NO_REPLY])
 @pytest.mark.parametrize("saved", [NM_BGSCAN, "simple:30:-65:300"])
-async def test_a_restore_that_landed_unanswered_is_read_back_and_done(sup, journal, suspender,
+async def test_a_restore_that_landed_unanswered_is_read_back_and_done(sup, journal, bgscan,
                                                                       error, saved):
     """Found by the model rung (2026-11-26): a release whose Set landed but whose reply was
     lost left the suspension live, so a guard wanting bgscan off again counted itself engaged
     and never suspended; bgscan ran while the link was busy.  The read after the Set (one
     client's calls are answered in order) tells."""
     sup.networks[NET0]["bgscan"] = saved
-    s = await suspended(suspender)
+    await suspended(bgscan)
     sup.set_errors, sup.late = [error], True
-    await suspender.restore(s, "wlan0")
+    await bgscan.restore("wlan0")
     assert sup.networks[NET0]["bgscan"] == saved
-    assert on_disk(journal) == {} and suspender.ledger.suspended_on("wlan0") is None
-    assert not suspender.ledger.in_doubt(NET0)
+    assert on_disk(journal) == {} and bgscan.current("wlan0") is None
+    assert not in_doubt(bgscan, NET0)
 
 
 @pytest.mark.parametrize("landed", [True, False])
 async def test_a_restore_unanswered_and_unreadable_is_left_in_doubt_until_read(
-        sup, journal, suspender, landed):
-    s = await suspended(suspender)
+        sup, journal, bgscan, landed):
+    s = await suspended(bgscan)
     sup.set_errors, sup.late = [TIMEOUT], landed
     sup.read_back_error = TIMEOUT  # the read after this Set fails too
     with pytest.raises(UncertainOutcome):
-        await suspender.restore(s, "wlan0")
-    assert suspender.ledger.in_doubt(NET0) and suspender.ledger.suspended_on("wlan0") == s
+        await bgscan.restore("wlan0")
+    assert in_doubt(bgscan, NET0) and bgscan.current("wlan0") == s._replace(in_doubt=True)
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}  # cannot tell: kept
-    assert await suspender.recheck(s, "wlan0") is (not landed)
-    assert not suspender.ledger.in_doubt(NET0)
+    assert await bgscan.recheck("wlan0") is (not landed)
+    assert not in_doubt(bgscan, NET0)
     if landed:  # it was restored: the suspension and its entry end, a new suspend may come
-        assert suspender.ledger.suspended_on("wlan0") is None and on_disk(journal) == {}
-        s2 = await suspended(suspender)
+        assert bgscan.current("wlan0") is None and on_disk(journal) == {}
+        s2 = await suspended(bgscan)
         assert s2.saved == NM_BGSCAN and sup.networks[NET0]["bgscan"] == ""
     else:  # still our "": still suspended, and restored on release
-        assert suspender.ledger.suspended_on("wlan0") == s
-        await suspender.restore(s, "wlan0")
+        assert bgscan.current("wlan0") == s
+        await bgscan.restore("wlan0")
     assert sup.networks[NET0]["bgscan"] == ("" if landed else NM_BGSCAN)
 
 
 @pytest.mark.parametrize("case", ["unanswered, read back", "unanswered, unreadable",
                                   "landed on the new process"])
 async def test_a_suspend_across_a_wpa_supplicant_restart_is_journaled_and_read_again(
-        sup, journal, suspender, case):
+        sup, journal, bgscan, case):
     """Found by the model rung (2026-11-26): a Set answered late, wpa_supplicant restarted
     meanwhile, the read-back failed, and the suspend became a live suspension of the old
     process's network; the guard counted itself engaged and never suspended the new one."""
     at_the_set = []
 
     def restart_during_the_set(net, value):
-        suspender.ledger.forget_all()  # what the daemon does when wpa_supplicant leaves the bus
+        bgscan.supplicant_restarted()  # what the daemon does when wpa_supplicant leaves the bus
         at_the_set.append(on_disk(journal))  # as the Set reaches the new process, if it does
         sup.on_set = None
         if case == "unanswered, unreadable":
@@ -309,33 +313,33 @@ async def test_a_suspend_across_a_wpa_supplicant_restart_is_journaled_and_read_a
     sup.on_set = restart_during_the_set
     if case != "landed on the new process":
         sup.set_errors = [TIMEOUT]  # went to the old process: never answered, not applied here
-    # forget_all keeps the entry of the suspend under way (found by the model rung: the Set
+    # supplicant_restarted keeps the entry of the suspend under way (found by the model rung: the Set
     # reached the new process after the entry was dropped, an unjournaled "").
     kept = [{NET0: JournalEntry("wlan0", NM_BGSCAN)}]
     if case == "unanswered, read back":  # the read after it settles it: nothing of ours here
         with pytest.raises(SupplicantError, match="reading it back shows no"):
-            await suspender.suspend(IFACE0, "wlan0")
+            await bgscan.suspend(IFACE0, "wlan0")
         assert at_the_set == kept
-        assert suspender.ledger.suspended_on("wlan0") is None and on_disk(journal) == {}
+        assert bgscan.current("wlan0") is None and on_disk(journal) == {}
         return
-    s = await suspender.suspend(IFACE0, "wlan0")
+    s = await bgscan.suspend(IFACE0, "wlan0")
     assert at_the_set == kept
-    assert suspender.ledger.suspended_on("wlan0") == s and suspender.ledger.in_doubt(NET0)
+    assert bgscan.current("wlan0") == s._replace(in_doubt=True) and in_doubt(bgscan, NET0)
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}  # "" may be there
     landed = case == "landed on the new process"
-    assert await suspender.recheck(s, "wlan0") is landed
-    assert not suspender.ledger.in_doubt(NET0)
+    assert await bgscan.recheck("wlan0") is landed
+    assert not in_doubt(bgscan, NET0)
     if landed:
-        await suspender.restore(s, "wlan0")
+        await bgscan.restore("wlan0")
     else:
-        assert suspender.ledger.suspended_on("wlan0") is None
+        assert bgscan.current("wlan0") is None
     assert on_disk(journal) == {} and sup.networks[NET0]["bgscan"] == NM_BGSCAN
 
 
 async def test_a_suspend_across_a_restart_keeps_its_entry_and_is_restored(
-        sup, journal, suspender, monkeypatch):
+        sup, journal, bgscan, monkeypatch):
     def restart_during_the_set(net, value):
-        suspender.ledger.forget_all()
+        bgscan.supplicant_restarted()
         sup.on_set = None
 
         def full(*_args):
@@ -343,153 +347,153 @@ async def test_a_suspend_across_a_restart_keeps_its_entry_and_is_restored(
         monkeypatch.setattr(journal, "record", full)
     sup.on_set = restart_during_the_set  # and the Set reaches the new process
     # The restart kept the entry of the suspend under way, so nothing needs writing.
-    s = await suspender.suspend(IFACE0, "wlan0")
-    assert suspender.ledger.suspended_on("wlan0") == s and suspender.ledger.in_doubt(NET0), \
+    s = await bgscan.suspend(IFACE0, "wlan0")
+    assert bgscan.current("wlan0") == s._replace(in_doubt=True) and in_doubt(bgscan, NET0), \
         "live, so that a release restores it"
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
-    await suspender.restore(s, "wlan0")
-    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and suspender.ledger.suspended_on("wlan0") is None
+    await bgscan.restore("wlan0")
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and bgscan.current("wlan0") is None
 
 
-async def test_after_a_lost_suspension_the_next_one_takes_it_over(sup, journal, suspender):
+async def test_after_a_lost_suspension_the_next_one_takes_it_over(sup, journal, bgscan):
     """A suspend cancelled in flight (or by a crash) leaves "" and the entry: the next suspend
     must not report "already off" and leave it so, but adopt it so that release restores."""
     journal.record(NET0, "wlan0", NM_BGSCAN)
     sup.networks[NET0]["bgscan"] = ""
-    s = await suspender.suspend(IFACE0, "wlan0")
+    s = await bgscan.suspend(IFACE0, "wlan0")
     assert s == Suspended(NET0, NM_BGSCAN, ifname="wlan0")
     assert sup.sets() == []
-    await suspender.restore(s, "wlan0")
+    await bgscan.restore("wlan0")
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
 
 
 @pytest.mark.parametrize("error", [ACCESS_DENIED, INVALID_ARGS, UNKNOWN_METHOD, SERVICE_UNKNOWN])
-async def test_definite_refusal_forgets_and_raises(sup, journal, suspender, error):
+async def test_definite_refusal_forgets_and_raises(sup, journal, bgscan, error):
     sup.set_errors = [error]
     with pytest.raises(SupplicantError):
-        await suspender.suspend(IFACE0, "wlan0")
+        await bgscan.suspend(IFACE0, "wlan0")
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN
     assert on_disk(journal) == {} and journal.entries() == {}
 
 
 # ---- restore ------------------------------------------------------------------------------
 
-async def suspended(suspender, ifname: str = "wlan0") -> Suspended:
-    return await suspender.suspend(IFACE0, ifname)
+async def suspended(bgscan, ifname: str = "wlan0") -> Suspended:
+    return await bgscan.suspend(IFACE0, ifname)
 
 
-async def test_restore_puts_back_exactly_the_saved_value(sup, journal, suspender):
+async def test_restore_puts_back_exactly_the_saved_value(sup, journal, bgscan):
     sup.networks[NET0]["bgscan"] = "simple:30:-65:300"
-    s = await suspended(suspender)
-    await suspender.restore(s, "wlan0")
+    await suspended(bgscan)
+    await bgscan.restore("wlan0")
     assert sup.networks[NET0]["bgscan"] == "simple:30:-65:300"
     assert on_disk(journal) == {}
 
 
 @pytest.mark.parametrize("changed", [OTHER, None])
-async def test_restore_leaves_a_value_someone_else_changed(sup, journal, suspender, caplog,
+async def test_restore_leaves_a_value_someone_else_changed(sup, journal, bgscan, caplog,
                                                            changed):
-    s = await suspended(suspender)
+    await suspended(bgscan)
     if changed is None:
         del sup.networks[NET0]["bgscan"]
     else:
         sup.networks[NET0]["bgscan"] = changed
     caplog.set_level(logging.INFO)
-    await suspender.restore(s, "wlan0")
+    await bgscan.restore("wlan0")
     assert sup.networks[NET0].get("bgscan") == changed
     assert sup.sets() == [("set", NET0, "")]
     assert on_disk(journal) == {}
     assert "leaving it" in caplog.text
 
 
-async def test_restore_writes_nothing_when_the_value_is_already_back(sup, journal, suspender):
-    s = await suspended(suspender)
+async def test_restore_writes_nothing_when_the_value_is_already_back(sup, journal, bgscan):
+    await suspended(bgscan)
     sup.networks[NET0]["bgscan"] = NM_BGSCAN  # e.g. an earlier restore whose reply came late
-    await suspender.restore(s, "wlan0")
+    await bgscan.restore("wlan0")
     assert sup.sets() == [("set", NET0, "")]
     assert on_disk(journal) == {}
 
 
-async def test_restore_of_a_gone_network_forgets_it(sup, journal, suspender):
-    s = await suspended(suspender)
+async def test_restore_of_a_gone_network_forgets_it(sup, journal, bgscan):
+    await suspended(bgscan)
     del sup.networks[NET0]
-    await suspender.restore(s, "wlan0")
+    await bgscan.restore("wlan0")
     assert on_disk(journal) == {}
 
 
 async def test_an_unknown_method_error_on_a_network_still_current_keeps_the_entry(
-        sup, journal, suspender):
+        sup, journal, bgscan):
     """UnknownMethod is what a removed network answers, but a transient failure can carry it
     too (fault-injection suite, journal replay): while the interface still has the network as
     its current one, the entry stays and a retry restores bgscan."""
-    s = await suspended(suspender)
+    await suspended(bgscan)
     sup.get_errors = [UNKNOWN_METHOD]
     with pytest.raises(SupplicantError, match="still the interface's current network"):
-        await suspender.restore(s, "wlan0")
+        await bgscan.restore("wlan0")
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
     sup.set_errors = [UNKNOWN_METHOD]
     with pytest.raises(SupplicantError, match="still the interface's current network"):
-        await suspender.restore(s, "wlan0")
+        await bgscan.restore("wlan0")
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
-    await suspender.restore(s, "wlan0")
+    await bgscan.restore("wlan0")
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
 
 
 @pytest.mark.parametrize("error", [ACCESS_DENIED, TIMEOUT, NO_REPLY, SERVICE_UNKNOWN])
-async def test_restore_failure_keeps_the_entry_and_a_retry_succeeds(sup, journal, suspender,
+async def test_restore_failure_keeps_the_entry_and_a_retry_succeeds(sup, journal, bgscan,
                                                                     error):
-    s = await suspended(suspender)
+    await suspended(bgscan)
     sup.set_errors = [error]
     with pytest.raises(SupplicantError):
-        await suspender.restore(s, "wlan0")
+        await bgscan.restore("wlan0")
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
-    await suspender.restore(s, "wlan0")
+    await bgscan.restore("wlan0")
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
 
 
-async def test_forget_all_after_a_wpa_supplicant_restart(sup, journal, suspender, writes):
-    await suspended(suspender)
+async def test_a_wpa_supplicant_restart_forgets_what_it_carried(sup, journal, bgscan, writes):
+    await suspended(bgscan)
     journal.record(IFACE1 + "/Networks/4", "wlé0", OTHER)
     before = writes["n"]
-    suspender.ledger.forget_all()
+    bgscan.supplicant_restarted()
     assert writes["n"] - before == 1
     assert on_disk(journal) == {}
     # The suspension went with the old process: a guard asking must not count itself engaged,
     # or it never suspends the new process's network.
-    assert suspender.ledger.suspended_on("wlan0") is None
+    assert bgscan.current("wlan0") is None
 
 
-async def test_a_removed_network_ends_its_suspension_and_entry(sup, journal, suspender):
-    s = await suspended(suspender)
-    assert suspender.ledger.network_removed(s.network) == s
-    assert on_disk(journal) == {} and suspender.ledger.suspended_on("wlan0") is None
-    assert suspender.ledger.generation(s.network) == s.generation + 1
+async def test_a_removed_network_ends_its_suspension_and_entry(sup, journal, bgscan):
+    s = await suspended(bgscan)
+    assert bgscan.network_removed(s.network) == s
+    assert on_disk(journal) == {} and bgscan.current("wlan0") is None
+    assert bgscan.ledger.generation(s.network) == s.generation + 1
 
 
 async def test_a_removal_drops_a_stale_entry_but_not_that_of_a_suspend_under_way(
-        sup, journal, suspender):
+        sup, journal, bgscan):
     """No live suspension: an entry for the path is stale (our "" went with the object) unless a
     suspend is under way there, which sorts the removal out itself when its Set returns."""
     stale = IFACE0 + "/Networks/1"
     journal.record(stale, "wlan0", NM_BGSCAN)
-    assert suspender.ledger.network_removed(stale) is None and journal.get(stale) is None
+    assert bgscan.network_removed(stale) is None and journal.get(stale) is None
     seen = []
 
     def removed_mid_set(net, value):
         if value == "":
-            assert suspender.ledger.network_removed(net) is None
+            assert bgscan.network_removed(net) is None
             seen.append(journal.get(net))
     sup.on_set = removed_mid_set
     with pytest.raises(SupplicantError, match="re-created"):
-        await suspender.suspend(IFACE0, "wlan0")
+        await bgscan.suspend(IFACE0, "wlan0")
     assert seen == [JournalEntry("wlan0", NM_BGSCAN)]  # kept while the Set was on its way
-    assert journal.entries() == {} and suspender.ledger.state(NET0) is None
+    assert journal.entries() == {} and bgscan.ledger.state(NET0) is None
 
 
-async def test_one_network_is_never_suspended_twice(sup, journal, suspender):
-    await suspender.suspend(IFACE0, "wlan0")
+async def test_one_network_is_never_suspended_twice(sup, journal, bgscan):
+    await bgscan.suspend(IFACE0, "wlan0")
     with pytest.raises(SupplicantError, match="not suspending it twice"):
-        await suspender.suspend(IFACE0, "wlan1")
+        await bgscan.suspend(IFACE0, "wlan1")
     assert len(sup.sets()) == 1
 
 
@@ -533,11 +537,11 @@ async def test_errors_of_the_real_supplicant_are_classified(error, uncertain, no
 
 async def test_late_reply_through_the_real_supplicant_is_restored(journal):
     bus = ScriptedBus(NO_REPLY)
-    suspender = Suspender(Supplicant(bus), journal)
-    s = await suspender.suspend(IFACE0, "wlan0")
+    bgscan = Bgscan(Supplicant(bus), journal)
+    await bgscan.suspend(IFACE0, "wlan0")
     assert bus.bgscan == "" and on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
     bus.set_error = None
-    await suspender.restore(s, "wlan0")
+    await bgscan.restore("wlan0")
     assert bus.bgscan == NM_BGSCAN and on_disk(journal) == {}
 
 
@@ -549,7 +553,7 @@ def left_behind(journal: Journal, entries: dict[str, tuple[str, str]]) -> None:
         json.dump({n: {"ifname": i, "bgscan": b} for n, (i, b) in entries.items()}, f)
 
 
-async def test_replay_restores_under_the_interface_and_drops_the_rest(sup, journal, suspender,
+async def test_replay_restores_under_the_interface_and_drops_the_rest(sup, journal, bgscan,
                                                                       writes, caplog):
     ours, theirs, stray = IFACE0 + "/Networks/7", IFACE1 + "/Networks/7", IFACE0 + "/Networks/8"
     sup.interfaces["wlé0"] = IFACE1
@@ -560,7 +564,7 @@ async def test_replay_restores_under_the_interface_and_drops_the_rest(sup, journ
         stray: ("wlé0", OTHER),  # claims wlé0 but lies under wlan0's
         IFACE0 + "/Networks/9": ("gone0", OTHER),  # wpa_supplicant does not know the interface
     })
-    await restore_journal(suspender)
+    await bgscan.replay()
     assert sup.networks == {ours: {"bgscan": NM_BGSCAN}, theirs: {"bgscan": ""},
                             stray: {"bgscan": ""}}
     assert sup.sets() == [("set", ours, NM_BGSCAN)]
@@ -569,16 +573,16 @@ async def test_replay_restores_under_the_interface_and_drops_the_rest(sup, journ
     assert caplog.text.count("does not lie under the interface's object") == 2
 
 
-async def test_replay_with_non_ascii_interface_name(sup, journal, suspender):
+async def test_replay_with_non_ascii_interface_name(sup, journal, bgscan):
     sup.interfaces = {"wlé0": IFACE1}
     mine = IFACE1 + "/Networks/0"
     sup.networks = {mine: {"bgscan": ""}}
     left_behind(journal, {mine: ("wlé0", NM_BGSCAN)})
-    await restore_journal(suspender)
+    await bgscan.replay()
     assert sup.networks[mine]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
 
 
-async def test_replay_uses_the_callers_lookup(sup, journal, suspender):
+async def test_replay_uses_the_callers_lookup(sup, journal, bgscan):
     sup.networks = {NET0: {"bgscan": ""}}
     left_behind(journal, {NET0: ("wlan0", NM_BGSCAN)})
     asked = []
@@ -587,31 +591,31 @@ async def test_replay_uses_the_callers_lookup(sup, journal, suspender):
         asked.append(ifname)
         return IFACE0
 
-    await restore_journal(suspender, known)
+    await bgscan.replay(known)
     assert asked == ["wlan0"] and ("interface", "wlan0") not in sup.calls
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN
 
 
-async def test_replay_keeps_what_it_could_not_restore(sup, journal, suspender, writes):
+async def test_replay_keeps_what_it_could_not_restore(sup, journal, bgscan, writes):
     other = IFACE0 + "/Networks/1"
     sup.networks = {NET0: {"bgscan": ""}, other: {"bgscan": ""}}
     left_behind(journal, {NET0: ("wlan0", NM_BGSCAN), other: ("wlan0", OTHER)})
     sup.set_errors = [ACCESS_DENIED]  # the first restore (NET0, first in the file) is refused
-    await restore_journal(suspender)
+    await bgscan.replay()
     assert writes["n"] == 1
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
     assert sup.networks == {NET0: {"bgscan": ""}, other: {"bgscan": OTHER}}
 
 
 @pytest.mark.parametrize("how", ["owner", "interface", "restore"])
-async def test_wpa_supplicant_not_running_drops_everything_in_one_write(sup, journal, suspender,
+async def test_wpa_supplicant_not_running_drops_everything_in_one_write(sup, journal, bgscan,
                                                                         writes, how):
     nets = [IFACE0 + f"/Networks/{n}" for n in range(5)]
     sup.networks = {n: {"bgscan": ""} for n in nets}
     left_behind(journal, {n: ("wlan0", NM_BGSCAN) for n in nets})
     if how == "owner":
         sup.owned = False
-        await restore_journal(suspender)
+        await bgscan.replay()
         assert sup.calls == [("running",)]
     else:
         # The call says nobody owns the name (wpa_supplicant left just after the replay's
@@ -627,7 +631,7 @@ async def test_wpa_supplicant_not_running_drops_everything_in_one_write(sup, jou
         else:
             sup.set_errors = [SERVICE_UNKNOWN]
             sup.on_set = lambda net, value: setattr(sup, "owned", False)
-        await restore_journal(suspender)
+        await bgscan.replay()
     assert writes["n"] == 1
     assert on_disk(journal) == {}
 
@@ -635,7 +639,7 @@ async def test_wpa_supplicant_not_running_drops_everything_in_one_write(sup, jou
 @pytest.mark.parametrize("owner", [True, "org.freedesktop.DBus.Error.NoReply"])
 @pytest.mark.parametrize("where", ["interface", "restore"])
 async def test_not_running_from_a_call_drops_nothing_unless_the_bus_confirms(
-        sup, journal, suspender, where, owner, caplog):
+        sup, journal, bgscan, where, owner, caplog):
     """A call answered ServiceUnknown while the bus says the name is owned (or will not say)
     is no evidence that the networks are gone: the entries stay for a later try."""
     sup.networks = {NET0: {"bgscan": ""}}
@@ -645,28 +649,28 @@ async def test_not_running_from_a_call_drops_nothing_unless_the_bus_confirms(
     else:
         sup.set_errors = [SERVICE_UNKNOWN]
     sup.owned = owner
-    kept = await restore_journal(suspender)
+    kept = await bgscan.replay()
     assert kept == 1
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
     assert sup.networks[NET0]["bgscan"] == ""
     # The next try, with wpa_supplicant answering, restores it.
     sup.interface_error, sup.set_errors, sup.owned = None, [], True
-    assert await restore_journal(suspender) == 0
+    assert await bgscan.replay() == 0
     assert on_disk(journal) == {} and sup.networks[NET0]["bgscan"] == NM_BGSCAN
 
 
-async def test_other_lookup_failures_keep_the_entries(sup, journal, suspender):
+async def test_other_lookup_failures_keep_the_entries(sup, journal, bgscan):
     sup.networks = {NET0: {"bgscan": ""}}
     left_behind(journal, {NET0: ("wlan0", NM_BGSCAN)})
     sup.interface_error = ACCESS_DENIED
-    await restore_journal(suspender)
+    await bgscan.replay()
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
 
 
-async def test_replay_of_a_damaged_journal_is_not_fatal(sup, journal, suspender, caplog):
+async def test_replay_of_a_damaged_journal_is_not_fatal(sup, journal, bgscan, caplog):
     with open(journal.path, "w") as f:
         f.write('{"/n/0": {"ifname": "wlan0", "bgscan": "$(id)"}, ')
-    await restore_journal(suspender)
+    await bgscan.replay()
     assert sup.calls == [] and "cannot use the journal" in caplog.text
 
 
@@ -677,68 +681,68 @@ async def test_replay_of_2000_entries_writes_once(tmp_path, sup, writes):
     sup.networks = {net: {"bgscan": ""} for net in nets}
     left_behind(journal, {net: ("wlan0", NM_BGSCAN) for net in nets})
     start = time.perf_counter()
-    await restore_journal(Suspender(sup, journal))
+    await Bgscan(sup, journal).replay()
     took = time.perf_counter() - start
-    print(f"\nrestore_journal of {n} entries: {took * 1000:.1f} ms, {writes['n']} write(s)")
+    print(f"\nreplay of {n} entries: {took * 1000:.1f} ms, {writes['n']} write(s)")
     assert writes["n"] == 1
     assert all(sup.networks[net]["bgscan"] == NM_BGSCAN for net in nets)
     assert sup.calls.count(("interface", "wlan0")) == 1
     assert Journal(str(tmp_path), max_bytes=1 << 20).load() == {}
 
 
-async def test_network_recreated_between_read_and_set_gets_the_value_back(sup, journal, suspender):
+async def test_network_recreated_between_read_and_set_gets_the_value_back(sup, journal, bgscan):
     """Found by the fault suite on Debian 13: NetworkManager re-activated (remove, then add at
     the same path with its own bgscan) while a suspend was between its read and its Set, so
     the "" landed on the new object and release wrote the old object's value.  The daemon
-    feeds NetworkRemoved to the Suspender before the Set's reply is handled."""
+    feeds NetworkRemoved to the Bgscan before the Set's reply is handled."""
     def recreate(net, value):
         if value == "":
-            suspender.ledger.network_removed(net)
+            bgscan.network_removed(net)
             sup.networks[net] = {"bgscan": OTHER}  # NM's new object, then our "" lands on it
     sup.on_set = recreate
     with pytest.raises(SupplicantError, match="re-created"):
-        await suspender.suspend(IFACE0, "wlan0")
+        await bgscan.suspend(IFACE0, "wlan0")
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN  # the value read, put back at once
     assert journal.entries() == {}
     sup.on_set = None
-    s = await suspender.suspend(IFACE0, "wlan0")  # the next sample: a clean suspend
+    s = await bgscan.suspend(IFACE0, "wlan0")  # the next sample: a clean suspend
     assert s.saved == NM_BGSCAN and sup.networks[NET0]["bgscan"] == ""
 
 
-async def test_network_recreated_and_put_back_fails_is_restored_on_release(sup, journal, suspender):
+async def test_network_recreated_and_put_back_fails_is_restored_on_release(sup, journal, bgscan):
     def recreate(net, value):
         if value == "":
-            suspender.ledger.network_removed(net)
+            bgscan.network_removed(net)
         else:
             fail(ACCESS_DENIED, f"setting bgscan on {net}")  # the put-back is refused
     sup.on_set = recreate
-    s = await suspender.suspend(IFACE0, "wlan0")
+    s = await bgscan.suspend(IFACE0, "wlan0")
     assert s.saved == NM_BGSCAN and journal.get(NET0) is not None
     assert sup.networks[NET0]["bgscan"] == ""
     sup.on_set = None
-    await suspender.restore(s, "wlan0")
+    await bgscan.restore("wlan0")
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and journal.entries() == {}
 
 
 async def test_network_recreated_between_read_and_set_of_a_restore_is_logged(
-        sup, journal, suspender, caplog):
+        sup, journal, bgscan, caplog):
     """Found by the fault suite: NetworkManager re-created the network (same path) between a
     restore's read and its Set.  wpa_supplicant has no compare-and-set, so the Set lands on the
     new object; bgscan is on (the promise holds) but with the previous object's value, and the
     daemon says so rather than pretending all is well."""
-    s = await suspender.suspend(IFACE0, "wlan0")
+    s = await bgscan.suspend(IFACE0, "wlan0")
 
     def recreate(net, value):
         if value == s.saved:
-            suspender.ledger.network_removed(net)
+            bgscan.network_removed(net)
             sup.networks[net] = {"bgscan": OTHER}  # NetworkManager's new object
     sup.on_set = recreate
-    await suspender.restore(s, "wlan0")
+    await bgscan.restore("wlan0")
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and journal.entries() == {}
     assert "re-created network" in caplog.text and "while bgscan was being restored" in caplog.text
 
 
-async def test_a_replay_leaves_a_network_a_guard_took_over_while_it_waited(sup, journal, suspender):
+async def test_a_replay_leaves_a_network_a_guard_took_over_while_it_waited(sup, journal, bgscan):
     """Found by the model rung (2026-11-25): a replay read the journal, then waited (another
     entry's read timed out); meanwhile the guard suspended the same network, recording the value
     it then read (another program had changed it).  The replay went on with the entry it had
@@ -747,17 +751,17 @@ async def test_a_replay_leaves_a_network_a_guard_took_over_while_it_waited(sup, 
     sup.networks[NET0]["bgscan"] = OTHER  # another program's value, over the old instance's ""
 
     async def known(ifname):
-        taken.append(await suspender.suspend(IFACE0, "wlan0"))  # the guard, meanwhile
+        taken.append(await bgscan.suspend(IFACE0, "wlan0"))  # the guard, meanwhile
         return IFACE0
     taken: list = []
-    assert await restore_journal(suspender, known) == 0
-    assert sup.networks[NET0]["bgscan"] == "" and suspender.ledger.suspended_on("wlan0") == taken[0]
+    assert await bgscan.replay(known) == 0
+    assert sup.networks[NET0]["bgscan"] == "" and bgscan.current("wlan0") == taken[0]
     assert journal.get(NET0) == JournalEntry("wlan0", OTHER)
-    await suspender.restore(taken[0], "wlan0")
+    await bgscan.restore("wlan0")
     assert sup.networks[NET0]["bgscan"] == OTHER and journal.entries() == {}
 
 
-def reactivate_during_the_set(sup, suspender, new_object: dict, error: str,
+def reactivate_during_the_set(sup, bgscan, new_object: dict, error: str,
                               read_back: str | None = None) -> None:
     """The next Set of "" goes unanswered (`error`), and NetworkManager re-creates the network
     at the same path meanwhile: the new object reads as `new_object` ({"bgscan": ""}: the Set
@@ -769,7 +773,7 @@ def reactivate_during_the_set(sup, suspender, new_object: dict, error: str,
         if value != "":
             return await original(net, value)
         sup.calls.append(("set", net, value))
-        suspender.ledger.network_removed(net)  # the daemon sees NetworkRemoved before the timeout
+        bgscan.network_removed(net)  # the daemon sees NetworkRemoved before the timeout
         sup.networks[net] = dict(new_object)
         sup.get_errors = [read_back] if read_back else []
         fail(error, f"setting bgscan on {net}")
@@ -778,7 +782,7 @@ def reactivate_during_the_set(sup, suspender, new_object: dict, error: str,
 
 @pytest.mark.parametrize("error", [TIMEOUT, NO_REPLY])
 async def test_an_unanswered_set_read_back_as_no_key_on_a_recreated_network_is_not_put_back(
-        sup, journal, suspender, error):
+        sup, journal, bgscan, error):
     """Found by the model rung (2026-11-26): our "" landed, its reply was lost, and
     NetworkManager re-activated with a BSSID-locked profile (no bgscan key) at the same path
     before the timeout.  The read-back answered "no key", which was taken for a failed read;
@@ -786,70 +790,70 @@ async def test_an_unanswered_set_read_back_as_no_key_on_a_recreated_network_is_n
     old object's value on a new object the read had just shown without "" (or any bgscan).
     A read that answers is evidence: no key is not our "", so nothing is written and nothing
     is kept."""
-    reactivate_during_the_set(sup, suspender, {}, error)
+    reactivate_during_the_set(sup, bgscan, {}, error)
     with pytest.raises(SupplicantError, match="reading it back shows no"):
-        await suspender.suspend(IFACE0, "wlan0")
+        await bgscan.suspend(IFACE0, "wlan0")
     assert sup.sets() == [("set", NET0, "")]  # no put-back
     assert sup.networks[NET0] == {} and on_disk(journal) == {}
-    assert suspender.ledger.suspended_on("wlan0") is None
+    assert bgscan.current("wlan0") is None
     with pytest.raises(NothingToSuspend) as e:  # the next sample: nothing to turn off there
-        await suspender.suspend(IFACE0, "wlan0")
+        await bgscan.suspend(IFACE0, "wlan0")
     assert e.value.reason == NO_BGSCAN_KEY and sup.sets() == [("set", NET0, "")]
 
 
 @pytest.mark.parametrize("new_object", [{}, {"bgscan": OTHER}])
 async def test_an_unanswered_set_unreadable_across_a_removal_is_in_doubt_not_put_back(
-        sup, journal, suspender, new_object):
+        sup, journal, bgscan, new_object):
     """The Set of "" and the read after it both went unanswered, and NetworkManager re-created
     the network at the same path meanwhile: our "" may be on the new object or may have gone
     with the old one.  A put-back would write the old object's value where no read showed our
     "" (over NetworkManager's value for the new object, or where it set no key at all); the
     suspension is left in doubt instead, journaled, and read before it counts."""
-    reactivate_during_the_set(sup, suspender, new_object, TIMEOUT, read_back=TIMEOUT)
-    s = await suspender.suspend(IFACE0, "wlan0")
+    reactivate_during_the_set(sup, bgscan, new_object, TIMEOUT, read_back=TIMEOUT)
+    await bgscan.suspend(IFACE0, "wlan0")
     assert sup.sets() == [("set", NET0, "")]  # no put-back
-    assert suspender.ledger.in_doubt(NET0) and on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
-    assert await suspender.recheck(s, "wlan0") is False  # the new object's own value: not ours
+    assert in_doubt(bgscan, NET0) and on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
+    assert await bgscan.recheck("wlan0") is False  # the new object's own value: not ours
     assert sup.networks[NET0] == new_object and on_disk(journal) == {}
-    assert suspender.ledger.suspended_on("wlan0") is None and sup.sets() == [("set", NET0, "")]
+    assert bgscan.current("wlan0") is None and sup.sets() == [("set", NET0, "")]
 
 
 async def test_an_unanswered_set_unreadable_across_a_removal_that_hit_the_new_object_is_ours(
-        sup, journal, suspender):
+        sup, journal, bgscan):
     """The same, with the Set handled after the re-creation: our "" is on the new object; the
     read before it counts finds it, and release restores the saved value there."""
-    reactivate_during_the_set(sup, suspender, {"bgscan": ""}, NO_REPLY, read_back=NO_REPLY)
-    s = await suspender.suspend(IFACE0, "wlan0")
-    assert suspender.ledger.in_doubt(NET0) and sup.sets() == [("set", NET0, "")]
-    assert await suspender.recheck(s, "wlan0") is True and not suspender.ledger.in_doubt(NET0)
-    await suspender.restore(s, "wlan0")
+    reactivate_during_the_set(sup, bgscan, {"bgscan": ""}, NO_REPLY, read_back=NO_REPLY)
+    await bgscan.suspend(IFACE0, "wlan0")
+    assert in_doubt(bgscan, NET0) and sup.sets() == [("set", NET0, "")]
+    assert await bgscan.recheck("wlan0") is True and not in_doubt(bgscan, NET0)
+    await bgscan.restore("wlan0")
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
 
 
 async def test_a_second_removal_during_a_refused_put_back_ends_the_suspension(
-        sup, journal, suspender):
+        sup, journal, bgscan):
     """Two re-creations in one suspend: the first between our read and our Set (the "" lands on
     the new object), the second while the put-back is on its way, and the put-back is refused.
     Our "" went with the second object: nothing may stay live or journaled for it, or the guard
     would count itself engaged on a network that carries NetworkManager's bgscan.  (The model
     rung draws this only now and then: 2 of 4 mutation runs of 2000 sequences.)"""
     def recreate_twice(net, value):
-        suspender.ledger.network_removed(net)
+        bgscan.network_removed(net)
         sup.networks[net] = {"bgscan": OTHER}
         if value != "":
             fail(ACCESS_DENIED, f"setting bgscan on {net}")  # the put-back is refused
     sup.on_set = recreate_twice
     with pytest.raises(SupplicantError, match="re-created"):
-        await suspender.suspend(IFACE0, "wlan0")
-    assert suspender.ledger.suspended_on("wlan0") is None and journal.entries() == {}
+        await bgscan.suspend(IFACE0, "wlan0")
+    assert bgscan.current("wlan0") is None and journal.entries() == {}
 
 
-async def test_a_network_under_a_replaced_interface_object_is_gone(sup, journal, suspender):
+async def test_a_network_under_a_replaced_interface_object_is_gone(sup, journal, bgscan):
     """Found by the model rung (2026-11-25): the interface object was removed and added again
     (a new path) while our "" was on one of its networks; reading the old network and the old
     interface both answer UnknownObject.  That wpa_supplicant now names another object for the
     interface confirms the network is gone; without it the entry was kept and retried for ever."""
-    s = await suspended(suspender)
+    await suspended(bgscan)
     original = sup.current_network
 
     async def current_network(iface_path):
@@ -859,13 +863,13 @@ async def test_a_network_under_a_replaced_interface_object_is_gone(sup, journal,
     sup.current_network = current_network
     sup.interfaces["wlan0"] = "/fi/w1/wpa_supplicant1/Interfaces/7"
     sup.networks.pop(NET0)
-    await suspender.restore(s, "wlan0")
-    assert journal.entries() == {} and suspender.ledger.suspended_on("wlan0") is None
+    await bgscan.restore("wlan0")
+    assert journal.entries() == {} and bgscan.current("wlan0") is None
 
 
 async def test_an_unknown_object_on_the_same_interface_object_is_not_taken_for_gone(
-        sup, journal, suspender):
-    s = await suspended(suspender)
+        sup, journal, bgscan):
+    await suspended(bgscan)
     original = sup.current_network
 
     async def current_network(iface_path):
@@ -874,7 +878,7 @@ async def test_an_unknown_object_on_the_same_interface_object_is_not_taken_for_g
     sup.current_network = current_network
     sup.get_errors = ["org.freedesktop.DBus.Error.UnknownObject"]
     with pytest.raises(SupplicantError, match="could not say"):
-        await suspender.restore(s, "wlan0")
+        await bgscan.restore("wlan0")
     assert journal.get(NET0) is not None  # kept: the interface object is still the one it was
 
 
@@ -886,7 +890,7 @@ async def test_a_removal_after_a_cancelled_suspend_keeps_the_entry_for_the_resto
     the cancel and the Set landed on the new object at the same path.  The removal must not drop
     the entry: restoring what is left behind then finds our "" and puts the value back."""
     sup.interfaces = {ifname: IFACE0}
-    suspender = Suspender(sup, journal)
+    bgscan = Bgscan(sup, journal)
     landed = asyncio.Event()
     release = asyncio.Event()
 
@@ -895,23 +899,23 @@ async def test_a_removal_after_a_cancelled_suspend_keeps_the_entry_for_the_resto
         landed.set()
         await release.wait()
     sup.set_bgscan = set_then_hang
-    task = asyncio.create_task(suspender.suspend(IFACE0, ifname))
+    task = asyncio.create_task(bgscan.suspend(IFACE0, ifname))
     await asyncio.wait([task, asyncio.create_task(landed.wait())],
                        return_when=asyncio.FIRST_COMPLETED)
     assert landed.is_set(), task.result()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert suspender.ledger.network_removed(NET0) is None
+    assert bgscan.network_removed(NET0) is None
     assert on_disk(journal) == {NET0: JournalEntry(ifname, NM_BGSCAN)}
     del sup.set_bgscan  # the fake's own Set again
-    await restore_left_behind(suspender, ifname)
+    await bgscan.replay(ifname=ifname)
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and journal.entries() == {}
-    assert suspender.ledger.network_removed(NET0) is None  # nothing left that a removal keeps
+    assert bgscan.network_removed(NET0) is None  # nothing left that a removal keeps
 
 
 async def test_a_replay_leaves_alone_a_network_a_guard_took_over_during_its_lookup(
-        sup, journal, suspender):
+        sup, journal, bgscan):
     """The lookup of the interface awaits wpa_supplicant; a guard that takes the network over
     meanwhile owns its entry, whatever the lookup then says (here: an answer from before a
     restart, 'not managed'): dropping it would leave the guard's "" unjournaled."""
@@ -919,18 +923,18 @@ async def test_a_replay_leaves_alone_a_network_a_guard_took_over_during_its_look
     left_behind(journal, {NET0: ("wlan0", NM_BGSCAN)})
 
     async def known(ifname):
-        taken = await suspender.suspend(IFACE0, "wlan0")  # the guard adopts our ""
+        taken = await bgscan.suspend(IFACE0, "wlan0")  # the guard adopts our ""
         assert taken.saved == NM_BGSCAN
         return None
 
-    assert await restore_journal(suspender, known) == 0
+    assert await bgscan.replay(known) == 0
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
-    assert suspender.ledger.suspended_on("wlan0") is not None and sup.networks[NET0]["bgscan"] == ""
+    assert bgscan.current("wlan0") is not None and sup.networks[NET0]["bgscan"] == ""
 
 
 @pytest.mark.parametrize("ifname", ["wlan0", "wlé0"])
 async def test_a_set_left_behind_that_hit_a_recreated_object_is_restored_there(
-        sup, journal, suspender, ifname, monkeypatch):
+        sup, journal, bgscan, ifname, monkeypatch):
     """A suspend cancelled with its Set of "" queued; NetworkManager re-creates the network
     before wpa_supplicant handles that Set, whose "" lands on the new object; the removal is
     seen only while the restore of what was left behind reads.  The "" read is ours whatever
@@ -942,7 +946,7 @@ async def test_a_set_left_behind_that_hit_a_recreated_object_is_restored_there(
         sup.calls.append(("set", net, value))
         await stuck
     monkeypatch.setattr(sup, "set_bgscan", queued_set)
-    task = asyncio.create_task(suspender.suspend(IFACE0, ifname))
+    task = asyncio.create_task(bgscan.suspend(IFACE0, ifname))
     await asyncio.sleep(0)
     await asyncio.sleep(0)
     task.cancel()
@@ -954,70 +958,70 @@ async def test_a_set_left_behind_that_hit_a_recreated_object_is_restored_there(
     read = sup.get_bgscan
 
     async def removal_seen_during_the_read(net):
-        suspender.ledger.network_removed(NET0)
+        bgscan.network_removed(NET0)
         return await read(net)
     monkeypatch.setattr(sup, "get_bgscan", removal_seen_during_the_read)
-    await restore_left_behind(suspender, ifname)
+    await bgscan.replay(ifname=ifname)
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
 
 
-async def test_a_recheck_whose_read_fails_keeps_the_entry_and_the_doubt(sup, journal, suspender):
-    s = await suspended(suspender)
+async def test_a_recheck_whose_read_fails_keeps_the_entry_and_the_doubt(sup, journal, bgscan):
+    s = await suspended(bgscan)
     sup.set_errors, sup.late = [TIMEOUT], False
     sup.read_back_error = TIMEOUT  # the read-back after the unanswered restore fails too
     with pytest.raises(UncertainOutcome):
-        await suspender.restore(s, "wlan0")
-    assert suspender.ledger.in_doubt(NET0)
+        await bgscan.restore("wlan0")
+    assert in_doubt(bgscan, NET0)
     sup.get_errors = [TIMEOUT]
     with pytest.raises(SupplicantError):
-        await suspender.recheck(s, "wlan0")
-    assert suspender.ledger.in_doubt(NET0) and suspender.ledger.suspended_on("wlan0") == s
+        await bgscan.recheck("wlan0")
+    assert in_doubt(bgscan, NET0) and bgscan.current("wlan0") == s._replace(in_doubt=True)
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
     assert sup.networks[NET0]["bgscan"] == ""
-    await suspender.restore(s, "wlan0")
+    await bgscan.restore("wlan0")
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
 
 
 @pytest.mark.parametrize("ifname", ["wlan0", "wlé0"])
 async def test_a_restore_cancelled_on_its_way_keeps_the_entry_in_doubt(
-        sup, journal, suspender, ifname, monkeypatch):
+        sup, journal, bgscan, ifname, monkeypatch):
     """The restoring Set may or may not land after the cancel: the entry stays, and the
     suspension is read before it counts again."""
     sup.interfaces = {ifname: IFACE0}
-    s = await suspended(suspender, ifname)
+    s = await suspended(bgscan, ifname)
     stuck = asyncio.get_running_loop().create_future()
 
     async def queued_set(net, value):
         await stuck
     monkeypatch.setattr(sup, "set_bgscan", queued_set)
-    task = asyncio.create_task(suspender.restore(s, ifname))
+    task = asyncio.create_task(bgscan.restore(ifname))
     for _ in range(3):
         await asyncio.sleep(0)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert on_disk(journal) == {NET0: JournalEntry(ifname, NM_BGSCAN)}
-    assert suspender.ledger.in_doubt(NET0) and suspender.ledger.suspended_on(ifname) == s
+    assert in_doubt(bgscan, NET0) and bgscan.current(ifname) == s._replace(in_doubt=True)
 
 
 async def test_a_suspend_that_cannot_read_a_leftover_network_keeps_its_entry(
-        sup, journal, suspender):
+        sup, journal, bgscan):
     journal.record(NET0, "wlan0", NM_BGSCAN)
     sup.networks[NET0]["bgscan"] = ""  # an earlier instance's ""
     sup.get_errors = [TIMEOUT]
     with pytest.raises(SupplicantError):
-        await suspender.suspend(IFACE0, "wlan0")
+        await bgscan.suspend(IFACE0, "wlan0")
     assert on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
-    assert await restore_journal(suspender) == 0
+    assert await bgscan.replay() == 0
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
 
 
 async def test_an_answer_to_a_call_sequence_that_ended_is_not_applied_to_the_next(
-        sup, journal, suspender, monkeypatch):
+        sup, journal, bgscan, monkeypatch):
     """wpa_supplicant restarts while a release waits for its read; the new process's network
     at the same path is suspended for another interface; then the old read is answered.  It
     must not be taken for the new suspension's (its \"\" would be restored, or Refused raised)."""
-    s = await suspended(suspender)
+    await suspended(bgscan)
     read = sup.get_bgscan
     answer = asyncio.get_running_loop().create_future()
 
@@ -1026,35 +1030,35 @@ async def test_an_answer_to_a_call_sequence_that_ended_is_not_applied_to_the_nex
         await answer
         return ""
     monkeypatch.setattr(sup, "get_bgscan", first_read_waits)
-    release = asyncio.create_task(suspender.restore(s, "wlan0"))
+    release = asyncio.create_task(bgscan.restore("wlan0"))
     for _ in range(3):
         await asyncio.sleep(0)
-    suspender.ledger.forget_all()
+    bgscan.supplicant_restarted()
     sup.networks[NET0]["bgscan"] = NM_BGSCAN  # the new process's network
-    other = await suspender.suspend(IFACE0, "wlé0")
+    other = await bgscan.suspend(IFACE0, "wlé0")
     answer.set_result(None)
     await release
-    assert suspender.ledger.suspended_on("wlé0") == other and sup.networks[NET0]["bgscan"] == ""
+    assert bgscan.current("wlé0") == other and sup.networks[NET0]["bgscan"] == ""
     assert on_disk(journal) == {NET0: JournalEntry("wlé0", NM_BGSCAN)}
     assert [c for c in sup.sets() if c[2] != ""] == []  # the old release wrote nothing
 
 
 async def test_a_replay_restores_a_leftover_whose_take_over_failed_meanwhile(
-        sup, journal, suspender):
+        sup, journal, bgscan):
     journal.record(NET0, "wlan0", NM_BGSCAN)
     sup.networks[NET0]["bgscan"] = ""
 
     async def known(ifname):
         sup.get_errors = [TIMEOUT]
         with pytest.raises(SupplicantError):
-            await suspender.suspend(IFACE0, "wlan0")  # a guard's take-over, failing
+            await bgscan.suspend(IFACE0, "wlan0")  # a guard's take-over, failing
         return IFACE0
-    assert await restore_journal(suspender, known) == 0
+    assert await bgscan.replay(known) == 0
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
 
 
 async def test_the_replay_is_tried_again_while_a_guard_is_taking_an_entry_over(
-        sup, journal, suspender):
+        sup, journal, bgscan):
     """The journal's retry goes on while it has entries left; one a guard is taking over
     comes back to it if the take-over fails, so it counts among them until the take-over
     ends (else the retry stops, the take-over fails, and nothing restores that bgscan)."""
@@ -1067,38 +1071,38 @@ async def test_the_replay_is_tried_again_while_a_guard_is_taking_an_entry_over(
         await gate.wait()
         return await read(net_path)
     sup.get_bgscan = held_read
-    take_over = asyncio.ensure_future(suspender.suspend(IFACE0, "wlan0"))
+    take_over = asyncio.ensure_future(bgscan.suspend(IFACE0, "wlan0"))
     for _ in range(20):
         await asyncio.sleep(0)
-    assert suspender.ledger.state(NET0).kind is Kind.READING
-    assert await restore_journal(suspender) == 1  # not restored, and not forgotten either
+    assert bgscan.ledger.state(NET0).kind is Kind.READING
+    assert await bgscan.replay() == 1  # not restored, and not forgotten either
     sup.get_errors = [TIMEOUT]
     gate.set()
     with pytest.raises(SupplicantError):
         await take_over
-    assert suspender.ledger.state(NET0).kind is Kind.LEFTOVER
-    assert await restore_journal(suspender) == 0
+    assert bgscan.ledger.state(NET0).kind is Kind.LEFTOVER
+    assert await bgscan.replay() == 0
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
 
 
 @pytest.mark.parametrize("ifname", ["wlan0", "wlé0"])
 async def test_what_a_stopped_guard_could_not_restore_goes_to_the_replay(
-        sup, journal, suspender, ifname):
+        sup, journal, bgscan, ifname):
     sup.interfaces = {ifname: IFACE0}
-    s = await suspended(suspender, ifname)
+    await suspended(bgscan, ifname)
     sup.set_errors = [ACCESS_DENIED]
     with pytest.raises(SupplicantError):
-        await suspender.restore(s, ifname)
-    suspender.ledger.abandon(ifname)
-    assert suspender.ledger.suspended_on(ifname) is None and suspender.ledger.state(NET0).kind is Kind.LEFTOVER
-    assert await restore_journal(suspender) == 0
+        await bgscan.restore(ifname)
+    bgscan.abandon(ifname)
+    assert bgscan.current(ifname) is None and bgscan.ledger.state(NET0).kind is Kind.LEFTOVER
+    assert await bgscan.replay() == 0
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
 
 
 async def test_an_unanswered_suspend_that_cannot_be_read_back_is_in_doubt(
-        sup, journal, suspender):
+        sup, journal, bgscan):
     sup.set_errors, sup.late = [TIMEOUT], True
     sup.read_back_error = TIMEOUT  # the read-back fails too
-    s = await suspender.suspend(IFACE0, "wlan0")
-    assert suspender.ledger.in_doubt(NET0) and on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
-    assert await suspender.recheck(s, "wlan0") is True and not suspender.ledger.in_doubt(NET0)
+    await bgscan.suspend(IFACE0, "wlan0")
+    assert in_doubt(bgscan, NET0) and on_disk(journal) == {NET0: JournalEntry("wlan0", NM_BGSCAN)}
+    assert await bgscan.recheck("wlan0") is True and not in_doubt(bgscan, NET0)

@@ -6,14 +6,15 @@ import itertools
 import pytest
 
 from nm_scanguard.daemon.bgscan.suspension_table import (
-    BUSY, LIVE, UNOWNED, Ev, Kind, Refused, State, journaled, step,
+    BUSY, LIVE, UNOWNED, Ev, Kind, Refused, State, journaled, read, step,
 )
 
 SAVED = "simple:30:-70:86400"
 # What shows that no "" of ours stands any more: a read, a refusal, a restore answered, the
 # object or the process gone.  No other event may drop an entry.
+# (DROP: an entry not under its interface's object now names an object that is gone.)
 EVIDENCE = {Ev.READ_EMPTY, Ev.READ_VALUE, Ev.READ_OTHER, Ev.SET_NOT_APPLIED, Ev.DONE, Ev.GONE,
-            Ev.RESTARTED}
+            Ev.RESTARTED, Ev.DROP}
 IFNAMES = ["wlan0", "wlé0"]
 
 
@@ -105,7 +106,7 @@ def test_a_set_that_hit_a_recreated_object_is_put_back():
 @pytest.mark.parametrize("origin", [Kind.SUSPENDED, Kind.IN_DOUBT, Kind.LEFTOVER, Kind.LEFT_BEHIND])
 def test_a_restore_ends_only_when_it_shows_no_our_empty_value_stands(origin):
     before = State(origin, "wlan0", SAVED, 3)
-    restoring = step(before, Ev.RELEASE if origin in LIVE else Ev.REPLAY, generation=3)
+    restoring = step(before, Ev.RESTORE, generation=3)
     assert restoring.kind is Kind.RESTORING and restoring.kind in BUSY
     read = step(restoring, Ev.READ_EMPTY, generation=3)
     assert read.kind is Kind.RESTORING
@@ -156,3 +157,22 @@ def test_a_guard_that_is_gone_leaves_its_suspension_to_the_replay():
     for s in states("wlan0"):
         if s.kind not in LIVE:
             assert step(s, Ev.ABANDON, generation=0) == s
+
+
+def test_a_value_read_is_one_event_whoever_reads_it():
+    assert read("") is Ev.READ_EMPTY and read(SAVED) is Ev.READ_VALUE
+    for other in (None, "learn:30:-70:86400:/tmp/db", "simple:30"):
+        assert read(other) is Ev.READ_OTHER
+    # Only READING tells a value the journal can keep from any other; elsewhere both say that
+    # our "" is not there any more.
+    for s in states("wlan0"):
+        if s.kind is not Kind.READING:
+            assert apply(s, Ev.READ_VALUE, s.generation) == apply(s, Ev.READ_OTHER, s.generation)
+
+
+def test_an_earlier_instances_entry_enters_the_table_as_leftover():
+    assert step(None, Ev.FOUND, generation=4, ifname="wlé0", value=SAVED) == State(
+        Kind.LEFTOVER, "wlé0", SAVED, 4)
+    for s in states("wlan0"):
+        assert apply(s, Ev.FOUND, s.generation) is Refused
+        assert (apply(s, Ev.DROP, s.generation) is None) == (s.kind in UNOWNED)

@@ -1,4 +1,4 @@
-"""Guard with fakes: counters, wpa_supplicant and a listener injected; a real Suspender and
+"""Guard with fakes: counters, wpa_supplicant and a listener injected; a real Bgscan and
 journal.  No bus, no daemon: the guard's decisions and what it does with them, sample by sample."""
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from nm_scanguard.peers.nm import WifiDevice
 from nm_scanguard.rates import Counters
 from nm_scanguard.status import MAX_PROBLEMS
 from nm_scanguard.peers.supplicant import SCAN_ERROR, Bss, NoScanRunning, SupplicantError
-from nm_scanguard.daemon.bgscan.replay import restore_journal
-from nm_scanguard.daemon.bgscan.suspension import ALREADY_OFF, Suspender
+from nm_scanguard.daemon.bgscan.suspension import ALREADY_OFF, Bgscan
 from tests.unit.daemon.bgscan.test_suspension import IFACE0, NET0, NM_BGSCAN, TIMEOUT, FakeSupplicant, fail
 
 ACCESS_DENIED = "org.freedesktop.DBus.Error.AccessDenied"
@@ -146,7 +145,7 @@ class Listener:
     def guard(self, dev: WifiDevice, settings: Settings, parts: dict[str, Any]) -> Guard:
         """A Guard on the fakes of `parts` that reports to this listener, as the daemon wires it."""
         g = Guard(dev, settings, counters=parts["counters"], supplicant=parts["sup"],
-                  suspender=parts["suspender"], spawn=self.spawn)
+                  bgscan=parts["bgscan"], spawn=self.spawn)
         g.state_changed.connect(self.state_changed)
         g.changed.connect(self.changed)
         return g
@@ -174,7 +173,7 @@ def parts(tmp_path) -> Iterator[dict[str, Any]]:
     journal = Journal(str(tmp_path))
     listener = Listener()
     yield {"sup": sup, "journal": journal, "counters": FakeCounters(), "listener": listener,
-           "suspender": Suspender(sup, journal)}
+           "bgscan": Bgscan(sup, journal)}
     for coro in listener.beside:  # a test that did not run them (not about scans)
         coro.close()
 
@@ -446,9 +445,9 @@ async def test_a_late_reply_still_gets_restored(guard, parts):
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and parts["journal"].entries() == {}
 
 
-async def removed(guard: Guard, suspender: Suspender, net: str) -> None:
+async def removed(guard: Guard, bgscan: Bgscan, net: str) -> None:
     """NetworkRemoved as the daemon handles it."""
-    gone = suspender.ledger.network_removed(net)
+    gone = bgscan.network_removed(net)
     if gone is not None:
         await guard.network_gone(gone)
 
@@ -459,7 +458,7 @@ async def test_a_removed_network_is_forgotten_and_the_new_one_guarded(guard, par
     await guard.kick()
     # NM re-activates: removes the network and adds a fresh one at the same path, NM's bgscan
     sup.networks[NET0] = {"bgscan": NM_BGSCAN}
-    await removed(guard, parts["suspender"], NET0)
+    await removed(guard, parts["bgscan"], NET0)
     assert guard.engaged and sup.networks[NET0]["bgscan"] == ""
     assert parts["journal"].get(NET0).bgscan == NM_BGSCAN
 
@@ -469,11 +468,11 @@ async def test_two_removals_in_a_row_leave_the_suspension_of_the_newest_object(g
     on the first.  The first ends our suspension; the second finds none (and no suspend under
     way); the guard then suspends the object now at the path, and that suspension must stand
     and be restored (it once did not: bgscan stayed off)."""
-    sup, suspender = parts["sup"], parts["suspender"]
+    sup, bgscan = parts["sup"], parts["bgscan"]
     guard.hold_changed(True)
     await guard.kick()
-    first = suspender.ledger.network_removed(NET0)
-    assert first is not None and suspender.ledger.network_removed(NET0) is None
+    first = bgscan.network_removed(NET0)
+    assert first is not None and bgscan.network_removed(NET0) is None
     sup.networks[NET0] = {"bgscan": NM_BGSCAN}
     await guard.network_gone(first)
     assert sup.networks[NET0]["bgscan"] == "" and guard.suspended.generation == 2
@@ -484,11 +483,11 @@ async def test_two_removals_in_a_row_leave_the_suspension_of_the_newest_object(g
 
 
 async def test_a_removal_after_the_suspension_still_forgets_it(guard, parts):
-    sup, suspender = parts["sup"], parts["suspender"]
+    sup, bgscan = parts["sup"], parts["bgscan"]
     guard.hold_changed(True)
     await guard.kick()
     sup.networks.pop(NET0)  # removed for good (the profile was deleted)
-    await removed(guard, suspender, NET0)
+    await removed(guard, bgscan, NET0)
     assert guard.suspended is None and parts["journal"].entries() == {}
 
 
@@ -504,15 +503,15 @@ async def test_stop_restores_unless_the_bus_is_gone(guard, parts):
 
 async def test_what_a_stopping_guard_cannot_restore_goes_to_the_journal_replay(guard, parts):
     """Not left as the gone guard's live suspension, which no replay would touch."""
-    sup, suspender = parts["sup"], parts["suspender"]
+    sup, bgscan = parts["sup"], parts["bgscan"]
     guard.hold_changed(True)
     await guard.kick()
     sup.set_errors = [ACCESS_DENIED]
     with pytest.raises(SupplicantError):
         await guard.stop()
-    assert suspender.ledger.suspended_on("wlan0") is None
+    assert bgscan.current("wlan0") is None
     assert sup.networks[NET0]["bgscan"] == "" and parts["journal"].get(NET0) is not None
-    assert await restore_journal(suspender) == 0
+    assert await bgscan.replay() == 0
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and parts["journal"].entries() == {}
 
 
