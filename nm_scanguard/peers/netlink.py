@@ -30,8 +30,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from ..ifname import valid_ifname
-from ..rates import Counters
+from .ifname import valid_ifname
 from .netlink_wire import (
     NLM_F_MULTI,
     NLM_F_REQUEST,
@@ -47,6 +46,7 @@ from .netlink_wire import (
     pack_message,
     receive_before,
 )
+from .rates import Counters
 
 # include/uapi/linux/rtnetlink.h, if_link.h
 NETLINK_ROUTE = 0

@@ -19,7 +19,6 @@ from typing import Protocol
 from ...attribution import Request
 from ...config import ConfigError
 from ...dbuslib import Message, MessageBus
-from ...ifname import valid_ifname
 from ...names import (
     ACCESS_DENIED,
     ACTION_HOLD,
@@ -37,6 +36,7 @@ from ...names import (
     XML_NAME,
 )
 from ...peers.bus import BusError
+from ...peers.ifname import valid_ifname
 from ...text import clipped, quoted
 from ..guard.policy import off_reason
 from .callers import PolkitChecks, authorize, caller_uid, off_loop, reporter, user_name

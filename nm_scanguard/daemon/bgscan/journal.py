@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 from ...files import Unreadable, kind, read_regular, write_atomic
-from ...ifname import valid_ifname
+from ...peers.ifname import valid_ifname
 from ...text import cut
 
 log = logging.getLogger("scanguard")

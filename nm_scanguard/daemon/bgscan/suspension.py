@@ -17,7 +17,7 @@ from functools import partial
 from typing import TypeVar
 
 from ... import log_lines
-from ...ifname import valid_ifname
+from ...peers.ifname import valid_ifname
 from ...peers.supplicant import SupplicantError, UncertainOutcome, WpaSupplicant
 from ...text import shown
 from .evidence import is_uncertain, restore_landed, suspend_landed, unless_gone

@@ -14,7 +14,7 @@ from typing import NamedTuple, Protocol
 
 from ...config import Settings
 from ...peers.netlink import NetlinkError
-from ...rates import Counters, RateMeter, Rates
+from ...peers.rates import Counters, RateMeter, Rates
 from .problems import COUNTERS, ProblemSink
 
 

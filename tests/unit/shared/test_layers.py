@@ -69,7 +69,7 @@ MAX_FOLDER_MODULES = 12
 # here is a debt with its size; the test fails if it grows, or once it fits.
 OVER_THE_LIMIT: dict[str, int] = {}
 # The same for the modules in a folder ("" is nm_scanguard/ itself).
-FOLDERS_OVER_THE_LIMIT: dict[str, int] = {"": 13}
+FOLDERS_OVER_THE_LIMIT: dict[str, int] = {}
 
 
 def module_name(path: Path) -> str:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from nm_scanguard.rates import Counters, RateMeter
+from nm_scanguard.peers.rates import Counters, RateMeter
 
 
 def c(t, rx=0, tx=0, rxp=0, txp=0):

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from nm_scanguard.daemon.bgscan import journal as J
-from nm_scanguard.ifname import IFNAMSIZ, valid_ifname
+from nm_scanguard.peers.ifname import IFNAMSIZ, valid_ifname
 from nm_scanguard.daemon.bgscan.journal import Journal, JournalEntry, valid_bgscan, valid_network_path
 
 CAFE = "Café ☕"
