@@ -239,6 +239,8 @@ def _copy(root: Path) -> None:
                     ignore=shutil.ignore_patterns("__pycache__"))
     (root / "tests").mkdir()
     shutil.copy(REPO / "tests" / "__init__.py", root / "tests" / "__init__.py")
+    # the wpa_supplicant rules the model's simulated supplicant shares with the D-Bus mock
+    shutil.copy(REPO / "tests" / "wpa_supplicant_rules.py", root / "tests" / "wpa_supplicant_rules.py")
     shutil.copy(REPO / "setup.cfg", root / "setup.cfg")  # pytest's settings (asyncio)
     for rung in ("model", "unit"):
         shutil.copytree(REPO / "tests" / rung, root / "tests" / rung,
