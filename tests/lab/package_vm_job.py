@@ -82,8 +82,6 @@ def run(folder: Path, parent: int) -> int:
     def on_term(signum, frame):  # unwinds run_vm_check's `finally`, which stops the VM
         raise SystemExit(128 + signum)
 
-    signal.signal(signal.SIGTERM, on_term)
-    threading.Thread(target=watch_parent, name="watch-parent", daemon=True).start()
     def wait_for_go() -> None:
         t = time.monotonic()
         say("VM ready: its checks wait for the lab rung")
@@ -91,10 +89,14 @@ def run(folder: Path, parent: int) -> int:
             time.sleep(1)
         say(f"the lab rung has begun: checks start (waited {time.monotonic() - t:.0f} s)")
 
-    job = PackageVmJob(folder / "work", before_checks=wait_for_go)
-    (folder / "work").mkdir()
-    job.run()  # in this thread: QEMU's PR_SET_PDEATHSIG follows the thread that started it
+    signal.signal(signal.SIGTERM, on_term)
+    # From here on every way out says why in error.txt, a SIGTERM from the watch included
+    # (it may come before the work begins, when make ends at once).
     try:
+        threading.Thread(target=watch_parent, name="watch-parent", daemon=True).start()
+        job = PackageVmJob(folder / "work", before_checks=wait_for_go)
+        (folder / "work").mkdir()
+        job.run()  # in this thread: QEMU's PR_SET_PDEATHSIG follows the thread that started it
         text = json.dumps(job.outcome(), ensure_ascii=False, allow_nan=False, default=str)
     except BaseException as e:
         (folder / "error.txt").write_text(

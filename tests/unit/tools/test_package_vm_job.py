@@ -76,6 +76,26 @@ sys.exit(package_vm_job.run(Path({str(tmp_path)!r}), {parent.pid}))
         parent.wait()
 
 
+def test_a_make_gone_before_the_work_begins_still_leaves_why(tmp_path) -> None:
+    """make can end before the job has begun its work (a slow start): the SIGTERM then comes
+    early, and the job still ends with status 1 and error.txt."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    script = f"""
+import sys, time
+from pathlib import Path
+from tests.lab import package_vm, package_vm_job
+def slow_init(self, *args, **kwargs):
+    time.sleep(60)  # the work has not begun when the watch finds make gone
+package_vm.PackageVmJob.__init__ = slow_init
+sys.exit(package_vm_job.run(Path({str(tmp_path)!r}), {gone.pid}))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], cwd=package_vm_job.REPO,
+                          capture_output=True, text=True, timeout=40)
+    assert proc.returncode == 1, proc.stderr
+    assert "SystemExit: 143" in (tmp_path / "error.txt").read_text()
+
+
 def test_a_zombie_counts_as_gone() -> None:
     proc = subprocess.Popen(["true"])
     deadline = time.monotonic() + 10
