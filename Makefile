@@ -90,14 +90,6 @@ deps-deb:
 # in the gate the abort check makes GeoClue's own call, Scan with Type=passive, and diagnose's
 # attribution of a direct caller is held by tests/unit/diagnose).
 LAB_IN_TEST = not without_tsq and not geoclue
-# Rung 8 (clean roots: mostly waits for the archive and dpkg) runs beside rung 9 (CPU): its
-# own process group, which is ended if this step is (a background job of a non-interactive
-# shell ignores Ctrl-C).
-# The lab's package VM (tests/lab/package_vm_job.py) is its longest path: make test starts it
-# once the package rung has built the .deb; at idle priority beside rungs 8 and 9 it builds the
-# previous release, boots and brings its lab up, and its checks begin with the lab rung.  It
-# stops itself if this make ends first.
-PACKAGE_VM_DIR = $(CACHE)/package-vm
 
 # The rungs of docs/testing.md, in its order and with its numbers and names: each step prints
 # "==> [time] rung N/10 NAME: what it runs" and "<== ...: T s"; docs/testing.md's item N says
@@ -119,19 +111,9 @@ test: deps-test deps-lab deps-deb trixie-deps
 	  $(call with_lib,dbus_fast,$(PYTEST) -v tests/contract) && \
 	  $(call with_lib,dbus_next,$(PYTEST) -q tests/contract))
 	$(call step,rung 7/10 package: tests/package (build; lintian; hardening),$(PYTEST) -v tests/package)
-	@$(PYTHON) -m tests.lab.package_vm_job start $(PACKAGE_VM_DIR) --parent $$PPID
-	$(call step,rung 8+9/10 clean install beside Debian 13: a new user's install in fresh Debian 12 and 13 roots (the README's commands; the upgrade) beside rungs 2-7 in a trixie root,\
-	  setsid $(MAKE) -s clean-install >$(CACHE)/clean-install.log 2>&1 & install=$$!; \
-	  trap 'kill -TERM -$$install 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
-	  echo "==> rung 8/10 clean install: a new user's install in fresh Debian 12 and 13 roots: started beside rung 9; its output follows when both are done"; \
-	  echo "==> [$$(date +%H:%M:%S)] rung 9/10 Debian 13: rungs 2-7 in a trixie root (unit; D-Bus; contract; package; fault; model)"; \
-	  $(MAKE) -s test-trixie; trixie=$$?; wait $$install; installed=$$?; \
-	  echo "==> rung 8/10 clean install ($(CACHE)/clean-install.log):"; cat $(CACHE)/clean-install.log; \
-	  echo "<== rung 8/10 clean install: $$( [ $$installed -eq 0 ] && echo passed || echo "FAILED (exit $$installed)")"; \
-	  echo "<== rung 9/10 Debian 13: $$( [ $$trixie -eq 0 ] && echo passed || echo "FAILED (exit $$trixie)")"; \
-	  [ $$installed -eq 0 ] && [ $$trixie -eq 0 ])
-	$(call step,rung 10/10 lab: tests/lab (QEMU; mac80211_hwsim; NetworkManager),\
-	  SCANGUARD_PACKAGE_VM_DIR=$(PACKAGE_VM_DIR) $(PYTEST) -v -s tests/lab -k '$(LAB_IN_TEST)')
+	$(call step,rung 8/10 clean install: a new user's install in fresh Debian 12 and 13 roots (the README's commands; the upgrade),$(MAKE) -s clean-install)
+	$(call step,rung 9/10 Debian 13: rungs 2-7 in a trixie root (unit; D-Bus; contract; package; fault; model),$(MAKE) -s test-trixie)
+	$(call step,rung 10/10 lab: tests/lab (QEMU; mac80211_hwsim; NetworkManager),$(PYTEST) -v -s tests/lab -k '$(LAB_IN_TEST)')
 	@echo "==> [$$(date +%H:%M:%S)] done: all 10 rungs passed"
 
 $(RUFF):

@@ -235,8 +235,8 @@ def build_medium(cache: Path) -> Path:
 
 def prepare(cache: Path | None = None, log=print) -> KernelImage:
     """The kernel, modules and initramfs of a lab guest, made once and kept in `cache`.  Two
-    labs may prepare at once (make test's package VM and its checks' VM): a lock file makes
-    the second wait for the first and find its work done."""
+    labs may prepare at once (two sessions on one machine): a lock file makes the second wait
+    for the first and find its work done."""
     import fcntl
     cache = cache or cache_dir()
     cache.mkdir(parents=True, exist_ok=True)

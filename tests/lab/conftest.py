@@ -3,7 +3,6 @@ package VM beside it (package_vm.py)."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -12,13 +11,12 @@ import pytest
 
 from .lab import Lab, LabStartError, StartState
 from .package_vm import PackageVmJob
-from .package_vm_job import ExternalPackageVmJob
 
 PHASES: list[tuple[str, float]] = []  # (phase, seconds), printed at the end of the session
 SPLITS: dict[str, dict[str, float]] = {}  # test id -> {"setup"/"call"/"teardown": seconds}
 CALLS_TSV: list[Path] = []  # the checks' VM's trace of guest-agent requests (vm.py, _trace)
 _LISTED_APART = [0.0]  # boot and stop seconds not yet taken off the set-up/teardown they were in
-PACKAGE_VM_JOB: PackageVmJob | ExternalPackageVmJob | None = None  # started by `lab` when the session has its tests
+PACKAGE_VM_JOB: PackageVmJob | None = None  # started by `lab` when the session has its tests
 LAB_ERRORS: list[str] = []  # checks that could not be brought to their start state (LabStartError)
 
 
@@ -30,20 +28,12 @@ def lab(request, tmp_path_factory):
     CALLS_TSV.append(lab.vm.rundir / "calls.tsv")
     PHASES.append(("boot: QEMU start -> station associated", time.monotonic() - t))
     _LISTED_APART[0] += PHASES[-1][1]
-    # The kernel, initramfs and medium are ready now: the package VM can start beside us,
-    # unless make test started it earlier as a process of its own (package_vm_job.py).
+    # The kernel, initramfs and medium are ready now: the package VM can start beside us.
     if PACKAGE_VM_JOB is None and any(item.module.__name__.endswith(".test_package_vm")
                                       for item in request.session.items):
-        folder = os.environ.get("SCANGUARD_PACKAGE_VM_DIR")
-        if folder and (Path(folder) / "pid").exists():
-            PACKAGE_VM_JOB = ExternalPackageVmJob(Path(folder))
-            lab.say(f"package VM: running since before the clean-install rung (pid "
-                    f"{PACKAGE_VM_JOB.pid}, log {folder}/log)")
-        else:
-            job = PackageVmJob(tmp_path_factory.mktemp("deb-bg"))
-            job.start()
-            PACKAGE_VM_JOB = job
-            lab.say("package VM: build and boot started beside the checks, at idle priority")
+        PACKAGE_VM_JOB = PackageVmJob(tmp_path_factory.mktemp("deb-bg"))
+        PACKAGE_VM_JOB.start()
+        lab.say("package VM: build and boot started beside the checks, at idle priority")
     try:
         yield lab
     finally:

@@ -62,11 +62,10 @@ def parse(out: str) -> dict[str, list[tuple[str, str]]]:
 
 
 def run_vm_check(deb: Path, build_seconds: float, background: bool = False,
-                 previous: dict | None = None, before_checks=None) -> dict:
+                 previous: dict | None = None) -> dict:
     """Boot, install the .deb, run vm-check.sh once; its output and results by section, then
     the checks that follow it (the module's docstring).  `previous` is build_previous_deb()'s
-    result, or {"failed": why}.  `before_checks()`, if given, is called once the VM is ready,
-    before the first check: it returns when the checks may begin (package_vm_job.py).
+    result, or {"failed": why}.
 
     Raises AssertionError if the product leaks in from the host or apt would need a network."""
     t0 = time.monotonic()
@@ -93,8 +92,6 @@ def run_vm_check(deb: Path, build_seconds: float, background: bool = False,
         # man-db's trigger re-indexes every manual page over 9p (≈2.5 min under TCG): the
         # documented switch for machines that do not need `man -k` turns it off.
         lab.check("rm -f /var/lib/man-db/auto-update")
-        if before_checks is not None:
-            before_checks()
         t = time.monotonic()
         # ≈230 s alone before the off-switch and command-less hold sections (issue 50), which
         # add an estimated 1-2 minutes, and the history section (a NetworkManager restart and
@@ -530,10 +527,9 @@ def previous_or_why(top: Path, preexec_fn=None) -> dict:
 class PackageVmJob(threading.Thread):
     """Build the .deb and run the package VM in the background; `result()` waits for it."""
 
-    def __init__(self, top: Path, before_checks=None):
+    def __init__(self, top: Path):
         super().__init__(name="package-vm", daemon=True)
         self.top = top
-        self.before_checks = before_checks  # see run_vm_check
         self.started_at = time.monotonic()
         self._result: dict | None = None
         self._error: BaseException | None = None
@@ -548,8 +544,7 @@ class PackageVmJob(threading.Thread):
             else:
                 built = build_deb(self.top, preexec_fn=idle_priority)
             self._result = run_vm_check(built["deb"], built["seconds"], background=True,
-                                        previous=previous_or_why(self.top / "previous", idle_priority),
-                                        before_checks=self.before_checks)
+                                        previous=previous_or_why(self.top / "previous", idle_priority))
         except BaseException as e:  # handed to the tests, which report it
             self._error = e
             say(f"failed: {type(e).__name__}: {e}")
