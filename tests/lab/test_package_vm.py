@@ -175,16 +175,18 @@ def test_a_hold_without_a_command_lasts_until_sigterm(vm_check: dict) -> None:
 def test_history_says_what_the_guard_did_and_what_it_takes(vm_check: dict) -> None:
     """Issue 50, item 7: on the fresh install `scanguardctl history` (as a member of
     systemd-journal) says plainly that nothing happened; after a guarded iperf3 upload during
-    which an unprivileged user's `nmcli device wifi rescan` was refused through polkit and a scan
-    asked of wpa_supplicant directly was aborted, it shows the spell, the refusal (naming the
-    user and nmcli) and the abort, each with its time of day, in its table and its JSON; a user in
-    neither journal group is told what it takes."""
+    which an unprivileged user's `nmcli device wifi rescan`, allowed while idle, was refused
+    through nm-scanguard's polkit rule and a scan asked of wpa_supplicant directly was aborted,
+    it shows the spell, the refusal (naming the user and nmcli) and the abort, each with its
+    time of day, in its table and its JSON; a user in neither journal group is told what it
+    takes."""
     _section(vm_check, "history on a fresh install", [
         "scanguardctl history as a member of systemd-journal says plainly that nothing happened yet"])
     assert re.search(r"^      No guarded spells, refused or aborted scans since ", vm_check["out"], re.M)
     _section(vm_check, f"history of a guarded upload on {IFACE}", [
-        "NetworkManager asks polkit", "the guard engages on the transfer",
-        "other programs' scan requests refused now",
+        "NetworkManager asks polkit",
+        "sgcheck's nmcli device wifi rescan is allowed while idle",
+        "the guard engages on the transfer", "other programs' scan requests refused now",
         "sgcheck's nmcli device wifi rescan is refused through polkit while guarding",
         "a scan asked of wpa_supplicant directly while guarding", "... is aborted",
         "bgscan restored once the link is quiet",

@@ -56,7 +56,6 @@ class Guard:
         self.state = P.IDLE
         self.reason = "connected"
         self.since = time.time()
-        self._supplicant = supplicant
         self._bgscan = bgscan
         self._spawn = spawn
         # A listener's failure rises into what changed the guard (its step: shown in its status).
