@@ -33,6 +33,8 @@ HELPER = REPO / "systemd" / "nm-scanguard-scan-deferral"
 REUSE_S = int(re.search(r"var REUSE_MS = ([0-9]+);", RULE.read_text()).group(1)) / 1000
 POLKITD = "/usr/lib/polkit-1/polkitd"
 SCAN = "org.freedesktop.NetworkManager.wifi.scan"
+# How long flood() waits for one check: polkit.spawn gives the helper 10 s, then polkitd answers.
+CHECK_WAIT_S = 30.0
 # An action our rule must not look at (NetworkManager's own, installed with it).
 UNRELATED = "org.freedesktop.NetworkManager.network-control"
 
@@ -193,7 +195,13 @@ class StandIn:
 async def flood(polkitd: RealPolkit, seconds: float, clients: int = 8) -> dict:
     """`clients` connections asking polkitd about wifi.scan for a process of user nobody, each
     as fast as answers come, for `seconds`; every 20 ms the busctl processes of user polkitd
-    are counted.  Returns the checks, their answers and the most reporters seen at once."""
+    are counted.  Returns the checks, their answers, the most reporters seen at once and the
+    slowest check in seconds.
+
+    Each check may take up to CHECK_WAIT_S: longer than polkit.spawn's own 10 s limit on the
+    helper, so that a check polkitd is slow to answer (a helper it gave up on, a machine that
+    stalled) comes back with polkitd's answer and shows in "slowest", instead of ending the
+    flood with a timeout of ours that says nothing about which."""
     from nm_scanguard.dbuslib import MessageBus, Variant
     from nm_scanguard.names import POLKIT
     from nm_scanguard.peers.bus import call
@@ -203,6 +211,7 @@ async def flood(polkitd: RealPolkit, seconds: float, clients: int = 8) -> dict:
     polkit_uid = pwd.getpwnam("polkitd").pw_uid
     buses = [await MessageBus(bus_address=polkitd.bus.address).connect() for _ in range(clients)]
     answers: list[bool] = []
+    slowest = 0.0
     most = 0
     await asyncio.sleep(0.1)
     subject = ["unix-process", {"pid": Variant("u", sleeper.pid),
@@ -211,9 +220,13 @@ async def flood(polkitd: RealPolkit, seconds: float, clients: int = 8) -> dict:
     end = time.monotonic() + seconds
 
     async def ask(bus) -> None:
+        nonlocal slowest
         while time.monotonic() < end:
+            asked = time.monotonic()
             ((authorized, _c, _d),) = await call(bus, *POLKIT, "CheckAuthorization",
-                                                 "(sa{sv})sa{ss}us", [subject, SCAN, {}, 0, ""])
+                                                 "(sa{sv})sa{ss}us", [subject, SCAN, {}, 0, ""],
+                                                 timeout=CHECK_WAIT_S)
+            slowest = max(slowest, time.monotonic() - asked)
             answers.append(bool(authorized))
 
     # This polkitd's reporters only (other tests may run their own polkitd meanwhile): the
@@ -247,5 +260,5 @@ async def flood(polkitd: RealPolkit, seconds: float, clients: int = 8) -> dict:
         sleeper.kill()
         sleeper.wait()
     return {"checks": len(answers), "authorized": sum(answers), "most reporters": most,
-            "seconds": seconds}
+            "seconds": seconds, "slowest": round(slowest, 3)}
 
