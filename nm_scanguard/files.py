@@ -6,7 +6,9 @@ file.  Each caller words its own errors; what they share lives here, once:
   regular file of at most `limit` bytes, and never read past that limit even if it grows;
 - an atomic write (temporary file, fchmod, optional fsync, rename), so that a reader never sees
   half a file and a crash leaves the old one;
-- the words for what else a path can be ("a directory", "a FIFO", ...).
+- the words for what else a path can be ("a directory", "a FIFO", ...), and for why a read
+  was refused;
+- moving an unusable file aside, so that the next write can put a good one in its place.
 """
 
 from __future__ import annotations
@@ -48,6 +50,23 @@ class Unreadable(Exception):
         self.error = error
         self.mode = mode
         self.size = size
+
+    def describe(self, limit: int, what: str) -> str:
+        """What is wrong with the file, as the end of "cannot use F: ..." (`limit` as given
+        to read_regular; `what` the file's role, e.g. "a journal")."""
+        strerror = self.error.strerror if self.error is not None else None
+        if self.why == "symlink":
+            return "it is a symbolic link, which is never followed"
+        if self.why == "open":
+            return f"cannot open it ({strerror})"
+        if self.why == "kind":
+            name = kind(self.mode)
+            return f"it is {name + ', not' if name else 'not'} a regular file"
+        if self.why == "size":
+            return f"it is {self.size} bytes, more than the {limit} {what} can need"
+        if self.why == "grew":
+            return f"it grew past {limit} bytes while being read"
+        return f"cannot read it ({strerror})"
 
 
 def read_regular(path: str, limit: int, *, follow_symlinks: bool) -> bytes:
@@ -109,3 +128,29 @@ def write_atomic(path: str, data: bytes, *, mode: int, durable: bool) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def set_aside(path: str, bad: str) -> None:
+    """rename(path, bad); if an old `bad` is in the way (a directory, or a file where `path` is
+    a directory), remove that first; as a last resort remove `path` itself.  Raises OSError
+    only when `path` is still there."""
+    try:
+        os.replace(path, bad)
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
+    with contextlib.suppress(OSError):
+        _remove(bad)
+    try:
+        os.replace(path, bad)
+    except OSError:
+        _remove(path)
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        os.rmdir(path)
+    else:
+        os.unlink(path)

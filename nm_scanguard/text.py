@@ -93,3 +93,10 @@ def shown(value: object, limit: int = MAX_TEXT) -> str:
 def cut(text: str, limit: int = MAX_TEXT) -> str:
     """`text` at most `limit` characters long, marked with "…" where it was cut."""
     return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def json_type(value: object) -> str:
+    """The JSON name of a decoded value's type, for a message ("a JSON array, not an object")."""
+    names = {type(None): "null", bool: "boolean", int: "number", float: "number", str: "string",
+             list: "array", dict: "object"}
+    return names.get(type(value), type(value).__name__)

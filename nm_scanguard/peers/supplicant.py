@@ -150,6 +150,16 @@ class UncertainOutcome(SupplicantError):
     """The call timed out or got no reply: wpa_supplicant may or may not have carried it out."""
 
 
+def is_uncertain(err: SupplicantError) -> bool:
+    """True if `err` leaves open whether wpa_supplicant applied the call (timeout, no reply)."""
+    return isinstance(err, UncertainOutcome)
+
+
+def is_not_running(err: SupplicantError) -> bool:
+    """True if `err` says no wpa_supplicant owns its bus name."""
+    return err.bus_error in NOT_RUNNING
+
+
 class ObjectGone(SupplicantError):
     """The interface or network object no longer exists (NM removed it, or a restart)."""
 

@@ -13,10 +13,8 @@ through this package, never a module of it (tests/unit/shared/test_layers.py): w
 below.
 """
 
-from .evidence import interface_of
 from .journal import DEFAULT_STATE_DIR, Journal
 from .ledger import Suspended, kept
 from .suspension import Bgscan, NothingToSuspend
 
-__all__ = ["DEFAULT_STATE_DIR", "Bgscan", "Journal", "NothingToSuspend", "Suspended",
-           "interface_of", "kept"]
+__all__ = ["DEFAULT_STATE_DIR", "Bgscan", "Journal", "NothingToSuspend", "Suspended", "kept"]

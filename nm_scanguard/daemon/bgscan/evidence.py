@@ -13,32 +13,17 @@ import logging
 
 from ...peers.supplicant import (
     INTERFACE_UNKNOWN,
-    NOT_RUNNING,
     ObjectGone,
     SupplicantError,
     UncertainOutcome,
     WpaSupplicant,
+    is_not_running,
 )
+from ...peers.supplicant_values import interface_of
 from ...text import shown
 from .suspension_table import Ev
 
 log = logging.getLogger("scanguard")
-
-
-def interface_of(network: str) -> str:
-    """The interface object a wpa_supplicant network object lies under
-    (/fi/w1/wpa_supplicant1/Interfaces/0/Networks/3 -> /fi/w1/wpa_supplicant1/Interfaces/0)."""
-    return network.rsplit("/Networks/", 1)[0]
-
-
-def is_uncertain(err: SupplicantError) -> bool:
-    """True if `err` leaves open whether wpa_supplicant applied the call (timeout, no reply)."""
-    return isinstance(err, UncertainOutcome)
-
-
-def is_not_running(err: SupplicantError) -> bool:
-    """True if `err` says no wpa_supplicant owns its bus name."""
-    return err.bus_error in NOT_RUNNING
 
 
 async def unless_gone(sup: WpaSupplicant, net: str, err: SupplicantError,

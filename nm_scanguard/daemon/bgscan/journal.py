@@ -23,13 +23,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
-from ...files import Unreadable, kind, read_regular, write_atomic
+from ...files import Unreadable, read_regular, set_aside, write_atomic
 from ...peers.ifname import valid_ifname
-from ...text import cut
+from ...peers.supplicant_values import valid_bgscan, valid_network_path
+from ...text import cut, json_type
 
 log = logging.getLogger("scanguard")
 
@@ -37,31 +37,6 @@ DEFAULT_STATE_DIR = "/run/scanguard"
 FILE_NAME = "suspended.json"
 MAX_BYTES = 64 * 1024  # one entry is ~100 bytes and we keep one per Wi-Fi interface
 SHOW = 80  # characters of a bad key or entry that go into the log
-
-# wpa_supplicant names its objects with "%u" (dbus_new.c): decimal, no sign, no leading zeros.
-_ID = r"(?:0|[1-9][0-9]{0,9})"
-NETWORK_PATH = re.compile(rf"/fi/w1/wpa_supplicant1/Interfaces/{_ID}/Networks/{_ID}")
-# The journal's values are handed to root's wpa_supplicant, so only what NetworkManager writes
-# (nm-supplicant-config.c: "simple:30:-70:86400", "simple:30:-65:300") is kept: the simple
-# module with its short interval, signal threshold (dBm, may be negative) and long interval,
-# and the number of BSS transition queries that wpa_supplicant 2.11 reads from a fifth field.
-# Other modules take other parameters: learn's last one is the file it writes its database to.
-# At most 9 digits each, so that none overflows wpa_supplicant's atoi.
-_N = r"[0-9]{1,9}"
-BGSCAN = re.compile(rf"simple:{_N}:-?{_N}:{_N}(?::{_N})?")
-
-
-def valid_network_path(path: object) -> bool:
-    """True for a wpa_supplicant network object path such as
-    /fi/w1/wpa_supplicant1/Interfaces/0/Networks/3 (the whole string, nothing more)."""
-    return isinstance(path, str) and NETWORK_PATH.fullmatch(path) is not None
-
-
-def valid_bgscan(value: object) -> bool:
-    """True for a bgscan value of the form NetworkManager writes, "simple:30:-70:86400" (the
-    whole string, nothing more).  "" is refused: an entry saving "" would restore nothing."""
-    return isinstance(value, str) and BGSCAN.fullmatch(value) is not None
-
 
 def _show(value: object) -> str:
     """A bad value for the log: repr (so control characters stay visible), cut to SHOW chars."""
@@ -123,36 +98,21 @@ class Journal:
         try:
             raw = read_regular(self.path, self.max_bytes, follow_symlinks=False)
         except Unreadable as e:
-            raise _BadFile(self._unreadable(e)) from None
+            raise _BadFile(e.describe(self.max_bytes, "a journal")) from None
         try:
             data = json.loads(raw.decode("utf-8"))
         except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
             raise _BadFile(f"it is not valid JSON ({_show(str(e))})") from None
         if not isinstance(data, dict):
-            raise _BadFile(f"it holds a JSON {_json_type(data)}, not an object")
+            raise _BadFile(f"it holds a JSON {json_type(data)}, not an object")
         return data
-
-    def _unreadable(self, e: Unreadable) -> str:
-        strerror = e.error.strerror if e.error is not None else None
-        if e.why == "symlink":
-            return "it is a symbolic link, which is never followed"
-        if e.why == "open":
-            return f"cannot open it ({strerror})"
-        if e.why == "kind":
-            what = kind(e.mode)
-            return f"it is {what + ', not' if what else 'not'} a regular file"
-        if e.why == "size":
-            return f"it is {e.size} bytes, more than the {self.max_bytes} a journal can need"
-        if e.why == "grew":
-            return f"it grew past {self.max_bytes} bytes while being read"
-        return f"cannot read it ({strerror})"
 
     @staticmethod
     def _problem(key: str, raw: object) -> str | None:
         if not valid_network_path(key):
             return "the key is not a wpa_supplicant network object path"
         if not isinstance(raw, dict):
-            return f"the entry is a JSON {_json_type(raw)}, not an object"
+            return f"the entry is a JSON {json_type(raw)}, not an object"
         ifname = raw.get("ifname")
         if not isinstance(ifname, str) or not valid_ifname(ifname):
             return f"ifname {_show(ifname)} is not a valid interface name"
@@ -165,7 +125,7 @@ class Journal:
         """Move the unusable file out of the way, so the next write can put a journal there."""
         bad = self.path + ".bad"
         try:
-            _replace_aside(self.path, bad)
+            set_aside(self.path, bad)
             done = f"moved it to {bad} for inspection"
         except OSError as e:
             done = (f"could not move it aside ({e.strerror}), so recording a suspension will "
@@ -257,33 +217,3 @@ class Journal:
         write_atomic(self.path, text.encode("utf-8"), mode=0o600, durable=True)
         self._dirty = False
 
-
-def _json_type(value: object) -> str:
-    names = {type(None): "null", bool: "boolean", int: "number", float: "number", str: "string",
-             list: "array", dict: "object"}
-    return names.get(type(value), type(value).__name__)
-
-
-def _remove(path: str) -> None:
-    if os.path.isdir(path) and not os.path.islink(path):
-        os.rmdir(path)
-    else:
-        os.unlink(path)
-
-
-def _replace_aside(path: str, bad: str) -> None:
-    """rename(path, bad); if an old `bad` is in the way (a directory, or a file where `path` is
-    a directory), remove that first; as a last resort remove `path` itself."""
-    try:
-        os.replace(path, bad)
-        return
-    except FileNotFoundError:
-        return
-    except OSError:
-        pass
-    with contextlib.suppress(OSError):
-        _remove(bad)
-    try:
-        os.replace(path, bad)
-    except OSError:
-        _remove(path)

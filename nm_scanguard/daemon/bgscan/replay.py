@@ -16,8 +16,9 @@ from functools import partial
 
 from ... import log_lines
 from ...peers.supplicant import SupplicantError, WpaSupplicant
+from ...peers.supplicant_values import interface_of
 from ...text import shown
-from .evidence import interface, interface_of, supplicant_gone
+from .evidence import interface, supplicant_gone
 from .ledger import Ledger
 from .suspension_table import UNOWNED, Ev, State
 

@@ -18,10 +18,11 @@ from typing import TypeVar
 
 from ... import log_lines
 from ...peers.ifname import valid_ifname
-from ...peers.supplicant import SupplicantError, UncertainOutcome, WpaSupplicant
+from ...peers.supplicant import SupplicantError, UncertainOutcome, WpaSupplicant, is_uncertain
+from ...peers.supplicant_values import valid_network_path
 from ...text import shown
-from .evidence import is_uncertain, restore_landed, suspend_landed, unless_gone
-from .journal import Journal, valid_network_path
+from .evidence import restore_landed, suspend_landed, unless_gone
+from .journal import Journal
 from .ledger import Ledger, Suspended, as_suspended, kept
 from .replay import restore_journal
 from .suspension_table import Ev, Kind, Refused, State, read

@@ -39,7 +39,7 @@ from __future__ import annotations
 import enum
 from typing import NamedTuple
 
-from .journal import valid_bgscan
+from ...peers.supplicant_values import valid_bgscan
 
 
 class Kind(enum.Enum):

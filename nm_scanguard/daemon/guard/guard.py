@@ -22,9 +22,10 @@ from ... import log_lines
 from ...config import Settings
 from ...peers.nm import WifiDevice
 from ...peers.supplicant import SupplicantError, WpaSupplicant
+from ...peers.supplicant_values import interface_of
 from ...status import DeviceStatus
 from ...text import clipped, shown
-from ..bgscan import Bgscan, NothingToSuspend, Suspended, interface_of
+from ..bgscan import Bgscan, NothingToSuspend, Suspended
 from ..changes import Changes
 from . import policy as P
 from .candidates import Candidates
