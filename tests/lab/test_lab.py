@@ -3,6 +3,7 @@
 Run with `make lab` (or `/usr/bin/python3 -m pytest -v -s tests/lab`); the lab boots once.
 """
 
+import math
 import time
 
 import pytest
@@ -103,8 +104,11 @@ def test_baseline_upload_bgscan_scans_disturb_the_link(lab):
     # same run's scan-free seconds, per-second throughput at the receiver drops while a scan runs
     # (first run on the medium: medians 7.3 vs 8.3 Mbit/s, 87 %; scan-free seconds 8.0-8.5) and
     # the RTT tail grows (p99 165 vs 130 ms).
+    # A scan of S seconds runs for at least half of floor(S) - 1 of the seconds, wherever they
+    # fall (one scan of 7 s on Debian 12, of 4.8-7 s on Debian 13); three at least, for a median.
     per_scan = summary["per_second"]["scans"]
-    assert per_scan["during_n"] >= 5 and per_scan["outside_n"] >= 20, summary
+    enough = max(3, math.floor(summary["scan_seconds"]) - 1)
+    assert per_scan["during_n"] >= enough and per_scan["outside_n"] >= 20, (enough, summary)
     assert per_scan["ratio"] <= 0.95, per_scan
     # The pings show it too: a longer tail during scans (Debian 12's kernel), or, where a scan
     # all but stalls the transfer (Debian 13's 6.12: the receiver at 17 % during the scan),
