@@ -117,8 +117,8 @@ MUTANTS = (
     Mutant("restore-trusts-no-answer", "RESTORING: an unanswered restoring Set is taken for "
            "landed, unread",
            "nm_scanguard/daemon/bgscan/suspension.py",
-           "            landed = await restore_landed(self.supplicant, net, ifname, e)\n",
-           "            landed = Ev.DONE\n"),
+           "            back = await read_back(sup, net)\n",
+           "            back = \"restored\"\n"),
     Mutant("restore-cancel-forgets", "RESTORING: a restore cancelled on its way drops the entry",
            "nm_scanguard/daemon/bgscan/suspension_table.py",
            "        case Ev.CANCELLED, Kind.RESTORING:\n            return doubted(back(s, generation))",

@@ -1,16 +1,8 @@
-"""The bgscan core: what each network we touched is in, the calls that suspend and restore its
-bgscan, and the crash journal written from those states.
-
-suspension_table  each network's state, event → state (pure)
-ledger            what each network is in; the journal written from those states
-suspension        the calls each state makes (suspend, recheck, restore)
-evidence          what shows an object gone, or a Set landed, before an entry goes
-replay            the crash journal's replay (left over, left behind)
-journal           the crash journal (validated)
-
-It imports only peers/ and the package's top modules.  Code outside this folder imports it
-through this package, never a module of it (tests/unit/shared/test_layers.py): what it uses is
-below.
+"""The bgscan core: what each network we touched is in (suspension_table: the rule, pure;
+ledger: the states and the crash journal written from them), the calls that suspend and restore
+its bgscan and replay the journal (suspension), what counts as evidence from wpa_supplicant
+(evidence), and the journal file (journal).  It imports only peers/ and the package's top
+modules; code outside imports what is below, never a module of it (test_layers.py).
 """
 
 from .journal import DEFAULT_STATE_DIR, Journal

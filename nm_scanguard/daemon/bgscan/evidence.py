@@ -1,10 +1,8 @@
 """What counts as evidence that something of wpa_supplicant's is gone, or that a Set landed.
 
-A journal entry is forgotten only on evidence, never on an inference: an error that names a
-removed object is not enough by itself (a misreported failure can carry the same name, and
-forgetting a network that is still there would leave its bgscan off), so it counts only once
-the interface shows the network is no longer its current one, or the interface object itself
-was replaced; and "nobody owns the name" counts only once the bus confirms it.
+An error naming a removed object is no evidence by itself (a misreported failure can carry the
+same name): it counts once the interface no longer has the network as its current one, or the
+interface object itself was replaced; "nobody owns the name" counts once the bus confirms it.
 """
 
 from __future__ import annotations
@@ -15,25 +13,20 @@ from ...peers.supplicant import (
     INTERFACE_UNKNOWN,
     ObjectGone,
     SupplicantError,
-    UncertainOutcome,
     WpaSupplicant,
     is_not_running,
 )
 from ...peers.supplicant_values import interface_of
-from ...text import shown
-from .suspension_table import Ev
 
 log = logging.getLogger("scanguard")
 
 
 async def unless_gone(sup: WpaSupplicant, net: str, err: SupplicantError,
                       ifname: str) -> SupplicantError | None:
-    """None if `err` came from `net` now confirmed gone: it answered "unknown object/method"
-    (ObjectGone), and the interface no longer has it as its current network, or the interface
-    object itself is gone (wpa_supplicant names another object for `ifname`, or none).  Else
-    what to raise, so that the entry stays and the call is tried again: `err`, or why it could
-    not be confirmed.  A network re-created at the same path counts as there: the retry then
-    finds NetworkManager's value on it and leaves it."""
+    """None if `err` (ObjectGone) came from `net` now confirmed gone (module docstring); else
+    what to raise so that the entry stays for a retry: `err`, or why it could not be confirmed.
+    A network re-created at the same path counts as there: the retry finds NetworkManager's
+    value on it and leaves it."""
     if not isinstance(err, ObjectGone):
         return err
     try:
@@ -82,32 +75,10 @@ async def supplicant_gone(sup: WpaSupplicant, err: SupplicantError | None = None
     return gone
 
 
-async def suspend_landed(sup: WpaSupplicant, net: str) -> Ev:
-    """After a Set of "" with no answer, read bgscan back (wpa_supplicant handles one client's
-    calls in order, so the read comes after the Set): our "" is SET_APPLIED; anything else (a
-    value, or no key) SET_NOT_APPLIED, as the object there now does not carry our "" and never
-    will (the Set was not applied, or went to an object NetworkManager removed meanwhile: a
-    put-back must not follow it); a read that fails too is SET_ASSUMED (suspension_table)."""
+async def read_back(sup: WpaSupplicant, net: str) -> str | None | SupplicantError:
+    """bgscan read again after a Set with no answer, or the read's error: wpa_supplicant handles
+    one client's calls in order, so this read shows what the Set left."""
     try:
-        return Ev.SET_APPLIED if await sup.get_bgscan(net) == "" else Ev.SET_NOT_APPLIED
-    except SupplicantError:
-        return Ev.SET_ASSUMED
-
-
-async def restore_landed(sup: WpaSupplicant, net: str, ifname: str, err: UncertainOutcome) -> Ev:
-    """After a restoring Set with no answer, read bgscan back: anything but "" is DONE (the Set
-    landed, or NetworkManager's new object is there), our "" UNANSWERED (it did not land), and
-    a read that fails too UNKNOWN: the suspension is left in doubt, as a release whose Set
-    landed but whose reply was lost must not leave the guard counting itself engaged."""
-    try:
-        value = await sup.get_bgscan(net)
+        return await sup.get_bgscan(net)
     except SupplicantError as e:
-        log.warning("%s: wpa_supplicant did not confirm restoring bgscan on %s (%s), and "
-                    "reading it back failed too (%s); keeping it to restore again",
-                    ifname, net, err, e)
-        return Ev.UNKNOWN
-    if value == "":
-        return Ev.UNANSWERED
-    log.info("%s: wpa_supplicant did not confirm restoring bgscan on %s (%s), but it reads "
-             "back as \"%s\": restored", ifname, net, err, shown(value))
-    return Ev.DONE
+        return e

@@ -1,21 +1,10 @@
-"""The crash journal: what we set to "" in wpa_supplicant, so that no instance leaves it off.
-
-An entry is written *before* a network's bgscan is set to "" and removed once it is restored.  A
-daemon that starts and finds entries (the previous one crashed or got SIGKILL) restores them.  The
-file lives in the unit's RuntimeDirectory (/run/scanguard): kept across restarts, gone with a
-reboot, exactly like the wpa_supplicant networks it describes.
-
-Whatever is in the file is handed back to wpa_supplicant, so it is distrusted on every load:
-- it is opened without following symlinks and without blocking (a FIFO planted there must not
-  hang the start), and used only if it is a regular file of at most `MAX_BYTES`;
-- each entry is checked on its own (network object path, kernel interface name, a bgscan string
-  of the form NetworkManager writes); a bad entry is logged and dropped, never fatal;
-- a file that cannot be used at all is moved aside to `suspended.json.bad`, so that the next
-  write succeeds and the daemon does not fail the same way on every start.
-
-Writes are atomic (temporary file, fsync, rename) and can be batched: restoring many entries at
-start costs one write, not one per entry.  The format has not changed since the first release,
-so a journal left by an older version is read.
+"""The crash journal, `{network path: {"ifname", "bgscan"}}` in the unit's RuntimeDirectory
+(kept across restarts, gone with a reboot, like the networks it names); the format is the
+first release's.  What is in it goes back to wpa_supplicant, so every load distrusts it: opened
+without following symlinks or blocking, used only as a regular file of at most MAX_BYTES, each
+entry checked on its own (a bad one is logged and dropped), and a file that cannot be used at
+all moved aside to `suspended.json.bad`, so that the next write succeeds.  Writes are atomic
+(temporary file, fsync, rename); forgets can be batched into one.
 """
 
 from __future__ import annotations
@@ -23,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from ...files import Unreadable, read_regular, set_aside, write_atomic
@@ -39,25 +28,20 @@ MAX_BYTES = 64 * 1024  # one entry is ~100 bytes and we keep one per Wi-Fi inter
 SHOW = 80  # characters of a bad key or entry that go into the log
 
 def _show(value: object) -> str:
-    """A bad value for the log: repr (so control characters stay visible), cut to SHOW chars."""
-    return cut(repr(value), SHOW)
+    return cut(repr(value), SHOW)  # repr: control characters stay visible
 
 
 class JournalEntry(NamedTuple):
-    """One suspended network: the interface it belongs to (checked against wpa_supplicant on
-    replay) and the bgscan value to put back."""
-
-    ifname: str
+    ifname: str  # checked against wpa_supplicant's objects on replay
     bgscan: str
 
 
 class _BadFile(Exception):
-    """The journal file exists but cannot be used; the text says what is wrong with it."""
+    """The file exists but cannot be used; the text says why."""
 
 
 class Journal:
-    """The file `<state_dir>/suspended.json` and its entries in memory.  `max_bytes` exists for
-    stress tests; a real journal holds one entry per Wi-Fi interface."""
+    """`<state_dir>/suspended.json` and its entries in memory (`max_bytes`: for stress tests)."""
 
     def __init__(self, state_dir: str, max_bytes: int = MAX_BYTES) -> None:
         self.path = os.path.join(state_dir, FILE_NAME)
@@ -70,8 +54,7 @@ class Journal:
     # ---- reading --------------------------------------------------------------------------
 
     def load(self) -> dict[str, JournalEntry]:
-        """Read what a previous instance left: network path -> entry.  Never raises for what
-        is in or at the path: a damaged file is reported, moved aside and read as empty."""
+        """What a previous instance left.  Never raises for what is in or at the path."""
         self._loaded = True
         self._dirty = False
         try:
@@ -81,16 +64,14 @@ class Journal:
         except _BadFile as e:
             self._set_aside(str(e))
             data = {}
-        entries: dict[str, JournalEntry] = {}
+        self._entries = {}
         for key, raw in data.items():
-            problem = self._problem(key, raw)
-            if problem is not None:
+            if (problem := self._problem(key, raw)) is not None:
                 log.warning("%s: dropping entry %s: %s", self.path, _show(key), problem)
                 self._dirty = True
-                continue
-            entries[key] = JournalEntry(ifname=raw["ifname"], bgscan=raw["bgscan"])
-        self._entries = entries
-        return dict(entries)
+            else:
+                self._entries[key] = JournalEntry(ifname=raw["ifname"], bgscan=raw["bgscan"])
+        return dict(self._entries)
 
     def _read(self) -> dict[str, Any]:
         import json  # here and in _flush: scanguardd's start does without it (entry.py)
@@ -122,7 +103,6 @@ class Journal:
         return None
 
     def _set_aside(self, problem: str) -> None:
-        """Move the unusable file out of the way, so the next write can put a journal there."""
         bad = self.path + ".bad"
         try:
             set_aside(self.path, bad)
@@ -137,7 +117,6 @@ class Journal:
     # ---- the entries ----------------------------------------------------------------------
 
     def entries(self) -> dict[str, JournalEntry]:
-        """What is recorded now (a copy): network path -> entry."""
         self._ensure_loaded()
         return dict(self._entries)
 
@@ -146,58 +125,45 @@ class Journal:
         return self._entries.get(network)
 
     def record(self, network: str, ifname: str, bgscan: str) -> None:
-        """Note that `network`'s bgscan was `bgscan` before we set it to "".  Written to disk
-        before returning, even inside batch(): the caller sets "" only once this succeeded.
+        """On disk before it returns, even inside batch(): the caller sets "" only then.
         Raises ValueError for what a later load() would drop, OSError if it cannot write."""
         if (problem := self._problem(network, {"ifname": ifname, "bgscan": bgscan})) is not None:
             raise ValueError(problem)
         self._ensure_loaded()
-        before = self._entries.get(network)
+        before = dict(self._entries)
         self._entries[network] = JournalEntry(ifname=ifname, bgscan=bgscan)
         self._dirty = True
         try:
             self._flush()
         except BaseException:
-            # Not on disk, so not recorded: the caller will not set "" either.
-            if before is None:
-                del self._entries[network]
-            else:
-                self._entries[network] = before
+            self._entries = before  # not on disk, so not recorded: the caller sets no "" either
             raise
 
-    def forget(self, network: str) -> None:
-        """Drop one entry; written at once, or at the end of the current batch()."""
-        self.forget_many((network,))
-
-    def forget_many(self, networks: Iterable[str]) -> None:
-        """Drop several entries with a single write (none if nothing changed)."""
+    def forget(self, *networks: str) -> None:
+        """Drop entries, with one write at once or at the end of the current batch().  A write
+        that fails is logged, not raised, and done by the next one: a stale entry only makes a
+        later start look at a network and find nothing to restore."""
         self._ensure_loaded()
         for network in networks:
             if self._entries.pop(network, None) is not None:
                 self._dirty = True
         if self._batch == 0:
-            self._flush()
+            try:
+                self._flush()
+            except OSError as e:
+                log.warning("cannot update %s (%s); the next start will check its entries "
+                            "again", self.path, e.strerror or e)
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
-        """Defer the writes of forget() until the block ends, then write once (if anything
-        changed).  Deferring a forget is safe: a stale entry only makes a later start look at
-        a network and find nothing to restore."""
+        """Defer the writes of forget() until the block ends, then write once."""
         self._batch += 1
         try:
             yield
-        except BaseException:
+        finally:
             self._batch -= 1
             if self._batch == 0:
-                try:
-                    self._flush()
-                except OSError as e:  # do not hide what ended the block
-                    log.error("cannot write %s (%s); its stale entries stay until the next "
-                              "write", self.path, e.strerror)
-            raise
-        self._batch -= 1
-        if self._batch == 0:
-            self._flush()
+                self.forget()
 
     # ---- writing --------------------------------------------------------------------------
 

@@ -1,17 +1,11 @@
-"""What each network path we touched is in, and the crash journal written from those states.
-
-The Ledger is the one owner of both: a state changes only through `go` (one event of
-nm_scanguard.daemon.suspension_table), and the journal then says what the new state needs, before
-any call that state makes.  An entry exists exactly while the state can carry our "" (`journaled`);
-it goes only when a state that cannot is reached, and the table reaches those only on evidence.
-The calls themselves are Bgscan's (nm_scanguard.daemon.suspension); the Ledger does no bus I/O.
+"""What each network path we touched is in, and the crash journal written from those states:
+a state changes only through `go` (one event of suspension_table), and the journal then says
+what the new state needs, before any call that state makes.  No bus I/O: the calls are Bgscan's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator
 from typing import NamedTuple
 
 from ...peers.supplicant import SupplicantError
@@ -22,10 +16,8 @@ log = logging.getLogger("scanguard")
 
 
 class Suspended(NamedTuple):
-    """We set `network`'s bgscan to ""; `saved` is what a restore puts back; `generation` the
-    path's when we read its bgscan (Ledger.generation).  `in_doubt`: our "" may no longer
-    stand (a restore went unanswered and could not be read back, or wpa_supplicant restarted
-    during the suspend); it is read again before it counts (Bgscan.recheck)."""
+    """A live suspension as the guards see it (SUSPENDED, or IN_DOUBT: read again before it
+    counts, Bgscan.recheck); `saved` is what a restore puts back."""
 
     network: str
     saved: str
@@ -39,8 +31,7 @@ JOURNAL_UNWRITABLE = ("cannot write {path} ({why}), so bgscan is left on (a cras
 
 
 class Ledger:
-    """The state of each network path we touched (suspension_table.State), the journal written
-    from those states (its only writer), and the generation of each path."""
+    """Each touched path's State and generation, and the journal (its only writer)."""
 
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
@@ -63,12 +54,10 @@ class Ledger:
 
     def go(self, net: str, ev: Ev, *, op: int | None = None, ifname: str = "",
            value: str | None = None) -> State | None:
-        """Apply one event to `net`'s state, then make the journal say what the new state
-        needs (before any call that state makes).  `op` names the call the event answers: if
-        the state is no longer that call's (it ended meanwhile: removed, wpa_supplicant
-        restarted, and maybe another task's since), the answer is not applied and None is
-        returned.  An entry that cannot be written undoes an event in NEED_ENTRY (the state
-        stays and SupplicantError says why), and is logged after any other."""
+        """Apply one event to `net`'s state, then write the journal the new state needs.  An
+        answer (`op`: its call sequence) to a sequence that has ended meanwhile is not applied:
+        None.  An entry that cannot be written undoes an event in NEED_ENTRY (SupplicantError
+        says why) and is logged after any other."""
         before = self.state(net)
         if op is not None and (before is None or before.op != op):
             return None
@@ -125,23 +114,7 @@ class Ledger:
                     raise SupplicantError(JOURNAL_UNWRITABLE.format(
                         path=self.journal.path, why=e.strerror or e)) from None
         elif entry is not None:
-            try:
-                self.journal.forget(net)
-            except OSError as e:
-                # Harmless: a stale entry only makes the next start look and find nothing to do.
-                log.warning("cannot remove %s from %s (%s); the next start will check it again",
-                            net, self.journal.path, e)
-
-    @contextlib.contextmanager
-    def batch(self) -> Iterator[None]:
-        """Several forgets, one journal write; a write that fails is logged and retried by the
-        next one (a stale entry only makes a later replay look and find nothing to do)."""
-        try:
-            with self.journal.batch():
-                yield
-        except OSError as e:
-            log.warning("cannot update %s (%s); the next start will check its entries again",
-                        self.journal.path, e)
+            self.journal.forget(net)
 
     def generation(self, network: str) -> int:
         """How many objects at this path wpa_supplicant has removed so far."""
@@ -150,9 +123,9 @@ class Ledger:
     # ---- what happened to wpa_supplicant's objects, and to a guard --------------------------
 
     def network_removed(self, network: str) -> Suspended | None:
-        """Call at once when NetworkRemoved arrives (before other queued replies are handled):
-        the path moves to a new generation, and our "" on the object, if any, is gone with it.
-        Returns the suspension that ended so (its guard re-engages on a new object), if any."""
+        """Call at once when NetworkRemoved arrives, before other queued replies: the path's
+        generation moves on, and our "" went with the object.  Returns the live suspension that
+        ended so (its guard re-engages on the new object), if any."""
         self._generations[network] = self.generation(network) + 1
         before = self.state(network)
         if before is None:
@@ -164,7 +137,7 @@ class Ledger:
         """wpa_supplicant restarted: its networks, and every "" we set, are gone (a suspend
         under way keeps its entry: its Set may still reach the new process)."""
         nets = set(self._states) | set(self.journal.entries())
-        with self.batch():
+        with self.journal.batch():
             for net in nets:
                 self.go(net, Ev.RESTARTED)
         dropped = len(nets) - len(self._states)
@@ -189,16 +162,14 @@ class Ledger:
         return None
 
     def unowned(self, ifname: str | None = None) -> dict[str, State]:
-        """The networks nobody is working on whose "" may stand (LEFTOVER, LEFT_BEHIND), an
-        earlier instance's entries included; only `ifname`'s if given."""
+        """The UNOWNED states, an earlier instance's entries included (only `ifname`'s)."""
         for net in self.journal.entries():  # an earlier instance's too, read at first use
             self.state(net)
         return {net: s for net, s in self._states.items()
                 if s.kind in UNOWNED and ifname in (None, s.ifname)}
 
     def taking_over(self) -> int:
-        """Entries a guard is taking over: a suspend under way on a network that was LEFTOVER or
-        LEFT_BEHIND, which returns to that state if the suspend fails."""
+        """Entries a guard is taking over (they fall back to UNOWNED if the suspend fails)."""
         return sum(1 for s in self._states.values() if s.kind not in UNOWNED and s.origin in UNOWNED)
 
 def kept(journal: Journal, ifname: str | None = None) -> int:

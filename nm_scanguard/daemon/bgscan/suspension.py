@@ -1,12 +1,9 @@
 """Bgscan: the one owner of what scanguard did to wpa_supplicant's bgscan strings.
 
-It suspends and restores one network's bgscan, rechecks a suspension in doubt, says what is
-suspended on an interface (`current`), follows wpa_supplicant's objects (`network_removed`,
-`supplicant_restarted`), and replays the crash journal (nm_scanguard.daemon.replay).  The rule,
-and the states and transitions that keep it, are in nm_scanguard.daemon.suspension_table; what
-each network is in, and the journal written from it, in nm_scanguard.daemon.ledger; here each
-call's answer becomes one event there (`read` for a value, nm_scanguard.daemon.evidence for
-what a failure shows).  Nothing outside these modules reads the ledger or the journal.
+It makes the calls each network's state needs (suspension_table: the rule and the states) and
+feeds each answer back to the Ledger as one event: `read` for a value, evidence.py for what a
+failure shows; and it replays the crash journal.  Nothing outside this folder reads the ledger
+or the journal.
 """
 
 from __future__ import annotations
@@ -19,13 +16,12 @@ from typing import TypeVar
 from ... import log_lines
 from ...peers.ifname import valid_ifname
 from ...peers.supplicant import SupplicantError, UncertainOutcome, WpaSupplicant, is_uncertain
-from ...peers.supplicant_values import valid_network_path
+from ...peers.supplicant_values import interface_of, valid_network_path
 from ...text import shown
-from .evidence import restore_landed, suspend_landed, unless_gone
+from .evidence import interface, read_back, supplicant_gone, unless_gone
 from .journal import Journal
 from .ledger import Ledger, Suspended, as_suspended, kept
-from .replay import restore_journal
-from .suspension_table import Ev, Kind, Refused, State, read
+from .suspension_table import UNOWNED, Ev, Kind, Refused, State, read
 
 log = logging.getLogger("scanguard")
 T = TypeVar("T")
@@ -44,8 +40,8 @@ class NothingToSuspend(Exception):
 
 
 class Bgscan:
-    """Makes the calls each network's state needs and feeds each answer back to the Ledger as
-    one event (`_go`)."""
+    """suspend, recheck, restore, current(ifname); network_removed, supplicant_restarted and
+    abandon (the Ledger's); replay (restore_journal)."""
 
     def __init__(self, supplicant: WpaSupplicant, journal: Journal) -> None:
         self.supplicant = supplicant
@@ -59,7 +55,6 @@ class Bgscan:
 
     async def replay(self, known: Callable[[str], Awaitable[str | None]] | None = None, *,
                      ifname: str | None = None) -> int:
-        """Restore what nobody owns (nm_scanguard.daemon.replay.restore_journal)."""
         return await restore_journal(self.ledger, self.supplicant, self.restore_network, known,
                                      ifname=ifname)
 
@@ -96,7 +91,6 @@ class Bgscan:
             raise
 
     async def _suspend(self, net: str, ifname: str, op: int) -> State:
-        sup = self.supplicant
         value = await self._read(net, op)
         ev = read(value)
         if ev is Ev.READ_EMPTY:
@@ -117,17 +111,18 @@ class Bgscan:
         assert value is not None
         applied = Ev.SET_APPLIED
         try:
-            await sup.set_bgscan(net, "")
+            await self.supplicant.set_bgscan(net, "")
         except SupplicantError as e:
             if not is_uncertain(e):
                 self._go(net, Ev.SET_NOT_APPLIED, op=op)
                 raise
-            applied = await suspend_landed(self.supplicant, net)
-            if applied is Ev.SET_NOT_APPLIED:
-                self._go(net, applied, op=op)
+            back = await read_back(self.supplicant, net)
+            if back != "" and not isinstance(back, SupplicantError):
+                self._go(net, Ev.SET_NOT_APPLIED, op=op)
                 raise SupplicantError(f"wpa_supplicant did not turn off bgscan on {net} ({e}; "
                                       "reading it back shows no \"\" there); trying again on "
                                       "the next sample", e.bus_error) from None
+            applied = Ev.SET_APPLIED if back == "" else Ev.SET_ASSUMED
             log.warning("%s: wpa_supplicant did not confirm turning off bgscan on %s (%s); "
                         "assuming it did, so that it gets restored", ifname, net, e)
         s = self._go(net, applied, op=op)
@@ -150,12 +145,10 @@ class Bgscan:
         return s
 
     async def _put_back(self, net: str, ifname: str, value: str, op: int) -> State:
-        """NetworkManager removed the network and added a new one at the same path between our
-        read and our Set (wpa_supplicant sends the signal before it handles our Set, so it is
-        seen by now): the "" landed on the new object, whose own bgscan cannot be read back.
-        Put back the value we read, NetworkManager's for the same profile a moment ago, so the
-        next sample suspends the new object properly.  If that fails, the entry stays and the
-        network counts as suspended, so that release restores it."""
+        """NetworkManager re-created the network at the same path between our read and our Set
+        (its NetworkRemoved comes before the Set's answer): our "" is on the new object, whose
+        own value cannot be read back.  Put back the one we read, NetworkManager's for the same
+        profile a moment ago; if that fails the network stays suspended, for release to undo."""
         log.warning("%s: NetworkManager re-created network %s while bgscan was being suspended; "
                     "putting back \"%s\" (the new object's own value cannot be read once "
                     "overwritten)", ifname, net, shown(value))
@@ -175,10 +168,9 @@ class Bgscan:
         raise _ended(net, "re-created")
 
     async def recheck(self, ifname: str) -> bool:
-        """Settle the suspension on `ifname` left in doubt: True if bgscan still reads "" (still
-        ours, and still suspended), False if it reads anything else (the restore landed after
-        all: the suspension and its entry end, so the caller suspends anew).  Raises
-        SupplicantError if the read fails again."""
+        """Settle the suspension on `ifname` left in doubt: True if bgscan still reads our "",
+        False if not (the restore landed after all: it ends, and the caller suspends anew).
+        Raises SupplicantError if the read fails again."""
         s = self.current(ifname)
         if s is None:
             return False
@@ -198,11 +190,9 @@ class Bgscan:
             await self.restore_network(s.network, ifname)
 
     async def restore_network(self, net: str, ifname: str) -> None:
-        """Put the saved value back where it is still our "", then forget the entry.
-
-        A network that is gone, or whose bgscan someone else changed, is left alone and
-        forgotten.  If wpa_supplicant fails or does not answer, the entry stays and the error
-        is raised: the caller tries again, and on stop the next start does."""
+        """Put the saved value back where our "" still stands, then forget the entry; leave
+        alone a network that is gone or whose bgscan someone else changed.  If wpa_supplicant
+        fails or does not answer, the entry stays and the error is raised for a later try."""
         if self.ledger.state(net) is not None:  # else nothing of ours is there any more
             await self._sequence(net, Ev.RESTORE, ifname, self._restore, "is being suspended "
                                  "or restored by another task; trying again later")
@@ -243,18 +233,23 @@ class Bgscan:
         try:
             await sup.set_bgscan(net, saved)
         except UncertainOutcome as e:
-            landed = await restore_landed(self.supplicant, net, ifname, e)
-            if landed is not Ev.DONE:
-                self._go(net, landed, op=op)
+            back = await read_back(sup, net)
+            if isinstance(back, SupplicantError):
+                log.warning("%s: wpa_supplicant did not confirm restoring bgscan on %s (%s), "
+                            "and reading it back failed too (%s); keeping it to restore again",
+                            ifname, net, e, back)
+            if isinstance(back, SupplicantError) or back == "":  # not landed, or not known
+                self._go(net, Ev.UNANSWERED if back == "" else Ev.UNKNOWN, op=op)
                 raise
+            log.info("%s: wpa_supplicant did not confirm restoring bgscan on %s (%s), but it "
+                     "reads back as \"%s\": restored", ifname, net, e, shown(back))
         except SupplicantError as e:
             await self._failed(net, e, ifname, op)
             log.debug("%s: network %s went away while restoring", ifname, net)
             return
         if self.ledger.generation(net) != generation:
-            # wpa_supplicant's API has no compare-and-set: NetworkManager removed the network
-            # and added a new one at the same path between our read and our Set, so the Set
-            # landed on the new object and its own value is lost.
+            # wpa_supplicant's API has no compare-and-set: a network re-created at the same
+            # path between our read and our Set got the Set, and its own value is lost.
             log.warning("%s: NetworkManager re-created network %s while bgscan was being "
                         "restored; the new object got \"%s\" (the previous object's value) "
                         "instead of its own; reconnecting gives it NetworkManager's again",
@@ -263,8 +258,7 @@ class Bgscan:
         log.debug("%s: bgscan on %s set back to \"%s\"", ifname, net, shown(saved))
 
     async def _failed(self, net: str, err: SupplicantError, ifname: str, op: int) -> None:
-        """A restore's call failed: DONE if the object is confirmed gone, else FAILED and
-        raised."""
+        """A restore's call failed: DONE if the object is confirmed gone, else FAILED, raised."""
         why = await unless_gone(self.supplicant, net, err, ifname)
         self._go(net, Ev.FAILED if why else Ev.DONE, op=op)
         if why:
@@ -274,3 +268,94 @@ class Bgscan:
 def _ended(net: str, how: str = "removed, or wpa_supplicant restarted,") -> SupplicantError:
     return SupplicantError(f"network {net} was {how} while bgscan was being suspended; trying "
                            "again on the next sample")
+
+
+# What replaying one entry did (TAKEN: a running guard has the network now).
+RESTORED, DROPPED, KEPT, TAKEN = "restored", "dropped", "kept", "taken"
+Lookup = Callable[[str], Awaitable[str | None]]
+Restore = Callable[[str, str], Awaitable[None]]  # Bgscan.restore_network
+
+
+class _NoSupplicant(Exception):
+    """No wpa_supplicant owns its name: the networks the journal names are gone with it."""
+
+
+async def restore_journal(ledger: Ledger, sup: WpaSupplicant, restore: Restore,
+                          known: Lookup | None = None, *, ifname: str | None = None) -> int:
+    """Restore what nobody owns (UNOWNED), with one journal write; only `ifname`'s if given (what
+    a stopping guard's cancelled suspend left behind).  An entry is restored only on the
+    interface it names, at a path under that interface's object now (`known(ifname)`, default
+    Supplicant.interface: None if it does not manage it); the others are stale or forged, and
+    DROP.  All go when the bus confirms nobody owns wpa_supplicant's name; any other failure
+    keeps an entry.  Returns the entries kept for a later try, those a guard is taking over
+    included (they fall back here if the take-over fails)."""
+    entries = ledger.unowned(ifname)
+    if not entries:
+        return ledger.taking_over()
+    lookup = known or partial(interface, sup)
+    paths: dict[str, str | None | SupplicantError] = {}  # ifname -> its object, or why not
+    counts = {RESTORED: 0, DROPPED: 0, KEPT: 0, TAKEN: 0}
+    with ledger.journal.batch():
+        try:
+            if await supplicant_gone(sup):
+                raise _NoSupplicant("wpa_supplicant is not running")
+            for net, s in entries.items():
+                counts[await _replay_one(ledger, sup, restore, net, s, lookup, paths)] += 1
+        except _NoSupplicant as e:
+            log.info("%s: the %d network(s) a previous instance changed are gone with it; "
+                     "nothing to restore", e, len(entries))
+            for net in entries:
+                if (left := ledger.state(net, found=False)) is not None and left.kind in UNOWNED:
+                    ledger.go(net, Ev.RESTARTED)
+            return 0
+    taking_over = ledger.taking_over()
+    log.info("crash journal replayed: %d restored, %d dropped, %d kept for a later try%s",
+             counts[RESTORED], counts[DROPPED], counts[KEPT],
+             f", {taking_over} being taken over by a guard" if taking_over else "")
+    return counts[KEPT] + taking_over
+
+
+async def _replay_one(ledger: Ledger, sup: WpaSupplicant, restore: Restore, net: str, s: State,
+                      lookup: Lookup, paths: dict[str, str | None | SupplicantError]) -> str:
+    """Restore one entry: RESTORED, DROPPED (gone, stale or forged), KEPT (for a later try)
+    or TAKEN (its state changed while this replay waited: a guard has it now).  Raises
+    _NoSupplicant when no wpa_supplicant owns its name."""
+    ifname = s.ifname
+    if ifname not in paths:
+        try:
+            paths[ifname] = await lookup(ifname)
+        except SupplicantError as e:
+            if await supplicant_gone(sup, e):
+                raise _NoSupplicant(f"wpa_supplicant is not running ({e})") from None
+            paths[ifname] = e
+    iface_path = paths[ifname]
+    now = ledger.state(net, found=False)
+    if now is None or now.kind not in UNOWNED:
+        return TAKEN  # a guard has it now, or it ended meanwhile
+    why: SupplicantError | None = None
+    if isinstance(iface_path, SupplicantError):
+        why = iface_path
+    elif iface_path is None or interface_of(net) != iface_path:
+        if iface_path is None:
+            log.info("%s: wpa_supplicant does not manage this interface any more; network %s "
+                     "left by a previous instance is gone with it", ifname, net)
+        else:
+            log.warning("%s: journal entry %s does not lie under the interface's object %s "
+                        "(stale after a wpa_supplicant restart, or forged); dropping it",
+                        ifname, net, iface_path)
+        ledger.go(net, Ev.DROP)
+        return DROPPED
+    else:
+        try:
+            await restore(net, ifname)
+        except SupplicantError as e:
+            if await supplicant_gone(sup, e):
+                raise _NoSupplicant(f"wpa_supplicant left while restoring ({e})") from None
+            why = e
+    if why is not None:
+        log.error("%s: cannot restore bgscan \"%s\" on %s left suspended by a previous "
+                  "instance: %s; it stays in %s for the next start", now.ifname, shown(now.saved),
+                  net, why, ledger.journal.path)
+        return KEPT
+    log.info(log_lines.REPLAYED, ifname, shown(now.saved), net)
+    return RESTORED

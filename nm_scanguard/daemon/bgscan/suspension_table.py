@@ -1,6 +1,5 @@
-"""What each network object we touched is in, and what each event makes of it: the rule of
-nm_scanguard.daemon.suspension as one table, with no I/O (Bgscan carries out the calls and feeds
-their answers back as events; `read` and nm_scanguard.daemon.evidence turn answers into events).
+"""What each network object we touched is in, and what each event makes of it, with no I/O
+(Bgscan makes the calls; `read` and evidence.py turn their answers into events).
 
 The rule: never leave a user's bgscan off.  Hence
 - a state that can carry our "" on wpa_supplicant's object has a journal entry (`journaled`),
@@ -18,7 +17,7 @@ The rule: never leave a user's bgscan off.  Hence
 
 States (a path with no state is untouched and has no entry):
 
-  READING       suspend asked; reading bgscan.  Journaled only if an entry was already there.
+  READING       suspend asked; reading bgscan (journaled only if an entry was there already).
   SETTING       entry written; Set "" sent, not yet answered.
   PUTTING_BACK  the path was re-created while SETTING and the Set was answered after that (or
                 read back as ""): our "" hit the new object; Set of the value read is on its
@@ -77,9 +76,8 @@ UNOWNED = frozenset({Kind.LEFT_BEHIND, Kind.LEFTOVER})
 
 
 class Ev(enum.Enum):
-    """The events, each one transition.  (An event carries no data but the value read, which
-    step() takes separately.)  FAILED: refused, or unanswered where what was not done can be
-    tried again (a read; a restore not yet sent)."""
+    """The events (the value read is step()'s argument).  FAILED: refused, or unanswered where
+    what was not done can be tried again (a read; a restore not yet sent)."""
 
     ASK = "suspend asked"
     READ_EMPTY = 'bgscan read as ""'
@@ -104,16 +102,14 @@ class Ev(enum.Enum):
 
 # The events that start a call sequence (the state takes the sequence's token, State.op).
 STARTS = frozenset({Ev.ASK, Ev.RESTORE})
-# The events after which a call goes out that needs the state's entry on disk: if it cannot be
-# written, the event has not happened (Ledger.go).  After any other, the state the bus or a
-# cancel left is the truth, and a failed write is only logged.
+# The events after which a call needs the state's entry on disk: if it cannot be written, the
+# event has not happened (Ledger.go).  After any other, a failed write is only logged.
 NEED_ENTRY = frozenset({Ev.ASK, Ev.READ_VALUE})
 
 
 def read(value: str | None) -> Ev:
-    """A value of bgscan read from wpa_supplicant as an event: "" is only ever ours; a value the
-    journal can keep is NetworkManager's; no key or any other value is READ_OTHER (never
-    suspended, and never taken for ours)."""
+    """A value of bgscan read as an event: "" is only ever ours; a value the journal can keep is
+    NetworkManager's; no key or any other value is neither suspended nor taken for ours."""
     if value == "":
         return Ev.READ_EMPTY
     return Ev.READ_VALUE if valid_bgscan(value) else Ev.READ_OTHER
@@ -124,8 +120,7 @@ class Refused(Exception):
 
 
 def back(s: State, generation: int) -> State | None:
-    """Where a call that failed leaves the state it was made from: the state before it, unless
-    the path was removed since bgscan was read, which took our "" with the object."""
+    """The state a failed call was made from, unless a removal since the read took our ""."""
     if s.kind is Kind.READING:  # an entry it took over stays what it was
         return s._replace(kind=s.origin, origin=None) if s.origin is not None else None
     origin = s.origin if s.kind is Kind.RESTORING else s.kind
@@ -142,9 +137,8 @@ def doubted(s: State | None) -> State | None:
 
 def step(s: State | None, ev: Ev, *, generation: int, ifname: str = "",
          value: str | None = None, op: int = 0) -> State | None:
-    """The state after `ev`; `generation` is the path's now (after a NetworkRemoved, the new
-    one); `op` the token of the call sequence an event in STARTS begins.  Raises Refused where
-    the event does not apply."""
+    """The state after `ev`; `generation` is the path's now; `op` the token of the sequence an
+    event in STARTS begins.  Raises Refused where the event does not apply."""
     if s is None:  # untouched, or ended meanwhile (removed, or wpa_supplicant restarted)
         if ev is Ev.FOUND:
             return State(Kind.LEFTOVER, ifname, value, generation)

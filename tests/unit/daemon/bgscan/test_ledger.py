@@ -107,8 +107,7 @@ def test_a_stopped_guards_suspension_is_nobodys_and_left_for_the_replay(ledger):
 
 
 # The bgscan core: the one owner of the states and the journal (nm_scanguard.daemon.suspension).
-CORE = {"suspension_table.py", "suspension.py", "ledger.py", "evidence.py", "replay.py",
-        "journal.py"}
+CORE = {"suspension_table.py", "suspension.py", "ledger.py", "evidence.py", "journal.py"}
 REACHING_IN = re.compile(r"\w\.ledger\b|\bLedger\(|journal\.(entries|get|record|forget|load|batch)\(")
 
 
