@@ -1,8 +1,7 @@
 """What counts as evidence that something of wpa_supplicant's is gone, or that a Set landed.
-
-An error naming a removed object is no evidence by itself (a misreported failure can carry the
-same name): it counts once the interface no longer has the network as its current one, or the
-interface object itself was replaced; "nobody owns the name" counts once the bus confirms it.
+An error naming a removed object is none by itself (a misreported failure can carry the same
+name): it counts once the interface no longer has the network as its current one, or the
+interface object was replaced; "nobody owns the name" counts once the bus confirms it.
 """
 
 from __future__ import annotations
@@ -23,10 +22,9 @@ log = logging.getLogger("scanguard")
 
 async def unless_gone(sup: WpaSupplicant, net: str, err: SupplicantError,
                       ifname: str) -> SupplicantError | None:
-    """None if `err` (ObjectGone) came from `net` now confirmed gone (module docstring); else
-    what to raise so that the entry stays for a retry: `err`, or why it could not be confirmed.
-    A network re-created at the same path counts as there: the retry finds NetworkManager's
-    value on it and leaves it."""
+    """None if `err` came from `net` now confirmed gone; else what to raise so that the entry
+    stays for a retry.  A network re-created at the same path counts as there: the retry finds
+    NetworkManager's value on it and leaves it."""
     if not isinstance(err, ObjectGone):
         return err
     try:
@@ -48,8 +46,7 @@ async def unless_gone(sup: WpaSupplicant, net: str, err: SupplicantError,
 
 
 async def interface(sup: WpaSupplicant, ifname: str) -> str | None:
-    """wpa_supplicant's object for `ifname`; None only when it says it does not manage it
-    (InterfaceUnknown).  Any other error keeps the entries for a later try."""
+    """wpa_supplicant's object for `ifname`; None only on InterfaceUnknown."""
     try:
         return await sup.interface(ifname)
     except ObjectGone as e:

@@ -51,8 +51,6 @@ class Journal:
         self._dirty = False  # the file no longer says what _entries says
         self._batch = 0
 
-    # ---- reading --------------------------------------------------------------------------
-
     def load(self) -> dict[str, JournalEntry]:
         """What a previous instance left.  Never raises for what is in or at the path."""
         self._loaded = True
@@ -62,7 +60,16 @@ class Journal:
         except FileNotFoundError:
             data = {}
         except _BadFile as e:
-            self._set_aside(str(e))
+            bad = self.path + ".bad"
+            try:
+                set_aside(self.path, bad)
+                done = f"moved it to {bad} for inspection"
+            except OSError as e2:
+                done = (f"could not move it aside ({e2.strerror}), so recording a suspension "
+                        "will fail until it is removed by hand")
+            log.error("cannot use the journal %s: %s; %s. A bgscan a previous instance left off, "
+                      "if any, cannot be restored from it: reconnecting the Wi-Fi restores "
+                      "NetworkManager's setting", self.path, e, done)
             data = {}
         self._entries = {}
         for key, raw in data.items():
@@ -102,20 +109,6 @@ class Journal:
                     "(module[:parameters], printable ASCII without quotes, non-empty)")
         return None
 
-    def _set_aside(self, problem: str) -> None:
-        bad = self.path + ".bad"
-        try:
-            set_aside(self.path, bad)
-            done = f"moved it to {bad} for inspection"
-        except OSError as e:
-            done = (f"could not move it aside ({e.strerror}), so recording a suspension will "
-                    f"fail until it is removed by hand")
-        log.error("cannot use the journal %s: %s; %s. A bgscan a previous instance left off, "
-                  "if any, cannot be restored from it: reconnecting the Wi-Fi restores "
-                  "NetworkManager's setting", self.path, problem, done)
-
-    # ---- the entries ----------------------------------------------------------------------
-
     def entries(self) -> dict[str, JournalEntry]:
         self._ensure_loaded()
         return dict(self._entries)
@@ -140,9 +133,8 @@ class Journal:
             raise
 
     def forget(self, *networks: str) -> None:
-        """Drop entries, with one write at once or at the end of the current batch().  A write
-        that fails is logged, not raised, and done by the next one: a stale entry only makes a
-        later start look at a network and find nothing to restore."""
+        """Drop entries, written at once or at the end of batch().  A failed write is logged and
+        left to the next: a stale entry only makes a later start look and find nothing."""
         self._ensure_loaded()
         for network in networks:
             if self._entries.pop(network, None) is not None:
@@ -164,8 +156,6 @@ class Journal:
             self._batch -= 1
             if self._batch == 0:
                 self.forget()
-
-    # ---- writing --------------------------------------------------------------------------
 
     def _ensure_loaded(self) -> None:
         # Writing without reading first would overwrite what a previous instance left.

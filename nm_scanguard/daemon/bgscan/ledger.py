@@ -43,8 +43,7 @@ class Ledger:
         self._ops = 0  # the last call sequence's token (State.op)
 
     def state(self, network: str, *, found: bool = True) -> State | None:
-        """`network`'s state; an entry on disk that no state accounts for is an earlier
-        instance's, which enters the table as FOUND (unless `found` is false)."""
+        """`network`'s state; an earlier instance's entry enters as FOUND (unless `found`)."""
         s = self._states.get(network)
         if s is None and found and (entry := self.journal.get(network)) is not None:
             s = step(None, Ev.FOUND, generation=self.generation(network), ifname=entry.ifname,
@@ -54,10 +53,9 @@ class Ledger:
 
     def go(self, net: str, ev: Ev, *, op: int | None = None, ifname: str = "",
            value: str | None = None) -> State | None:
-        """Apply one event to `net`'s state, then write the journal the new state needs.  An
-        answer (`op`: its call sequence) to a sequence that has ended meanwhile is not applied:
-        None.  An entry that cannot be written undoes an event in NEED_ENTRY (SupplicantError
-        says why) and is logged after any other."""
+        """Apply one event, then write the journal the new state needs; None for an answer to a
+        call sequence (`op`) that has ended.  An entry that cannot be written undoes an event
+        in NEED_ENTRY (SupplicantError says why), and is logged after any other."""
         before = self.state(net)
         if op is not None and (before is None or before.op != op):
             return None
@@ -79,14 +77,12 @@ class Ledger:
         self.go(net, ev, ifname=ifname)
         return self._ops
 
-    def owner(self, net: str) -> int | None:
-        """The token of the call sequence `net`'s state belongs to (None: no state)."""
+    def owner(self, net: str) -> int | None:  # the token of its call sequence (None: no state)
         s = self._states.get(net)
         return None if s is None else s.op
 
     def settle(self, net: str, op: int) -> None:
-        """The task working on `net` ended without an answer (cancelled, or a defect): the
-        state its call left is the table's CANCELLED."""
+        """The task working on `net` ended without an answer (cancelled, or a defect)."""
         s = self._states.get(net)
         if s is not None and s.kind in BUSY:
             self.go(net, Ev.CANCELLED, op=op)
@@ -107,7 +103,7 @@ class Ledger:
         entry = self.journal.get(net)
         if journaled(s):
             assert s is not None and s.saved is not None
-            if entry is None or (entry.ifname, entry.bgscan) != (s.ifname, s.saved):
+            if entry != (s.ifname, s.saved):
                 try:
                     self.journal.record(net, s.ifname, s.saved)
                 except OSError as e:
@@ -119,8 +115,6 @@ class Ledger:
     def generation(self, network: str) -> int:
         """How many objects at this path wpa_supplicant has removed so far."""
         return self._generations.get(network, 0)
-
-    # ---- what happened to wpa_supplicant's objects, and to a guard --------------------------
 
     def network_removed(self, network: str) -> Suspended | None:
         """Call at once when NetworkRemoved arrives, before other queued replies: the path's
@@ -134,8 +128,8 @@ class Ledger:
         return as_suspended(network, before) if before.kind in LIVE else None
 
     def supplicant_restarted(self) -> None:
-        """wpa_supplicant restarted: its networks, and every "" we set, are gone (a suspend
-        under way keeps its entry: its Set may still reach the new process)."""
+        """wpa_supplicant restarted: every "" we set is gone, but a Set on its way may still
+        reach the new process."""
         nets = set(self._states) | set(self.journal.entries())
         with self.journal.batch():
             for net in nets:
@@ -145,13 +139,10 @@ class Ledger:
             log.info("wpa_supplicant's networks are gone; forgot %d suspended bgscan(s)", dropped)
 
     def abandon(self, ifname: str) -> None:
-        """The guard of `ifname` is gone: what it could not restore is nobody's now
-        (LEFTOVER), for the journal's replay to restore."""
+        """The guard of `ifname` is gone: what it could not restore is LEFTOVER, replay's."""
         for net in list(self._on.get(ifname, ())):
             if self._states[net].kind in LIVE:
                 self.go(net, Ev.ABANDON)
-
-    # ---- what is where ----------------------------------------------------------------------
 
     def current(self, ifname: str) -> Suspended | None:
         """The live suspension on `ifname`'s network, if any (also while it is restored)."""
@@ -172,8 +163,7 @@ class Ledger:
         """Entries a guard is taking over (they fall back to UNOWNED if the suspend fails)."""
         return sum(1 for s in self._states.values() if s.kind not in UNOWNED and s.origin in UNOWNED)
 
-def kept(journal: Journal, ifname: str | None = None) -> int:
-    """The journal's entries (only `ifname`'s if given): the restores still owed."""
+def kept(journal: Journal, ifname: str | None = None) -> int:  # the restores still owed
     return sum(1 for e in journal.entries().values() if ifname in (None, e.ifname))
 
 

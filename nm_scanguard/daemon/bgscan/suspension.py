@@ -25,6 +25,7 @@ from .suspension_table import UNOWNED, Ev, Kind, Refused, State, read
 
 log = logging.getLogger("scanguard")
 T = TypeVar("T")
+Lookup = Callable[[str], Awaitable[str | None]]  # ifname -> wpa_supplicant's object, or None
 
 NO_NETWORK = "not associated in wpa_supplicant"
 NO_BGSCAN_KEY = "the network has no bgscan (BSSID-locked profile or AP mode)"
@@ -32,16 +33,12 @@ ALREADY_OFF = "bgscan is already off on this network"
 
 
 class NothingToSuspend(Exception):
-    """There is no bgscan to turn off; `reason` says why, in words fit for the status."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    """There is no bgscan to turn off; its text says why, in words fit for the status."""
 
 
 class Bgscan:
-    """suspend, recheck, restore, current(ifname); network_removed, supplicant_restarted and
-    abandon (the Ledger's); replay (restore_journal)."""
+    """suspend, recheck, restore, replay; current, network_removed, supplicant_restarted and
+    abandon are the Ledger's."""
 
     def __init__(self, supplicant: WpaSupplicant, journal: Journal) -> None:
         self.supplicant = supplicant
@@ -53,18 +50,13 @@ class Bgscan:
         self.abandon = self.ledger.abandon
         self.kept = partial(kept, journal)
 
-    async def replay(self, known: Callable[[str], Awaitable[str | None]] | None = None, *,
-                     ifname: str | None = None) -> int:
-        return await restore_journal(self.ledger, self.supplicant, self.restore_network, known,
-                                     ifname=ifname)
-
-    # ---- suspend --------------------------------------------------------------------------
+    async def replay(self, known: Lookup | None = None, *, ifname: str | None = None) -> int:
+        return await restore_journal(self, known, ifname=ifname)
 
     async def suspend(self, iface_path: str, ifname: str) -> Suspended:
-        """Turn off bgscan of the interface's current network, journal first.
-
-        Raises NothingToSuspend when there is nothing to turn off, SupplicantError when
-        wpa_supplicant or the journal refused (nothing is left changed then)."""
+        """Turn off bgscan of the interface's current network, journal first.  Raises
+        NothingToSuspend when there is nothing to turn off, SupplicantError when wpa_supplicant
+        or the journal refused (nothing is left changed then)."""
         if not valid_ifname(ifname):
             raise ValueError(f"not a valid interface name: {ifname!r}")
         net = await self.supplicant.current_network(iface_path)
@@ -82,8 +74,7 @@ class Bgscan:
                         "next sample", ifname, net)
         return as_suspended(net, s)
 
-    async def _read(self, net: str, op: int | None) -> str | None:
-        """bgscan of `net`; a read that fails is FAILED, and raised."""
+    async def _read(self, net: str, op: int | None) -> str | None:  # a failed read is FAILED
         try:
             return await self.supplicant.get_bgscan(net)
         except SupplicantError:
@@ -133,9 +124,8 @@ class Bgscan:
         return s
 
     def _adopt(self, net: str, ifname: str, op: int) -> State:
-        """bgscan is "" already.  Only we ever set "" (NetworkManager writes a module or no key),
-        so if the journal holds this network, it is ours: an earlier suspend whose reply came
-        late or was cancelled, or a restore that failed.  Take it over so that it is restored."""
+        """bgscan is "" already: ours, if the journal holds it (only we write ""), left by a
+        suspend answered late or cancelled, or a failed restore.  Take it over."""
         if self.ledger.owner(net) != op:
             raise _ended(net)
         s = self._go(net, Ev.READ_EMPTY, op=op)
@@ -145,10 +135,9 @@ class Bgscan:
         return s
 
     async def _put_back(self, net: str, ifname: str, value: str, op: int) -> State:
-        """NetworkManager re-created the network at the same path between our read and our Set
-        (its NetworkRemoved comes before the Set's answer): our "" is on the new object, whose
-        own value cannot be read back.  Put back the one we read, NetworkManager's for the same
-        profile a moment ago; if that fails the network stays suspended, for release to undo."""
+        """The path was re-created between our read and our Set: our "" is on the new object,
+        whose own value is lost.  Put back the one we read (NetworkManager's for the same
+        profile); if that fails the network stays suspended, for release to undo."""
         log.warning("%s: NetworkManager re-created network %s while bgscan was being suspended; "
                     "putting back \"%s\" (the new object's own value cannot be read once "
                     "overwritten)", ifname, net, shown(value))
@@ -168,9 +157,8 @@ class Bgscan:
         raise _ended(net, "re-created")
 
     async def recheck(self, ifname: str) -> bool:
-        """Settle the suspension on `ifname` left in doubt: True if bgscan still reads our "",
-        False if not (the restore landed after all: it ends, and the caller suspends anew).
-        Raises SupplicantError if the read fails again."""
+        """Settle a suspension in doubt: True if bgscan still reads our "", False if not (it
+        ends; the caller suspends anew).  Raises SupplicantError if the read fails again."""
         s = self.current(ifname)
         if s is None:
             return False
@@ -182,25 +170,21 @@ class Bgscan:
                  s.network, shown(value))
         return False
 
-    # ---- restore --------------------------------------------------------------------------
-
     async def restore(self, ifname: str) -> None:
         """Put back the saved value of the suspension on `ifname`, if any (`current`)."""
         if (s := self.current(ifname)) is not None:
             await self.restore_network(s.network, ifname)
 
     async def restore_network(self, net: str, ifname: str) -> None:
-        """Put the saved value back where our "" still stands, then forget the entry; leave
-        alone a network that is gone or whose bgscan someone else changed.  If wpa_supplicant
-        fails or does not answer, the entry stays and the error is raised for a later try."""
+        """Put the saved value back where our "" still stands, then forget the entry.  If
+        wpa_supplicant fails or does not answer, the entry stays and the error is raised."""
         if self.ledger.state(net) is not None:  # else nothing of ours is there any more
             await self._sequence(net, Ev.RESTORE, ifname, self._restore, "is being suspended "
                                  "or restored by another task; trying again later")
 
     async def _sequence(self, net: str, ev: Ev, ifname: str,
                         run: Callable[[str, str, int], Awaitable[T]], refused: str) -> T:
-        """Begin a call sequence on `net` with `ev` and run it; a task that ends without an
-        answer (cancelled, or a defect) leaves the state CANCELLED makes of it."""
+        """Begin a call sequence on `net` with `ev` and run it (ended unanswered: CANCELLED)."""
         try:
             op = self.ledger.begin(net, ev, ifname if ev is Ev.ASK else "")
         except Refused:
@@ -272,16 +256,13 @@ def _ended(net: str, how: str = "removed, or wpa_supplicant restarted,") -> Supp
 
 # What replaying one entry did (TAKEN: a running guard has the network now).
 RESTORED, DROPPED, KEPT, TAKEN = "restored", "dropped", "kept", "taken"
-Lookup = Callable[[str], Awaitable[str | None]]
-Restore = Callable[[str, str], Awaitable[None]]  # Bgscan.restore_network
 
 
 class _NoSupplicant(Exception):
     """No wpa_supplicant owns its name: the networks the journal names are gone with it."""
 
 
-async def restore_journal(ledger: Ledger, sup: WpaSupplicant, restore: Restore,
-                          known: Lookup | None = None, *, ifname: str | None = None) -> int:
+async def restore_journal(bg: Bgscan, known: Lookup | None, *, ifname: str | None) -> int:
     """Restore what nobody owns (UNOWNED), with one journal write; only `ifname`'s if given (what
     a stopping guard's cancelled suspend left behind).  An entry is restored only on the
     interface it names, at a path under that interface's object now (`known(ifname)`, default
@@ -289,6 +270,7 @@ async def restore_journal(ledger: Ledger, sup: WpaSupplicant, restore: Restore,
     DROP.  All go when the bus confirms nobody owns wpa_supplicant's name; any other failure
     keeps an entry.  Returns the entries kept for a later try, those a guard is taking over
     included (they fall back here if the take-over fails)."""
+    ledger, sup = bg.ledger, bg.supplicant
     entries = ledger.unowned(ifname)
     if not entries:
         return ledger.taking_over()
@@ -300,7 +282,7 @@ async def restore_journal(ledger: Ledger, sup: WpaSupplicant, restore: Restore,
             if await supplicant_gone(sup):
                 raise _NoSupplicant("wpa_supplicant is not running")
             for net, s in entries.items():
-                counts[await _replay_one(ledger, sup, restore, net, s, lookup, paths)] += 1
+                counts[await _replay_one(bg, net, s, lookup, paths)] += 1
         except _NoSupplicant as e:
             log.info("%s: the %d network(s) a previous instance changed are gone with it; "
                      "nothing to restore", e, len(entries))
@@ -315,12 +297,12 @@ async def restore_journal(ledger: Ledger, sup: WpaSupplicant, restore: Restore,
     return counts[KEPT] + taking_over
 
 
-async def _replay_one(ledger: Ledger, sup: WpaSupplicant, restore: Restore, net: str, s: State,
-                      lookup: Lookup, paths: dict[str, str | None | SupplicantError]) -> str:
+async def _replay_one(bg: Bgscan, net: str, s: State, lookup: Lookup,
+                      paths: dict[str, str | None | SupplicantError]) -> str:
     """Restore one entry: RESTORED, DROPPED (gone, stale or forged), KEPT (for a later try)
     or TAKEN (its state changed while this replay waited: a guard has it now).  Raises
     _NoSupplicant when no wpa_supplicant owns its name."""
-    ifname = s.ifname
+    ledger, sup, ifname = bg.ledger, bg.supplicant, s.ifname
     if ifname not in paths:
         try:
             paths[ifname] = await lookup(ifname)
@@ -347,7 +329,7 @@ async def _replay_one(ledger: Ledger, sup: WpaSupplicant, restore: Restore, net:
         return DROPPED
     else:
         try:
-            await restore(net, ifname)
+            await bg.restore_network(net, ifname)
         except SupplicantError as e:
             if await supplicant_gone(sup, e):
                 raise _NoSupplicant(f"wpa_supplicant left while restoring ({e})") from None

@@ -4,10 +4,8 @@
 The rule: never leave a user's bgscan off.  Hence
 - a state that can carry our "" on wpa_supplicant's object has a journal entry (`journaled`),
   written before the Set that puts "" there, so that a crash is followed by a restore;
-- a state leaves that set only on evidence: bgscan read back as something other than our "",
-  a restore answered, the object confirmed gone (NetworkRemoved from wpa_supplicant, its
-  interface or the process gone, or an entry not under its interface's object), never because
-  a call went unanswered;
+- a state leaves that set only on evidence (bgscan read back as not our "", a restore answered,
+  the object confirmed gone: evidence.py), never because a call went unanswered;
 - a Set of "" that went unanswered counts as applied unless a read-back shows it was not
   (SET_ASSUMED): restoring writes only where "" still stands, so an unneeded restore changes
   nothing, while forgetting a "" that was applied leaves bgscan off for good;
@@ -19,16 +17,14 @@ States (a path with no state is untouched and has no entry):
 
   READING       suspend asked; reading bgscan (journaled only if an entry was there already).
   SETTING       entry written; Set "" sent, not yet answered.
-  PUTTING_BACK  the path was re-created while SETTING and the Set was answered after that (or
-                read back as ""): our "" hit the new object; Set of the value read is on its
-                way back to it.
+  PUTTING_BACK  the path was re-created while SETTING, and the Set landed after that: our ""
+                hit the new object; Set of the value read is on its way to it.
   SUSPENDED     our "" stands.
-  IN_DOUBT      our "" may or may not stand (a Set went unanswered and could not be read
-                back, the path maybe re-created meanwhile; wpa_supplicant restarted during the
-                suspend; a restore was cancelled): read before counting on it.
+  IN_DOUBT      our "" may or may not stand (a Set unanswered and unreadable; a restart
+                during the suspend; a restore cancelled): read before counting on it.
   RESTORING     reading bgscan, then Set of the saved value where our "" still stands.
-  LEFT_BEHIND   its suspend was cancelled with the Set on the way: that Set may still land, on
-                whatever object the path has by then, so a removal does not end it.
+  LEFT_BEHIND   its suspend was cancelled with the Set on the way, which may still land on
+                whatever object the path has by then: a removal does not end it.
   LEFTOVER      journaled by an earlier instance (FOUND), kept by a replay or a take-over that
                 failed, or given up by a guard that stopped: nobody's.
 """

@@ -215,9 +215,9 @@ class Guard:
         try:
             suspended = await self._bgscan.suspend(await self.iface(), self.ifname)
         except NothingToSuspend as e:
-            if self.no_bgscan != e.reason:
-                log.info("%s: nothing to suspend: %s", self.ifname, e.reason)
-            self.no_bgscan = e.reason
+            if self.no_bgscan != str(e):
+                log.info("%s: nothing to suspend: %s", self.ifname, e)
+            self.no_bgscan = str(e)
             return
         except SupplicantError:
             self.no_bgscan = None  # whatever was found before, this try failed (ERROR)
