@@ -150,20 +150,18 @@ class DeviceStatus:
 
     def as_plain(self) -> dict[str, Any]:
         """The Devices entry as `scanguardctl` gets it, without the D-Bus types."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if getattr(self, f.name) is not None}
+        return {name: value for name in FIELDS if (value := getattr(self, name)) is not None}
 
     def as_dbus(self) -> dict[str, Variant]:
-        out: dict[str, Variant] = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is not None:
-                out[f.name] = _variant(f.metadata["dbus"], value, f.metadata["limit"])
-        return out
+        return {name: _variant(signature, value, limit) for name, signature, limit in _TYPED
+                if (value := getattr(self, name)) is not None}
 
 
 # key -> D-Bus signature, in declaration order
 FIELDS: dict[str, str] = {f.name: f.metadata["dbus"] for f in dataclasses.fields(DeviceStatus)}
+# (key, signature, limit) of each field: dataclasses.fields() rebuilds its tuple on each call.
+_TYPED = tuple((f.name, f.metadata["dbus"], f.metadata["limit"])
+               for f in dataclasses.fields(DeviceStatus))
 
 
 def _variant(signature: str, value: Any, limit: int = MAX_TEXT) -> Variant:

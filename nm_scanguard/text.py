@@ -37,6 +37,12 @@ def escaped(char: str) -> bool:
                                                        and char not in INVISIBLE))
 
 
+def _plain(text: str) -> bool:
+    """Printable ASCII (" " to "~"), none of which is escaped: most text, checked at C speed
+    (a status line and each Devices update show a dozen texts, every second while busy)."""
+    return text.isascii() and text.isprintable()
+
+
 def _escape(char: str) -> str:
     if char in _SHORT_ESCAPES:
         return _SHORT_ESCAPES[char]
@@ -54,6 +60,8 @@ def clipped(text: str, limit: int = SHOWN_CHARS) -> str:
     """`text` made safe to echo: control characters escaped (a newline cannot split a log line or
     forge a second one) and cut to about `limit` characters, so a 100 KB value costs one short line.
     Non-ASCII text such as "Café ☕" or "5µ" is kept as it is."""
+    if len(text) <= limit and _plain(text) and "\\" not in text:
+        return text
     out: list[str] = []
     used = 0
     for char in text:
@@ -70,7 +78,7 @@ def one_line(text: str) -> str:
     included) as it is: what the daemon's log handler applies to each message, so that no
     value that reached a log line unclipped can end it or forge the next.  Idempotent on
     `clipped` output, which has no such character left."""
-    if all(not escaped(char) for char in text):
+    if _plain(text) or all(not escaped(char) for char in text):
         return text
     return "".join(_escape(char) if escaped(char) else char for char in text)
 

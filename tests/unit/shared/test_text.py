@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from nm_scanguard import text as T
 from nm_scanguard.text import MAX_TEXT, clipped, cut, one_line, quoted, shown
 from tests.hostile import CAFE, HOSTILE, raw_troublemakers
 
@@ -82,3 +83,12 @@ def test_every_daemon_log_message_is_one_line(monkeypatch, journal):
         root.setLevel(level)
     text = out.getvalue()
     assert text.count("\n") == 1 and "Café ☕\\nscanguardd: wlan0: forged" in text, text
+
+
+@pytest.mark.parametrize("code", range(128))
+def test_printable_ascii_taken_as_it_is_is_what_the_character_rule_gives(code):
+    # clipped and one_line return printable ASCII unchanged without looking at each character:
+    # that must be what the per-character rule gives for every ASCII character.
+    text = f"a{chr(code)}b"
+    assert clipped(text) == "".join(T._escape(c) for c in text)
+    assert one_line(text) == "".join(T._escape(c) if T.escaped(c) else c for c in text)
