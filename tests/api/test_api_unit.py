@@ -181,6 +181,42 @@ def as_caller(monkeypatch, uid: int) -> None:
     monkeypatch.setattr(callers, "call", call)
 
 
+async def test_a_burst_of_calls_from_one_sender_asks_the_bus_its_uid_once(monkeypatch):
+    asked: list[str] = []
+    answer = asyncio.Event()
+
+    async def call(_bus, _dest, _path, _iface, member: str, _sig: str = "", body=(), timeout=0):
+        assert member == "GetConnectionUnixUser", member
+        asked.append(body[0])
+        await answer.wait()
+        return [1000]
+
+    monkeypatch.setattr(callers, "call", call)
+    bus = object()
+    burst = [asyncio.create_task(callers.caller_uid(bus, ":1.230")) for _ in range(300)]
+    other = asyncio.create_task(callers.caller_uid(bus, ":1.231"))
+    await asyncio.sleep(0)
+    burst[0].cancel()  # a caller that leaves does not cancel the others' look-up
+    answer.set()
+    assert await asyncio.gather(*burst[1:], other) == [1000] * 300
+    assert sorted(asked) == [":1.230", ":1.231"] and callers._uid_lookups == {}
+    assert await callers.caller_uid(bus, ":1.230") == 1000 and len(asked) == 3  # not kept
+
+
+async def test_a_uid_the_bus_cannot_tell_refuses_every_call_that_waited_for_it(monkeypatch):
+    from nm_scanguard.peers.bus import BusError
+
+    async def call(*_args, **_kw):
+        await asyncio.sleep(0)
+        raise BusError("org.freedesktop.DBus.Error.Timeout", "no answer within 10 s")
+
+    monkeypatch.setattr(callers, "call", call)
+    results = await asyncio.gather(*(callers.caller_uid(object(), ":1.7") for _ in range(3)),
+                                   return_exceptions=True)
+    assert all(isinstance(r, CallError) and "cannot tell who is calling" in str(r)
+               for r in results), results
+
+
 def scan_seen(program: str, sender: str = ":1.9", user: str = "Café ☕", uptime: float = 0.0,
               refused: bool = False) -> Message:
     return Message(destination=BUS_NAME, path=methods.PATH, interface=methods.IFACE,

@@ -63,12 +63,36 @@ async def off_loop(fn: Callable[..., T], *args: Any) -> T:
     return await asyncio.shield(future)
 
 
+# The bus's answer about a sender, asked while the same question waits: shared.  A unique name
+# is one connection's for the bus's life, so one answer serves every call of a burst from it;
+# 300 questions at once can keep the bus beyond its reply timeout on a loaded machine, and a
+# caller whose uid is not known in time is refused.
+_uid_lookups: dict[tuple[int, str], asyncio.Future[int]] = {}
+
+
 async def caller_uid(bus: MessageBus, sender: str) -> int:
+    key = (id(bus), sender)  # the waiting look-up holds `bus`, so its id is not reused meanwhile
+    future = _uid_lookups.get(key)
+    if future is None:
+        future = asyncio.ensure_future(_ask_uid(bus, sender))
+        _uid_lookups[key] = future
+        future.add_done_callback(lambda f: _done(key, f))
+    # shield: a caller that goes away must not cancel the look-up the others wait for
+    return await asyncio.shield(future)
+
+
+async def _ask_uid(bus: MessageBus, sender: str) -> int:
     try:
         (uid,) = await call(bus, *DBUS, "GetConnectionUnixUser", "s", [sender])
     except BusError as e:
         raise CallError(ACCESS_DENIED, f"cannot tell who is calling ({e})") from None
     return int(uid)
+
+
+def _done(key: tuple[int, str], future: asyncio.Future[int]) -> None:
+    del _uid_lookups[key]
+    if not future.cancelled():
+        future.exception()  # raised to each caller still waiting; with none left, not news
 
 
 class PolkitChecks:
