@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import threading
 
 import pytest
 
@@ -199,7 +201,7 @@ async def test_a_burst_of_calls_from_one_sender_asks_the_bus_its_uid_once(monkey
     burst[0].cancel()  # a caller that leaves does not cancel the others' look-up
     answer.set()
     assert await asyncio.gather(*burst[1:], other) == [1000] * 300
-    assert sorted(asked) == [":1.230", ":1.231"] and callers._uid_lookups == {}
+    assert sorted(asked) == [":1.230", ":1.231"] and callers._waiting == {}
     assert await callers.caller_uid(bus, ":1.230") == 1000 and len(asked) == 3  # not kept
 
 
@@ -215,6 +217,45 @@ async def test_a_uid_the_bus_cannot_tell_refuses_every_call_that_waited_for_it(m
                                    return_exceptions=True)
     assert all(isinstance(r, CallError) and "cannot tell who is calling" in str(r)
                for r in results), results
+
+
+async def test_a_burst_of_one_passwd_look_up_asks_the_thread_once_and_keeps_nothing():
+    started, release, asked = threading.Event(), threading.Event(), []
+
+    def look_up(uid: int) -> str:
+        asked.append(uid)
+        started.set()
+        release.wait(5)
+        return "Café ☕"
+
+    burst = [asyncio.create_task(callers.off_loop(look_up, 1000)) for _ in range(50)]
+    await asyncio.sleep(0)
+    burst[0].cancel()  # a caller that leaves does not cancel the others' look-up
+    await asyncio.to_thread(started.wait, 5)
+    release.set()
+    assert await asyncio.gather(*burst[1:]) == ["Café ☕"] * 49
+    assert asked == [1000] and callers._waiting == {}
+
+
+async def test_a_failed_look_up_nobody_waits_for_any_more_is_not_reported_as_unretrieved():
+    unretrieved: list[dict] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: unretrieved.append(context))
+
+    def look_up(uid: int) -> str:
+        raise KeyError(uid)
+
+    try:
+        task = asyncio.create_task(callers.off_loop(look_up, 1001))
+        await asyncio.sleep(0)
+        task.cancel()  # its only caller leaves before the answer
+        while callers._waiting:
+            await asyncio.sleep(0.01)
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert unretrieved == []
 
 
 def scan_seen(program: str, sender: str = ":1.9", user: str = "Café ☕", uptime: float = 0.0,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import pwd
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -46,39 +46,37 @@ T = TypeVar("T")
 # and keeps them: more than the unit's TasksMax=8 on a laptop with 4 CPUs, after one burst of
 # calls from any local user.  One thread is the daemon's second task, whatever the burst.
 _NSS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scanguard-nss")
-# Look-ups asked for while the same one waits share its answer: a burst from one user costs one
-# look-up, and the queue holds at most one per distinct question.
-_in_flight: dict[tuple[Any, ...], asyncio.Future[Any]] = {}
+# Look-ups asked for while the same one waits, by what they ask: one answer for all of them.
+_waiting: dict[tuple[Any, ...], asyncio.Future[Any]] = {}
+
+
+async def shared(key: tuple[Any, ...], ask: Callable[[], Awaitable[T]]) -> T:
+    """The answer of `ask()`, asked once for every caller that wants `key` while it waits.
+    Shielded: a caller that goes away does not cancel it for the others.  Nothing is kept once
+    it is done: the next caller asks again."""
+    future = _waiting.get(key)
+    if future is None:
+        future = asyncio.ensure_future(ask())
+        _waiting[key] = future
+        future.add_done_callback(lambda _: _waiting.pop(key))
+    # A shield whose caller left marks the answer as seen: an error nobody waits for any more
+    # is not news.
+    return await asyncio.shield(future)
 
 
 async def off_loop(fn: Callable[..., T], *args: Any) -> T:
-    """fn(*args) on the look-up thread."""
-    key = (fn, *args)
-    future = _in_flight.get(key)
-    if future is None:
-        future = asyncio.get_running_loop().run_in_executor(_NSS, fn, *args)
-        _in_flight[key] = future
-        future.add_done_callback(lambda _: _in_flight.pop(key, None))
-    # shield: a caller that goes away must not cancel the look-up the others wait for
-    return await asyncio.shield(future)
-
-
-# The bus's answer about a sender, asked while the same question waits: shared.  A unique name
-# is one connection's for the bus's life, so one answer serves every call of a burst from it;
-# 300 questions at once can keep the bus beyond its reply timeout on a loaded machine, and a
-# caller whose uid is not known in time is refused.
-_uid_lookups: dict[tuple[int, str], asyncio.Future[int]] = {}
+    """fn(*args) on the look-up thread; a burst of the same look-up from one user costs one,
+    and the queue holds at most one per distinct question."""
+    loop = asyncio.get_running_loop()
+    return await shared(("nss", fn, *args), lambda: loop.run_in_executor(_NSS, fn, *args))
 
 
 async def caller_uid(bus: MessageBus, sender: str) -> int:
-    key = (id(bus), sender)  # the waiting look-up holds `bus`, so its id is not reused meanwhile
-    future = _uid_lookups.get(key)
-    if future is None:
-        future = asyncio.ensure_future(_ask_uid(bus, sender))
-        _uid_lookups[key] = future
-        future.add_done_callback(lambda f: _done(key, f))
-    # shield: a caller that goes away must not cancel the look-up the others wait for
-    return await asyncio.shield(future)
+    """The uid the bus knows `sender` by.  A unique name is one connection's for the bus's life,
+    so one answer serves every call of a burst from it: 300 questions at once can keep the bus
+    beyond its reply timeout on a loaded machine, and a caller whose uid is not known in time
+    is refused.  (The waiting look-up holds `bus`, so its id is not reused meanwhile.)"""
+    return await shared(("uid", id(bus), sender), lambda: _ask_uid(bus, sender))
 
 
 async def _ask_uid(bus: MessageBus, sender: str) -> int:
@@ -87,12 +85,6 @@ async def _ask_uid(bus: MessageBus, sender: str) -> int:
     except BusError as e:
         raise CallError(ACCESS_DENIED, f"cannot tell who is calling ({e})") from None
     return int(uid)
-
-
-def _done(key: tuple[int, str], future: asyncio.Future[int]) -> None:
-    del _uid_lookups[key]
-    if not future.cancelled():
-        future.exception()  # raised to each caller still waiting; with none left, not news
 
 
 class PolkitChecks:
