@@ -30,7 +30,6 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from .ifname import valid_ifname
 from .netlink_wire import (
     NLM_F_MULTI,
     NLM_F_REQUEST,
@@ -46,7 +45,18 @@ from .netlink_wire import (
     pack_message,
     receive_before,
 )
-from .rates import Counters
+from .values import valid_ifname
+
+
+class Counters(NamedTuple):
+    """One reading of an interface's kernel counters (IFLA_STATS64)."""
+
+    time: float
+    rx_bytes: int
+    tx_bytes: int
+    rx_packets: int
+    tx_packets: int
+
 
 # include/uapi/linux/rtnetlink.h, if_link.h
 NETLINK_ROUTE = 0

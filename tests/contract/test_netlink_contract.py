@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Iterator
 import pytest
 
 from nm_scanguard.peers.netlink import LinkCounters
-from nm_scanguard.peers.rates import Counters
+from nm_scanguard.peers.netlink import Counters
 
 if TYPE_CHECKING:
     from tests.peers import Link
@@ -199,7 +199,7 @@ def test_interface_that_vanishes_between_reads(reader: LinkCounters) -> None:
                                     "wl/0", "wl:0", ".", "..", "wlan0\n", "\udcff"])
 def test_names_linux_cannot_have_raise_valueerror(reader: LinkCounters, ifname: str) -> None:
     """The one interface-name rule (nm_scanguard.peers.ifname), not a second one of netlink's."""
-    from nm_scanguard.peers.ifname import valid_ifname
+    from nm_scanguard.peers.values import valid_ifname
 
     assert not valid_ifname(ifname)
     with pytest.raises(ValueError) as e:
@@ -257,6 +257,5 @@ def test_importing_netlink_loads_only_the_standard_library() -> None:
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["nm_scanguard", "nm_scanguard.peers", "nm_scanguard.peers.ifname",
-                                   "nm_scanguard.peers.netlink", "nm_scanguard.peers.netlink_wire",
-                                   "nm_scanguard.peers.rates"]
+    assert proc.stdout.split() == ["nm_scanguard", "nm_scanguard.peers", "nm_scanguard.peers.netlink",
+                                   "nm_scanguard.peers.netlink_wire", "nm_scanguard.peers.values"]

@@ -155,7 +155,7 @@ MUTANTS = (
            "        case Ev.SET_ASSUMED, Kind.SETTING:\n            return s._replace(kind=Kind.SUSPENDED,"),
     Mutant("stale-answer-applied", "an answer to a call sequence that ended is applied to the "
            "state that followed",
-           "nm_scanguard/daemon/bgscan/ledger.py",
+           "nm_scanguard/daemon/bgscan/suspension_table.py",
            "        if op is not None and (before is None or before.op != op):\n            return None",
            "        if False:\n            return None",
            equivalent="a call ends once for the daemon (a late answer is dropped by the bus), "
@@ -196,7 +196,7 @@ MUTANTS = (
            "            await self.replay()\n        self.counters.close()",
            "            pass\n        self.counters.close()"),
     Mutant("stale-interface-path", "keep calling an interface path that is gone",
-           "nm_scanguard/daemon/guard/interface.py",
+           "nm_scanguard/daemon/guard/roaming.py",
            "        if isinstance(e, ObjectGone):\n            self.path = None",
            "        if False:\n            self.path = None"),
     # Not a variant: a guard's stop that skips restoring what a cancelled suspend left behind

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from nm_scanguard.dbuslib import Message, MessageType, Variant
-from nm_scanguard.peers.rates import Counters
+from nm_scanguard.peers.netlink import Counters
 from tests.model.bus import UNKNOWN_METHOD, Service, SimBus
 from tests.model.radio import (ALL_CHANNELS, NETWORK_SECURITY, NETWORK_SSID, ROAM_SECONDS, Ap,
                                Bss, BssList, bss_properties, roam_margin, scan_request)

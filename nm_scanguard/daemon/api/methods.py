@@ -36,7 +36,7 @@ from ...names import (
     XML_NAME,
 )
 from ...peers.bus import BusError
-from ...peers.ifname import valid_ifname
+from ...peers.values import valid_ifname
 from ...text import clipped, quoted
 from ..guard.policy import off_reason
 from .callers import PolkitChecks, authorize, caller_uid, off_loop, reporter, user_name

@@ -15,7 +15,7 @@ from ...peers.supplicant import (
     WpaSupplicant,
     is_not_running,
 )
-from ...peers.supplicant_values import interface_of
+from ...peers.values import interface_of
 
 log = logging.getLogger("scanguard")
 

@@ -16,8 +16,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from ...files import Unreadable, read_regular, set_aside, write_atomic
-from ...peers.ifname import valid_ifname
-from ...peers.supplicant_values import valid_bgscan, valid_network_path
+from ...peers.values import valid_bgscan, valid_ifname, valid_network_path
 from ...text import cut, json_type
 
 log = logging.getLogger("scanguard")

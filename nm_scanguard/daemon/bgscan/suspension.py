@@ -14,14 +14,12 @@ from functools import partial
 from typing import TypeVar
 
 from ... import log_lines
-from ...peers.ifname import valid_ifname
 from ...peers.supplicant import SupplicantError, UncertainOutcome, WpaSupplicant, is_uncertain
-from ...peers.supplicant_values import interface_of, valid_network_path
+from ...peers.values import interface_of, valid_ifname, valid_network_path
 from ...text import shown
 from .evidence import interface, read_back, supplicant_gone, unless_gone
 from .journal import Journal
-from .ledger import Ledger, Suspended, as_suspended, kept
-from .suspension_table import UNOWNED, Ev, Kind, Refused, State, read
+from .suspension_table import UNOWNED, Ev, Kind, Ledger, Refused, State, Suspended, as_suspended, kept, read
 
 log = logging.getLogger("scanguard")
 T = TypeVar("T")

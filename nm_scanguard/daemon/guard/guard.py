@@ -22,18 +22,17 @@ from ... import log_lines
 from ...config import Settings
 from ...peers.nm import WifiDevice
 from ...peers.supplicant import SupplicantError, WpaSupplicant
-from ...peers.supplicant_values import interface_of
+from ...peers.values import interface_of
 from ...status import DeviceStatus
 from ...text import clipped, shown
 from ..bgscan import Bgscan, NothingToSuspend, Suspended
 from ..changes import Changes
 from . import policy as P
 from .candidates import Candidates
-from .interface import Interface
 from .policy import GUARDED, Policy
 from .problems import SETTINGS, STEP, UNEXPECTED, Problems
-from .report import device_status, shown_state, status_line
-from .roaming import Roaming
+from .report import device_status, status_line
+from .roaming import Interface, Roaming
 from .sampling import CounterReader, Sampler
 from .scans import ScanWatch, deferring_in
 from .targeted import Targeted
@@ -288,6 +287,24 @@ class Guard:
     def status_line(self) -> str:
         return status_line(self.status())
 
+
+def shown_state(policy: Policy, suspended: Suspended | None, no_bgscan: str | None,
+                engage_failed: bool) -> tuple[str, str]:
+    """The state and reason to show.  GUARDING, HELD and ROAMING only while bgscan is surely
+    suspended (`suspended`, and not in doubt); else NO_BGSCAN when the network has none
+    (`no_bgscan` says why), ERROR when suspending it failed (the problem says why) or whether
+    it stands is in doubt."""
+    state, reason = policy.state, policy.reason
+    if state in P.ENGAGED and suspended is not None and suspended.in_doubt:
+        return P.ERROR, (f"{reason}; whether bgscan is still off is not known (wpa_supplicant "
+                         "did not answer); reading it again at the next sample")
+    if state not in P.ENGAGED or suspended is not None:
+        return state, reason
+    if no_bgscan:
+        return P.NO_BGSCAN, no_bgscan
+    if engage_failed:
+        return P.ERROR, f"{reason}; bgscan could not be suspended, see the problem"
+    return P.IDLE, "the guard is stopping"
 
 def show_settings_problem(problems: Problems, dev: WifiDevice) -> None:
     """Show (or stop showing) that the profile's settings could not be read."""

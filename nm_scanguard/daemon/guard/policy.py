@@ -9,7 +9,7 @@ sample, so no decision can be lost.
 from __future__ import annotations
 
 from ...config import Settings
-from ...peers.rates import Rates
+from .sampling import Rates
 
 IDLE = "idle"
 GUARDING = "guarding"

@@ -1,5 +1,5 @@
-"""What the status shows of one guard: the state it shows (what it does, not only what the
-policy wants), its Devices entry and the STATUS= line.  Reads a guard; changes nothing."""
+"""What the status shows of one guard: its Devices entry and the STATUS= line.  Reads a guard
+(the state it shows is the guard's: Guard.shown_state); changes nothing."""
 
 from __future__ import annotations
 
@@ -9,32 +9,12 @@ from ...config import Settings
 from ...peers.nm import WifiDevice
 from ...status import DeviceStatus, device_line
 from ..bgscan import Suspended
-from . import policy as P
 from .policy import Policy
 from .problems import Problems
 from .roaming import Roaming
 from .sampling import Sampler
 from .scans import ScanWatch
 from .targeted import Targeted
-
-
-def shown_state(policy: Policy, suspended: Suspended | None, no_bgscan: str | None,
-                engage_failed: bool) -> tuple[str, str]:
-    """The state and reason to show.  GUARDING, HELD and ROAMING only while bgscan is surely
-    suspended (`suspended`, and not in doubt); else NO_BGSCAN when the network has none
-    (`no_bgscan` says why), ERROR when suspending it failed (the problem says why) or whether
-    it stands is in doubt."""
-    state, reason = policy.state, policy.reason
-    if state in P.ENGAGED and suspended is not None and suspended.in_doubt:
-        return P.ERROR, (f"{reason}; whether bgscan is still off is not known (wpa_supplicant "
-                         "did not answer); reading it again at the next sample")
-    if state not in P.ENGAGED or suspended is not None:
-        return state, reason
-    if no_bgscan:
-        return P.NO_BGSCAN, no_bgscan
-    if engage_failed:
-        return P.ERROR, f"{reason}; bgscan could not be suspended, see the problem"
-    return P.IDLE, "the guard is stopping"
 
 
 class Reported(Protocol):

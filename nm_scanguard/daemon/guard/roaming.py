@@ -11,6 +11,12 @@ bgscan back (WEAK) and asks for one scan of every channel (ask_for_scan), as bgs
 A Roaming belongs to one Guard, which hands the signal it reads to the policy and decides on
 the release and the scans; it touches neither bgscan nor the journal: a scan of our own changes
 nothing that lasts.
+
+The interface object all of it is asked on (Interface) is wpa_supplicant's object for the guarded
+interface, looked up when first needed (GetInterface) and kept: NetworkManager may remove the
+interface and add it again at a new path, with no sample in between that missed the link, so a
+call answered "no such object" (ObjectGone) forgets the path and the next call looks it up
+anew.
 """
 
 from __future__ import annotations
@@ -21,8 +27,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple
 
-from ...peers.supplicant import SupplicantError, UncertainOutcome, WpaSupplicant
-from .interface import Interface
+from ...peers.supplicant import ObjectGone, SupplicantError, UncertainOutcome, WpaSupplicant
 from .problems import SIGNAL, ProblemSink
 
 log = logging.getLogger("scanguard")
@@ -36,6 +41,28 @@ OWN_SCANS_KEPT = 8  # scans of ours remembered for diagnose and the status
 
 FULL, TARGETED, REFRESH, WALK = "full", "targeted", "refresh", "walk"
 
+
+class Interface:
+    """wpa_supplicant's object for one guarded interface, as the guard and its helpers call it."""
+
+    def __init__(self, ifname: str, supplicant: WpaSupplicant) -> None:
+        self.ifname = ifname
+        self._supplicant = supplicant
+        self.path: str | None = None  # None: not looked up yet, or found gone
+        # Told when the object was found gone: what was announced on it is void.
+        self.on_gone: Callable[[], None] = lambda: None
+
+    async def __call__(self) -> str:
+        """The object's path, looked up if it is not known."""
+        if self.path is None:
+            self.path = await self._supplicant.interface(self.ifname)
+        return self.path
+
+    def look_up_again_if_gone(self, e: SupplicantError) -> None:
+        """After a failed call: an object that is gone makes the next call look it up anew."""
+        if isinstance(e, ObjectGone):
+            self.path = None
+            self.on_gone()
 
 class Signal(NamedTuple):
     """A SignalPoll's answer: dBm, or None when it is unknown (Policy.observe_signal)."""

@@ -20,10 +20,9 @@ from ...config import Settings
 from ...peers.supplicant import NoScanRunning, SupplicantError, WpaSupplicant
 from ...status import who_scanned
 from . import policy as P
-from .interface import Interface
 from .policy import GUARDED
 from .problems import ABORT, DEFERRAL, ProblemSink
-from .roaming import FULL, Roaming
+from .roaming import FULL, Interface, Roaming
 
 log = logging.getLogger("scanguard")
 

@@ -25,9 +25,8 @@ from typing import Any
 from ...config import Settings
 from ...peers.supplicant import Bss, SupplicantError, WpaSupplicant
 from .candidates import Candidate, Candidates
-from .interface import Interface
 from .problems import CANDIDATES, ROAM, ProblemSink
-from .roaming import TARGETED
+from .roaming import TARGETED, Interface
 
 log = logging.getLogger("scanguard")
 

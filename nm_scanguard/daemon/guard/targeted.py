@@ -41,9 +41,8 @@ from ...config import Settings
 from ...peers.supplicant import Bss, WpaSupplicant
 from . import policy as P
 from .candidates import Candidates
-from .interface import Interface
 from .problems import ROAM, ProblemSink
-from .roaming import REFRESH, TARGETED, WALK, Roaming, mhz
+from .roaming import REFRESH, TARGETED, WALK, Interface, Roaming, mhz
 from .station import Station
 from .station import dbm as _dbm
 

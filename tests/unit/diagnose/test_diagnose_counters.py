@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from nm_scanguard.diagnose.record import read_bytes
 from nm_scanguard.peers.netlink import NetlinkError
-from nm_scanguard.peers.rates import Counters
+from nm_scanguard.peers.netlink import Counters
 
 
 class Reader:

@@ -312,7 +312,7 @@ def test_the_readmes_status_example_is_what_status_prints_for_its_figures():
     import time
 
     from nm_scanguard.daemon.guard.policy import Policy
-    from nm_scanguard.peers.rates import Rates
+    from nm_scanguard.daemon.guard.sampling import Rates
     from nm_scanguard.status import device_line
 
     text = README.read_text(encoding="utf-8")

@@ -165,7 +165,7 @@ def test_each_module_is_in_the_layer_its_folder_says():
     assert layer("nm_scanguard.daemon.daemon") == "daemon"
     assert layer("nm_scanguard.daemon.changes") == SHARED
     assert layer("nm_scanguard.daemon.bgscan") == "daemon/bgscan"
-    assert layer("nm_scanguard.daemon.bgscan.ledger") == "daemon/bgscan"
+    assert layer("nm_scanguard.daemon.bgscan.journal") == "daemon/bgscan"
     assert layer("nm_scanguard.daemon.guard_set") == "daemon"  # not guard/
     assert layer("nm_scanguard.daemon.api.holds") == "daemon/api"
 

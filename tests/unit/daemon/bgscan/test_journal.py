@@ -10,9 +10,8 @@ import time
 import pytest
 
 from nm_scanguard.daemon.bgscan import journal as J
-from nm_scanguard.peers.ifname import IFNAMSIZ, valid_ifname
+from nm_scanguard.peers.values import IFNAMSIZ, valid_bgscan, valid_ifname, valid_network_path
 from nm_scanguard.daemon.bgscan.journal import Journal, JournalEntry
-from nm_scanguard.peers.supplicant_values import valid_bgscan, valid_network_path
 
 CAFE = "Café ☕"
 IFACE0 = "/fi/w1/wpa_supplicant1/Interfaces/0"

@@ -15,7 +15,7 @@ from nm_scanguard.daemon.bgscan.journal import Journal, JournalEntry
 from nm_scanguard.peers.supplicant import NAME, Supplicant, SupplicantError, explain
 from nm_scanguard.daemon.bgscan.suspension_table import Kind
 from nm_scanguard.peers.supplicant import is_not_running, is_uncertain
-from nm_scanguard.daemon.bgscan.ledger import Suspended
+from nm_scanguard.daemon.bgscan.suspension_table import Suspended
 from nm_scanguard.daemon.bgscan.suspension import (
     ALREADY_OFF, NO_BGSCAN_KEY, NO_NETWORK, NothingToSuspend, Bgscan,
 )

@@ -15,7 +15,7 @@ from nm_scanguard.daemon.guard.problems import KINDS
 from nm_scanguard.daemon.bgscan.journal import Journal
 from nm_scanguard.peers.netlink import NetlinkError
 from nm_scanguard.peers.nm import WifiDevice
-from nm_scanguard.peers.rates import Counters
+from nm_scanguard.peers.netlink import Counters
 from nm_scanguard.status import MAX_PROBLEMS
 from nm_scanguard.peers.supplicant import SCAN_ERROR, Bss, NoScanRunning, SupplicantError
 from nm_scanguard.daemon.bgscan.suspension import ALREADY_OFF, Bgscan

@@ -7,7 +7,7 @@ import pytest
 from nm_scanguard.daemon.guard import policy as P
 from nm_scanguard.config import Settings
 from nm_scanguard.daemon.guard.policy import Policy
-from nm_scanguard.peers.rates import Rates
+from nm_scanguard.daemon.guard.sampling import Rates
 
 BASE = Settings(threshold_mbit=1.0, threshold_pps=60, engage_after=3, release_below_mbit=0.5,
                 release_below_pps=30, release_after=10.0, signal_floor_dbm=-75.0,

@@ -12,7 +12,7 @@ import pytest
 
 from nm_scanguard.daemon.guard import policy as P
 from nm_scanguard.daemon.guard import roaming
-from nm_scanguard.daemon.guard.interface import Interface
+from nm_scanguard.daemon.guard.roaming import Interface
 from nm_scanguard.daemon.guard.policy import Policy
 from nm_scanguard.daemon.guard.problems import Problems
 from nm_scanguard.daemon.guard.roaming import OWN_SCAN_LIMIT, OWN_SCANS_KEPT, ROAM_SCAN_GAP, Roaming

@@ -2,7 +2,8 @@
 
 import pytest
 
-from nm_scanguard.peers.rates import Counters, RateMeter
+from nm_scanguard.daemon.guard.sampling import RateMeter
+from nm_scanguard.peers.netlink import Counters
 
 
 def c(t, rx=0, tx=0, rxp=0, txp=0):
