@@ -306,6 +306,7 @@ def shown_state(policy: Policy, suspended: Suspended | None, no_bgscan: str | No
         return P.ERROR, f"{reason}; bgscan could not be suspended, see the problem"
     return P.IDLE, "the guard is stopping"
 
+
 def show_settings_problem(problems: Problems, dev: WifiDevice) -> None:
     """Show (or stop showing) that the profile's settings could not be read."""
     if dev.settings_error:

@@ -1,5 +1,5 @@
 """What the status shows of one guard: its Devices entry and the STATUS= line.  Reads a guard
-(the state it shows is the guard's: Guard.shown_state); changes nothing."""
+(the state it shows is the guard's: guard.shown_state); changes nothing."""
 
 from __future__ import annotations
 
