@@ -324,6 +324,7 @@ class Lab:
         self._log = log
         self._t0 = time.monotonic()
         self._counters: dict[str, int] = {}
+        self._copied: dict[str, str] = {}  # debug logs copied from the guest's tmpfs (debug_log)
         self.sta_mac = ""
         self.sta_addr = ""
         self.daemon: GuestProcess | None = None
@@ -468,11 +469,36 @@ class Lab:
     def guest_time(self) -> float:
         return self.vm.guest_time()
 
+    def debug_log(self, name: str) -> str:
+        """Where a daemon writes its debug log in the guest (its -f): the guest's tmpfs, copied
+        to /lab/logs/<name>.log by one `tail -F` for the VM's life (a restarted daemon appends
+        to the same file).  Written line by line to the 9p share instead, every line is a
+        round trip to QEMU: a roam's 550 lines of wpa_supplicant -dd, and hostapd's beside
+        them, made the move itself last longer (docs/roaming.md)."""
+        path = f"/run/lab/logs/{name}.log"
+        if name not in {p.name for p in self.vm.procs}:
+            self.check(f"mkdir -p /run/lab/logs && touch {path}")
+            self.spawn(f"exec tail -n +1 -F {path}", name=name, outlives_check=True)
+        self._copied[name] = path
+        return path
+
+    def _copy_caught_up(self, name: str) -> None:
+        """Wait until the host's copy of a debug log holds all the guest's had when asked, so
+        that a read right after an event (or after checking for its absence) sees it."""
+        rc, out, err = self.run(f"stat -c %s {self._copied[name]}", 30)
+        if rc != 0 or not out.strip().isdigit():
+            raise LabError(f"the guest's {name} log ({self._copied[name]}) cannot be read: {err}")
+        size, copy = int(out), self.log_path(name)
+        wait_until(lambda: copy.exists() and copy.stat().st_size >= size, 30,
+                   f"the copy of the guest's {name} log to reach {size} bytes", interval=0.05)
+
     def log_path(self, name: str) -> Path:
         """Host path of a guest log: 'wpa_supplicant', 'NetworkManager', 'hostapd', 'iw-event'."""
         return self.vm.share / "logs" / f"{name}.log"
 
     def log_text(self, name: str) -> str:
+        if name in self._copied:
+            self._copy_caught_up(name)
         p = self.log_path(name)
         return p.read_text(errors="replace") if p.exists() else ""
 
@@ -567,7 +593,7 @@ class Lab:
             ip -n {AP_NS} addr add {AP_ADDR}/24 dev {AP_BRIDGE}
             touch /run/lab/udhcpd.leases
         """)
-        self.spawn(f"exec ip netns exec {AP_NS} hostapd -t -d -f {GUEST_SHARE}/logs/hostapd.log "
+        self.spawn(f"exec ip netns exec {AP_NS} hostapd -t -d -f {self.debug_log('hostapd')} "
                    f"/run/lab/hostapd.conf", name="hostapd-stdout")
         wait_until(lambda: "AP-ENABLED" in self.log_text("hostapd"), 60, "hostapd AP-ENABLED")
         # hostapd set the regulatory domain (all radios: one kernel) before enabling the AP.
@@ -594,7 +620,7 @@ class Lab:
         # hostapd -f appends: a restart's AP-ENABLED is the one after those already logged.
         enabled = self.log_text("hostapd2").count("AP-ENABLED")
         self.ap2 = self.spawn(f"exec ip netns exec {AP2_NS} hostapd -t -d -f "
-                              f"{GUEST_SHARE}/logs/hostapd2.log /run/lab/hostapd2.conf",
+                              f"{self.debug_log('hostapd2')} /run/lab/hostapd2.conf",
                               name="hostapd2-stdout")
         wait_until(lambda: self.log_text("hostapd2").count("AP-ENABLED") > enabled, 60,
                    "hostapd2 AP-ENABLED")
@@ -637,7 +663,7 @@ class Lab:
     def _station_daemons(self) -> None:
         self._install_scanguard()
         self.check("dbus-daemon --system --fork")
-        self.spawn(f"exec wpa_supplicant -u -t -dd -f {GUEST_SHARE}/logs/wpa_supplicant.log "
+        self.spawn(f"exec wpa_supplicant -u -t -dd -f {self.debug_log('wpa_supplicant')} "
                    f"-O /run/wpa_supplicant", name="wpa_supplicant-stdout")
         wait_until(lambda: self._bus_has(WPAS), 60, "wpa_supplicant on the system bus")
         self.write_file("/etc/NetworkManager/conf.d/99-scanguard-lab.conf", NM_CONF)
