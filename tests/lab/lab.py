@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from . import build, measure
-from .vm import GUEST_SHARE, REPO, GuestProcess, LabError, VM, kill_stale_qemu
+from .vm import BACKGROUND_SLOWDOWN, GUEST_SHARE, REPO, GuestProcess, LabError, VM, kill_stale_qemu
 
 # Not ASCII on purpose: NetworkManager names a profile after its SSID, so users' profiles carry
 # names like this one, and the daemon sends that name over D-Bus (status, signals).  13 bytes in
@@ -489,7 +489,9 @@ class Lab:
         if rc != 0 or not out.strip().isdigit():
             raise LabError(f"the guest's {name} log ({self._copied[name]}) cannot be read: {err}")
         size, copy = int(out), self.log_path(name)
-        wait_until(lambda: copy.exists() and copy.stat().st_size >= size, 30,
+        # A background VM (SCHED_IDLE) can get no CPU for a long while: see VM.run.
+        wait_until(lambda: copy.exists() and copy.stat().st_size >= size,
+                   30 * (BACKGROUND_SLOWDOWN if self.vm.background else 1),
                    f"the copy of the guest's {name} log to reach {size} bytes", interval=0.05)
 
     def log_path(self, name: str) -> Path:
