@@ -57,3 +57,14 @@ def test_a_lab_left_astray_is_named_and_brought_back_to_the_start_state(lab):
         stray.stop()
     lab.say(f"harness: a lab left astray ({len(problems)} problems named) brought back "
             f"[{time.monotonic() - t:.0f} s]")
+
+
+def test_a_debug_log_read_right_after_a_burst_of_lines_holds_them_all(lab):
+    # wpa_supplicant's and hostapd's debug logs are copied from the guest's tmpfs by tail -F
+    # (Lab.debug_log): a read right after an event must see it, as a direct write did.
+    path = lab.debug_log("harness-copy")
+    for burst in (1, 2):
+        lab.check(f"seq 1 20000 | sed 's/^/burst {burst} line /' >> {path}")
+        text = lab.log_text("harness-copy")
+        assert text.endswith(f"burst {burst} line 20000\n"), text[-200:]
+        assert text.count(f"burst {burst} line ") == 20000
