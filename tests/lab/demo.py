@@ -32,7 +32,7 @@ from pathlib import Path
 from nm_scanguard.output import finite
 
 from .lab import PING_INTERVAL, Lab
-from .measure import AIR_LIMITED
+from .measure import AIR_LIMITED, HOST_LIMITED_SHARE, host_paced
 from .scenario import (GUARD_SETTINGS, SIMULATION_NOTE, WEAK_LINK_BGSCAN, Diagnose, Guardd,
                        MeasuredRun, arm_weak_link, measured_transfer, wait_bgscan)
 from .vm import REPO
@@ -189,21 +189,10 @@ def rtt_context(off: dict, idle_p99: float) -> str:
             "own transmit queue sets the RTT, which no guard changes)")
 
 
-# A run is the air's when its senders kept the channel busy: in more than this share of its
-# scan-free seconds under AIR_LIMITED busy, the emulated CPU (a slow or busy host) set the pace.
-HOST_LIMITED_SHARE = 0.10
-
-
 def host_limited(runs: dict[str, dict]) -> str | None:
-    """A warning naming the runs (label -> summary) whose pace the host set, or None.  A demo
-    on a host that slowed down (seen on 2026-11-24 00:03: the medium's frames up to 60 ms late
-    in 181 of 300 loaded seconds, the channel 77 % busy) measures the host, not the guard."""
-    bad = []
-    for label, s in runs.items():
-        air = _air(s)
-        judged, short = air.get("seconds_judged") or 0, air.get("seconds_not_air_limited") or 0
-        if judged and short / judged > HOST_LIMITED_SHARE:
-            bad.append(f"{label} {short} of {judged}")
+    """A warning naming the runs (label -> summary) whose pace the host set (host_paced), or
+    None: a demo on a host that slowed down measures the host, not the guard."""
+    bad = [f"{label} {paced}" for label, s in runs.items() if (paced := host_paced(s))]
     if not bad:
         return None
     return ("WARNING: in this run the guest CPU, not the air, set the pace (scan-free seconds with "

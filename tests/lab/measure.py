@@ -371,6 +371,23 @@ def during_vs_outside(intervals: list[Interval], scans: list[Scan], t_end: float
 AIR_LIMITED = 0.9
 
 
+# A run is the air's when its senders kept the channel busy: in more than this share of its
+# scan-free seconds under AIR_LIMITED busy, the emulated CPU (a slow or busy host) set the pace.
+HOST_LIMITED_SHARE = 0.10
+
+
+def host_paced(summary: dict) -> str | None:
+    """"N of M" (its scan-free seconds under AIR_LIMITED busy, of those judged) when the host,
+    not the air, set the pace of a run (summarize's figures), else None.  Such a run measures
+    the host: seen on 2026-11-24 00:03 (the medium's frames up to 60 ms late in 181 of 300
+    loaded seconds, the channel 77 % busy) and on 2026-12-04 (48 of 58, the channel 65 % busy,
+    RTT spikes as frequent outside bgscan's scan as inside it).  A run without the channel's
+    figures is not judged (None)."""
+    air = summary.get("per_second", {}).get("air") or {}
+    judged, short = air.get("seconds_judged") or 0, air.get("seconds_not_air_limited") or 0
+    return f"{short} of {judged}" if judged and short / judged > HOST_LIMITED_SHARE else None
+
+
 def _overlap(line: dict[str, float], start: float, seconds: float) -> float:
     """Seconds a medium statistics line (it covers (t - dt, t]) shares with [start, start +
     seconds]; zero or less if none."""

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from tests.lab.demo import host_limited, rtt_context, strict_json, table, verdicts
+from tests.lab.measure import host_paced
 
 
 def _summary(worst: float, p99: float, air: dict | None) -> dict:
@@ -147,3 +148,17 @@ def test_a_run_paced_by_the_host_is_called_so_and_an_air_paced_one_is_not():
     assert warning is not None and warning.startswith("WARNING: in this run the guest CPU")
     assert "upload, guard on 34 of 88, download, guard off 57 of 88;" in warning
     assert "upload, guard off" not in warning
+
+
+@pytest.mark.parametrize(("short", "judged", "paced"), [
+    (0, 58, None),  # a quiet host: every scan-free second kept the channel busy
+    (5, 58, None),  # 8.6 %: still the air's
+    (6, 58, "6 of 58"),  # 10.3 %: the host's
+    (48, 58, "48 of 58"),  # the slow host of 2026-12-04, whose baseline could not show the scan
+    (3, 0, None),  # no second judged: not judged
+])
+def test_one_run_is_the_hosts_when_over_a_tenth_of_its_scan_free_seconds_left_the_air_idle(
+        short, judged, paced):
+    air = dict(_air(0.9, short=short), seconds_judged=judged)
+    assert host_paced(_summary(0.9, 80.0, air)) == paced
+    assert host_paced(_summary(0.9, 80.0, None)) is None  # no channel figures: not judged
