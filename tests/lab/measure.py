@@ -379,9 +379,8 @@ HOST_LIMITED_SHARE = 0.10
 def host_paced(summary: dict) -> str | None:
     """"N of M" (its scan-free seconds under AIR_LIMITED busy, of those judged) when the host,
     not the air, set the pace of a run (summarize's figures), else None.  Such a run measures
-    the host: seen on 2026-11-24 00:03 (the medium's frames up to 60 ms late in 181 of 300
-    loaded seconds, the channel 77 % busy) and on 2026-12-04 (48 of 58, the channel 65 % busy,
-    RTT spikes as frequent outside bgscan's scan as inside it).  A run without the channel's
+    the host: the emulated CPU leaves the channel idle and delays frames whether or not a scan
+    runs (tests/lab/README.md has the runs that showed it).  A run without the channel's
     figures is not judged (None)."""
     air = summary.get("per_second", {}).get("air") or {}
     judged, short = air.get("seconds_judged") or 0, air.get("seconds_not_air_limited") or 0
