@@ -13,8 +13,8 @@ from .measure import percentile
 from .lab import (AP_ADDR, CONNECTION, COUNTRY, SCAN_FREQS_MHZ, SSID, STA_IF,
                   STRONG_SIGNAL_DBM, WEAK_SIGNAL_DBM)
 from .demo import strict_json
-from .scenario import (NM_DEFAULT_BGSCAN, Diagnose, arm_weak_link, diagnose_link, matching_scan,
-                       measured_transfer, transfer_problems)
+from .scenario import (NM_DEFAULT_BGSCAN, Diagnose, MeasuredRun, arm_weak_link, diagnose_link,
+                       matching_scan, measured_transfer, transfer_problems)
 
 pytestmark = pytest.mark.lab
 
@@ -128,7 +128,7 @@ def test_baseline_upload_bgscan_scans_disturb_the_link(lab):
     assert not problems, "; ".join(problems) + "\n" + m.report()
 
 
-def air_paced_baseline(lab) -> tuple:
+def air_paced_baseline(lab) -> tuple[MeasuredRun, dict]:
     """The baseline upload with diagnose beside it, measured again while the host, not the
     air, set its pace (measure.host_paced), at most BASELINE_RUNS times in all.  What this check
     judges (throughput and RTT inside bgscan's scan against outside it) is the air's doing only

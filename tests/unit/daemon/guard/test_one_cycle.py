@@ -57,7 +57,7 @@ async def test_one_busy_to_idle_cycle_runs_through_no_more_files_than_now(guard,
     "sampling, problems, signal, targeted path and scans; the bgscan core's object, table and "
     "journal; changes, text, files and peers/values).  The functions it runs are 948 lines "
     "(2026-12-04); 6 files fewer means copying shared helpers (text, files, peers/values, "
-    "changes: 120 of those lines, imported by 4 to 33 modules each) into the cycle's modules, "
+    "changes: 120 of those lines, imported by 3 to 33 modules each) into the cycle's modules, "
     "or parting the guard's helpers (problems, roaming, scans, targeted: 167) from their state"))
 async def test_one_busy_to_idle_cycle_runs_through_at_most_8_files(guard, parts, crossed):  # noqa: F811
     await busy_then_quiet(guard, parts)
