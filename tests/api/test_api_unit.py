@@ -727,3 +727,31 @@ async def test_reloads_waiting_on_an_agent_are_capped_and_withdrawn_at_the_timeo
     waited = polkit.ids[:callers.MAX_CHECKS_PER_UID]
     assert sorted(polkit.cancelled) == sorted(waited) and len(set(waited)) == len(waited)
     assert len(a.checks) == 0 and a.checks.withdrawn == len(waited)
+
+
+@pytest.mark.parametrize("closed", [EOFError("the connection closed"),
+                                    ConnectionResetError("reset by peer")])
+async def test_a_withdrawal_the_closing_connection_ends_is_no_unretrieved_error(monkeypatch, closed):
+    """The bus ends every call still waiting on a connection that closes with the error that
+    closed it (dbus-next's EOFError at end of stream, or the socket's): a withdrawal under way
+    then has nothing left to withdraw, and no task is left failed for asyncio to report."""
+    loop = asyncio.get_running_loop()
+    unhandled: list[dict] = []
+    loop.set_exception_handler(lambda _loop, context: unhandled.append(context))
+    asked = asyncio.Event()
+
+    async def call(*args, **kwargs) -> list:
+        assert args[4] == "CancelCheckAuthorization"
+        asked.set()
+        raise closed
+
+    monkeypatch.setattr(callers, "call", call)
+    checks = callers.PolkitChecks()
+    callers._withdraw(object(), "scanguard-7", checks)
+    await asyncio.wait_for(asked.wait(), 5)
+    await turns(5)
+    gc.collect()  # a failed task's error is reported when the task is collected
+    await turns(5)
+    assert not callers._withdrawing, "the withdrawal has ended"
+    assert checks.withdrawn == 0, "nothing was withdrawn"
+    assert unhandled == [], unhandled

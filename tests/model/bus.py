@@ -59,6 +59,11 @@ class Endpoint:
         raise NotImplementedError
 
 
+class SimulatedCrash(BaseException):
+    """The process died here: SIGKILL between the journal's write and its rename, or code the
+    kill left scheduled reaching the bus (a killed process runs nothing more)."""
+
+
 class Conn(Endpoint):
     """A client connection, as scanguardd's code sees its MessageBus."""
 
@@ -68,6 +73,7 @@ class Conn(Endpoint):
         self.uid = uid
         self.owner = owner
         self.alive = True  # False once disconnected or killed
+        self.dead = False  # its process was killed
         self.rules: list[dict[str, str]] = []
         self._handlers: list[Callable[[Message], Any]] = []
         self._replies: dict[int, asyncio.Future[Message]] = {}
@@ -97,7 +103,7 @@ class Conn(Endpoint):
 
     async def call(self, msg: Message) -> Message:
         if not self.alive:
-            raise EOFError("the bus connection is closed")
+            raise SimulatedCrash() if self.dead else EOFError("the bus connection is closed")
         self._stamp(msg)
         reply: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._replies[msg.serial] = reply
@@ -152,7 +158,7 @@ class Conn(Endpoint):
 
     def killed(self) -> None:
         """A killed process: no more deliveries, its calls are never answered."""
-        self.alive = False
+        self.alive, self.dead = False, True
         self._replies.clear()
 
     def lost(self) -> None:

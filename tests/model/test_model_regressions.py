@@ -664,3 +664,22 @@ def test_the_settings_files_enabled_no_is_not_undone_by_a_profiles_yes():
         state.bgscan_is_safe()
     finally:
         state.teardown()
+
+
+def test_a_polkit_check_cut_short_by_a_kill_leaves_no_task_failing_after_it():
+    """Found 2026-12-04 by make model-long (seed 684268312): a hold asked polkit, and a SIGKILL
+    cancelled its check; the withdrawal the cancellation starts then called on the closed
+    connection and its EOFError went unretrieved.  A killed process runs nothing more (its
+    calls now stop it there), and the daemon takes a connection closing under a withdrawal as
+    the end of the check (tests/api/test_api_unit.py)."""
+    state = Machine()
+    try:
+        state.hold(client=0, interface="", reason=CAFE, then=0.001)
+        state.advance(t=0.0003)
+        state.deactivate(ifname="wlan0", then=0.0003)
+        state.sigkill(then=0.0003)
+        state.bgscan_is_safe()
+        state.busy_for_a_while()
+        state.bgscan_is_safe()
+    finally:
+        state.teardown()

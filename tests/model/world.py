@@ -32,7 +32,7 @@ from nm_scanguard.daemon.service import Supervisor
 from nm_scanguard.dbuslib import Message, MessageType
 from nm_scanguard.names import BUS_NAME, IFACE, PATH
 from nm_scanguard.daemon.service import own_name, restore_left_over
-from tests.model.bus import Conn, SimBus
+from tests.model.bus import Conn, SimBus, SimulatedCrash
 from tests.model.clock import VirtualTimeLoop, use_virtual_time
 from tests.model.peers import NM_BGSCAN, Link, NetworkManager, Polkit, Supplicant
 from tests.model.radio import Ap
@@ -54,10 +54,6 @@ RESTART_SEC = 0.1  # systemd's default RestartSec=, for Restart=on-failure
 # busy samples of 1 s; with the activation noticed and a margin, within:
 ENGAGE_WITHIN = 8.0
 SETTLE = 30.0 + JOURNAL_RETRY_MAX + 4 * CALL_TIMEOUT
-
-
-class SimulatedCrash(BaseException):
-    """The process died here (SIGKILL between the journal's write and its rename)."""
 
 
 @dataclass

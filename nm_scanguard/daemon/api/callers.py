@@ -172,7 +172,8 @@ def _withdraw(bus: MessageBus, cancellation_id: str, checks: PolkitChecks) -> No
         try:
             await call(bus, *POLKIT, "CancelCheckAuthorization", "s", [cancellation_id],
                        timeout=CANCEL_TIMEOUT)
-        except BusError as e:
+        except (BusError, EOFError, ConnectionError) as e:
+            # A closed connection ends every check it carried: nothing is left to withdraw.
             log.debug("polkit did not withdraw check %s: %s", cancellation_id, e)
         else:
             checks.withdrawn += 1
