@@ -57,6 +57,20 @@ MATCH_RULES = (
 )
 
 
+def settings_for(settings: Settings, dev: WifiDevice, warned: ProfileWarnings) -> Settings:
+    """The global settings overlaid with the profile's.  A profile that could not be read is
+    not guarded: its settings may say `enabled = no`, and a person who turned the guard off
+    for a network must not find it on there; leaving bgscan as NetworkManager set it is what
+    happens without scanguard.  The guard shows why (Guard status `error`)."""
+    if not settings.enabled:  # the administrator's off switch (off.py): no profile turns it
+        return settings  # back on
+    if dev.settings_error:
+        return settings.with_values(
+            {"enabled": False}, f"unreadable profile {dev.connection_id or dev.connection_uuid}")
+    return apply_profile(settings, dev.user_data, dev.connection_id or dev.connection_uuid,
+                         warned=warned)
+
+
 def reread(path: str | None) -> Settings:
     """The global file read again as the start read it (ConfigError if it does not load).  A
     file named with --config must still be there: one deleted since the start is refused as it
@@ -120,6 +134,7 @@ class Daemon:
         self._settings_retry: asyncio.Task[None] | None = None
         self._sync_lock = asyncio.Lock()
         self._sync_pending = False
+        self._running = False  # from take_state_dir to stop: the state dir is ours, guards made
         self.systemd = SystemdStatus(lambda: status_line(self.settings, self.guards.status_line))
 
     @property
@@ -150,11 +165,16 @@ class Daemon:
         replay runs beside the guards, so that a slow wpa_supplicant cannot keep the daemon
         from following NetworkManager and answering; a guard that finds its network's "" in
         the journal takes the entry over, and the replay leaves that network alone."""
-        self.deferral.set(False)  # whatever a previous instance left says nothing about now
+        self.take_state_dir()
         say_switched(None, self.settings)
         await self.who_asked.follow_scans(self.peers.bus)
         await self.sync()
         self._retry_journal()
+
+    def take_state_dir(self) -> None:
+        """From now on the state directory is ours (we own the bus name) and syncs make guards."""
+        self._running = True
+        self.deferral.set(False)  # whatever a previous instance left says nothing about now
 
     def _retry_journal(self) -> None:
         """Replay the journal, with its backed-off retries.  If that runs already, its pass
@@ -186,17 +206,20 @@ class Daemon:
             self._retry = None
 
     async def stop(self) -> None:
-        """Restore every bgscan we suspended.  Called on SIGTERM/SIGINT and on any fatal error."""
-        self.deferral.clear()
+        """Restore every bgscan we suspended.  Called on SIGTERM/SIGINT and on any fatal error.
+        Before start (the bus name is another's) the state directory is not ours to touch."""
+        started, self._running = self._running, False  # no sync makes a guard from here on
+        if started:
+            self.deferral.clear()
         self.who_asked.close()
         await self.tasks.cancel_all()
         restore = self._peers is not None and self._peers.bus.connected
-        if not restore and (left := kept(self.journal)):
+        if started and not restore and (left := kept(self.journal)):
             log.error("the system bus is gone, so bgscan cannot be restored now; %d suspended "
                       "bgscan(s) stay in %s and the next start restores them",
                       left, self.journal.path)
         await self.guards.stop_all(restore)
-        if restore and self.peers.bgscan.kept():
+        if started and restore and self.peers.bgscan.kept():
             # What no guard holds (a stop wpa_supplicant refused, the retry cancelled above) is
             # this instance's too: a clean stop restores it now, not the next start.
             await self.replay()
@@ -213,6 +236,8 @@ class Daemon:
     async def sync(self) -> None:
         async with self._sync_lock:
             self._sync_pending = False
+            if not self._running:  # before start, or stopping: a guard made now is never stopped
+                return
             try:
                 devices = await self.peers.nm.wifi_devices()
             except BusError as e:
@@ -227,6 +252,8 @@ class Daemon:
                     # answer) is tried again now, not at the next start.
                     self._retry_journal()
             for ifname, dev in active.items():
+                if not self._running:  # stopped while this sync waited for an answer
+                    return
                 settings = self.settings_for(dev)
                 guard = self.guards.get(ifname)
                 if guard is None:
@@ -252,18 +279,7 @@ class Daemon:
         self.schedule_sync()
 
     def settings_for(self, dev: WifiDevice) -> Settings:
-        """The global settings overlaid with the profile's.  A profile that could not be read
-        is not guarded: its settings may say `enabled = no`, and a person who turned the guard
-        off for a network must not find it on there; leaving bgscan as NetworkManager set it
-        is what happens without scanguard.  The guard shows why (Guard status `error`)."""
-        if not self.settings.enabled:  # the administrator's off switch (off.py): no profile
-            return self.settings  # turns it back on
-        if dev.settings_error:
-            return self.settings.with_values(
-                {"enabled": False},
-                f"unreadable profile {dev.connection_id or dev.connection_uuid}")
-        return apply_profile(self.settings, dev.user_data, dev.connection_id or dev.connection_uuid,
-                             warned=self._profile_warnings)
+        return settings_for(self.settings, dev, self._profile_warnings)
 
     async def reload(self) -> None:
         """Re-read the global file (reread); on error keep the old settings and raise ConfigError."""

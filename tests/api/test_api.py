@@ -10,8 +10,11 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from nm_scanguard import __version__
+from nm_scanguard.daemon.bgscan.journal import FILE_NAME as JOURNAL_FILE
+from nm_scanguard.daemon.deferral import DEFER_FILE
 from nm_scanguard.daemon.api.methods import xml_path
 from nm_scanguard.daemon.api.export import load_interface
 from nm_scanguard.names import XML_NAME
@@ -293,6 +296,29 @@ async def test_second_instance_refuses_to_start(scenario):
     assert r.returncode == 1
     assert "already owned by another process" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+async def test_a_second_instance_on_the_same_state_dir_leaves_the_first_ones_work_alone(scenario):
+    """A second scanguardd (root starting it by hand beside the service) finds the name taken
+    and exits 1.  Its journal and scan-deferral file are the first instance's: it neither
+    restores what that one suspended nor removes its files."""
+    reply = await api_call(scenario.bus, "Hold", "sss", ["Café ☕", "", ""])
+    assert error_of(reply) is None, reply.body
+    await assert_eventually(lambda: scenario.bgscan() == '""', message="bgscan suspended")
+    state_dir = Path(scenario.daemon.state_dir)
+    journal, deferral = state_dir / JOURNAL_FILE, state_dir / DEFER_FILE
+    await assert_eventually(lambda: journal.exists() and deferral.exists(),
+                            message="the journal entry and the deferral file are written")
+    before = journal.read_bytes(), deferral.read_bytes()
+    r = subprocess.run([sys.executable, "-m", "nm_scanguard", "-c", str(scenario.daemon.config),
+                        "--state-dir", str(state_dir)],
+                       env=env_for(scenario.address), cwd=REPO, capture_output=True, text=True,
+                       timeout=20)
+    assert r.returncode == 1 and "already owned by another process" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and "restor" not in r.stderr, r.stderr
+    assert (journal.read_bytes(), deferral.read_bytes()) == before
+    assert scenario.bgscan() == '""', "the first instance's suspension stands"
+    assert (await scenario.device())["state"] == "held"
 
 
 async def test_service_absent_gives_a_clear_error(system_bus):

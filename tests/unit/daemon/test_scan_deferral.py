@@ -557,7 +557,7 @@ async def test_the_daemon_publishes_whether_any_guard_defers(guard, parts, tmp_p
     guard.state_changed.connect(daemon._guard_state_changed)  # as Daemon.sync wires a guard
     guard.changed.connect(daemon._guard_changed)
     daemon.guards[guard.ifname] = guard
-    daemon.deferral.set(False)  # what start() does first
+    daemon.take_state_dir()  # what start() does first
     path = tmp_path / "state" / DEFER_FILE
     assert path.read_text().startswith(f"watch {os.getpid()} ")
     guard.hold_changed(True)
