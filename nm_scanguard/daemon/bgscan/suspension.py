@@ -67,9 +67,9 @@ class Bgscan:
         s = await self._sequence(net, Ev.ASK, ifname, self._suspend, "is already suspended or "
                                  "being suspended for another interface; not suspending it twice")
         if s.kind is Kind.IN_DOUBT:
-            log.warning("%s: bgscan on %s may or may not be off (wpa_supplicant restarted, or "
-                        "did not answer, while it was being suspended); reading it again at the "
-                        "next sample", ifname, net)
+            log.warning("%s: bgscan on %s may or may not be off (wpa_supplicant restarted or "
+                        "did not answer, or NetworkManager re-created the network, while it was "
+                        "being suspended); reading it again at the next sample", ifname, net)
         return as_suspended(net, s)
 
     async def _read(self, net: str, op: int | None) -> str | None:  # a failed read is FAILED

@@ -157,7 +157,10 @@ def step(s: State | None, ev: Ev, *, generation: int, ifname: str = "",
             return s._replace(kind=Kind.SETTING, saved=value, origin=None)
         case Ev.READ_EMPTY, Kind.READING if s.saved is not None:
             # Only we write "": the entry's, taken over, on whatever object the path has now.
-            return s._replace(kind=Kind.IN_DOUBT if s.restarted else Kind.SUSPENDED,
+            # Unless the path was re-created since the read began: a NetworkRemoved handled
+            # before its answer may have come after it, and the "" read was the old object's.
+            doubt = s.restarted or generation != s.generation
+            return s._replace(kind=Kind.IN_DOUBT if doubt else Kind.SUSPENDED,
                            restarted=False, generation=generation, origin=None)
         case Ev.READ_EMPTY | Ev.READ_OTHER | Ev.FAILED, Kind.READING:
             return back(s, generation)

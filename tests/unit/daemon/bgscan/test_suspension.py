@@ -367,6 +367,36 @@ async def test_after_a_lost_suspension_the_next_one_takes_it_over(sup, journal, 
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and on_disk(journal) == {}
 
 
+@pytest.mark.parametrize("ifname", ["wlan0", "wlé0"])
+async def test_a_take_over_whose_network_was_re_created_during_the_read_is_read_again(
+        sup, journal, bgscan, ifname, caplog):
+    """wpa_supplicant answered the read with the old object's "", then NetworkManager removed
+    and re-added the network at the same path; the NetworkRemoved was handled before the
+    answer.  The new object has NetworkManager's bgscan: the suspension is in doubt, not sure,
+    and the recheck ends it, so that the guard suspends the new object anew."""
+    journal.record(NET0, ifname, NM_BGSCAN)
+    sup.networks[NET0]["bgscan"] = ""
+    get = sup.get_bgscan
+
+    async def read_then_re_created(net):
+        value = await get(net)
+        sup.get_bgscan = get
+        bgscan.network_removed(NET0)
+        sup.networks[NET0] = {"bgscan": NM_BGSCAN}
+        return value
+
+    sup.get_bgscan = read_then_re_created
+    with caplog.at_level(logging.WARNING, logger="scanguard"):
+        s = await bgscan.suspend(IFACE0, ifname)
+    assert s.in_doubt and bgscan.current(ifname) == s and on_disk(journal) != {}
+    assert "NetworkManager re-created the network" in caplog.text
+    assert await bgscan.recheck(ifname) is False
+    assert bgscan.current(ifname) is None and on_disk(journal) == {}
+    s = await bgscan.suspend(IFACE0, ifname)
+    assert s == Suspended(NET0, NM_BGSCAN, generation=1, ifname=ifname) and not s.in_doubt
+    assert sup.networks[NET0]["bgscan"] == ""
+
+
 @pytest.mark.parametrize("error", [ACCESS_DENIED, INVALID_ARGS, UNKNOWN_METHOD, SERVICE_UNKNOWN])
 async def test_definite_refusal_forgets_and_raises(sup, journal, bgscan, error):
     sup.set_errors = [error]

@@ -139,6 +139,20 @@ def test_a_take_over_of_a_set_left_behind_that_fails_keeps_it_left_behind():
     assert leftover.kind is Kind.LEFTOVER
 
 
+@pytest.mark.parametrize("origin", [Kind.LEFTOVER, Kind.LEFT_BEHIND])
+@pytest.mark.parametrize("ifname", IFNAMES)
+def test_a_take_over_that_read_its_empty_value_across_a_removal_is_in_doubt(origin, ifname):
+    """A removal handled while the read was under way (its signal is handled on arrival, the
+    answer when the task runs) may have come after the answer: the "" may be the old
+    object's, and the new one's bgscan NetworkManager's.  Read again before counting on it."""
+    reading = step(State(origin, "wlan0", SAVED, 0), Ev.ASK, generation=3, ifname=ifname, op=5)
+    assert step(reading, Ev.READ_EMPTY, generation=3).kind is Kind.SUSPENDED
+    doubt = step(reading, Ev.READ_EMPTY, generation=4)
+    assert doubt == State(Kind.IN_DOUBT, ifname, SAVED, 4, op=5), "kept, and read again"
+    assert step(doubt, Ev.READ_VALUE, generation=4, value=SAVED) is None
+    assert step(doubt, Ev.READ_EMPTY, generation=4).kind is Kind.SUSPENDED
+
+
 def test_an_unanswered_set_that_cannot_be_read_back_is_in_doubt():
     setting = State(Kind.SETTING, "wlan0", SAVED, 0)
     assert step(setting, Ev.SET_ASSUMED, generation=0).kind is Kind.IN_DOUBT
