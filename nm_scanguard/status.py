@@ -45,8 +45,9 @@ STATE_MEANINGS = {
                 "file): the guard leaves it alone",
     "no-bgscan": "it would guard, but the network has no bgscan to suspend (e.g. a profile "
                  "locked to one BSSID); other programs' scans are still refused",
-    "error": "it would guard, but suspending bgscan failed, so bgscan runs; the problem says "
-             "why, and it is tried again at each sample",
+    "error": "it would guard, but suspending bgscan failed, so bgscan runs (other programs' "
+             "scans are still refused); or restoring bgscan failed, so it stays off until a try "
+             "succeeds; the problem says why, and it is tried again at each sample",
 }
 
 

@@ -159,7 +159,7 @@ class Guard:
         False if wpa_supplicant refused (logged; the next sample tries again)."""
         async with self._lock:
             ok = True
-            was = self.state
+            was = self.scans.state
             try:
                 await self._release_if_interface_replaced()
                 await self._recheck_if_in_doubt()
@@ -178,7 +178,7 @@ class Guard:
                 self.problems.fail(f"{self.ifname}: {e}")
                 ok = False
             self._publish()
-            if was not in GUARDED and self.state in GUARDED:
+            if was not in GUARDED and self.scans.state in GUARDED:
                 self.scans.guarding_began()
             return ok
 
@@ -236,7 +236,11 @@ class Guard:
         """wpa_supplicant's CurrentNetwork changed (NM re-activated, or we lost the AP)."""
         if self.suspended is not None and net != self.suspended.network:
             async with self._lock:
-                await self._release("wpa_supplicant switched to another network object")
+                try:
+                    await self._release("wpa_supplicant switched to another network object")
+                except SupplicantError as e:  # shown, and the next release tries again
+                    self.interface.look_up_again_if_gone(e)
+                    self.problems.fail(f"{self.ifname}: {e}")
         self.no_bgscan = None
         await self.reconcile()
 
@@ -270,8 +274,12 @@ class Guard:
     def _publish(self) -> None:
         state, reason = shown_state(self.policy, self.suspended, self.no_bgscan,
                                     self._engage_failed)
+        # Scans follow what the policy wants: a release that failed (ERROR) keeps bgscan off,
+        # but an idle link's scans, or the ones roaming needs, run as they would without it.
+        watched = state if self.policy.want_engaged else self.policy.state
+        if watched != self.scans.state:
+            self.scans.state_changed(watched, deferring_in(self.settings, watched))
         if state != self.state:
-            self.scans.state_changed(state, deferring_in(self.settings, state))
             self.state, self.since, self.reason = state, time.time(), reason
             log.info("%s: %s (%s)", self.ifname, state, self.reason)
             self.state_changed(self.ifname, state, self.reason)
@@ -293,8 +301,12 @@ def shown_state(policy: Policy, suspended: Suspended | None, no_bgscan: str | No
     """The state and reason to show.  GUARDING, HELD and ROAMING only while bgscan is surely
     suspended (`suspended`, and not in doubt); else NO_BGSCAN when the network has none
     (`no_bgscan` says why), ERROR when suspending it failed (the problem says why) or whether
-    it stands is in doubt."""
+    it stands is in doubt.  Any other state only once bgscan is given back: ERROR while its
+    release failed."""
     state, reason = policy.state, policy.reason
+    if state not in P.ENGAGED and suspended is not None:
+        return P.ERROR, (f"{reason}; bgscan could not be restored and stays off, see the "
+                         "problem; trying again at the next sample")
     if state in P.ENGAGED and suspended is not None and suspended.in_doubt:
         return P.ERROR, (f"{reason}; whether bgscan is still off is not known (wpa_supplicant "
                          "did not answer); reading it again at the next sample")

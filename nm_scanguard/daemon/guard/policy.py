@@ -21,8 +21,9 @@ WEAK = "released-weak-signal"
 ROAMING = "roaming"
 DISABLED = "disabled"
 NO_BGSCAN = "no-bgscan"  # decided by the daemon: the network has no bgscan to suspend
-# Decided by the daemon: it would guard, but suspending bgscan failed (the guard's error says
-# why).  GUARDING and HELD are shown only while bgscan is really suspended.
+# Decided by the daemon: it would guard, but suspending bgscan failed, or it would not, but
+# restoring it failed (the guard's error says why).  GUARDING and HELD are shown only while
+# bgscan is really suspended, the other states of the policy only once it is given back.
 ERROR = "error"
 # The states in which a scan hurts the transfer: it is aborted (abort_scans) and other
 # programs' scan requests are refused (defer_client_scans).  Not WEAK, where scans are what

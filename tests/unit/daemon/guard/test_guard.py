@@ -515,6 +515,50 @@ async def test_what_a_stopping_guard_cannot_restore_goes_to_the_journal_replay(g
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and parts["journal"].entries() == {}
 
 
+@pytest.mark.parametrize("why", ["quiet", "weak signal"])
+async def test_a_release_wpa_supplicant_refuses_shows_error_and_lets_scans_run(guard, parts,
+                                                                              why):
+    """bgscan stays off: the state is not idle (which says bgscan runs as NetworkManager set
+    it) but error, with the reason and the problem; other programs' scans are not refused,
+    as on an idle link or one that needs to roam.  The next sample's release settles it."""
+    sup, counters, listener = parts["sup"], parts["counters"], parts["listener"]
+    await guard.step()
+    await run(guard, counters, 8, 2)
+    assert guard.state == P.GUARDING and guard.scans.deferring
+    sup.set_errors = [ACCESS_DENIED]
+    mbit = 0 if why == "quiet" else 8
+    if why == "weak signal":
+        sup.rssi = -80
+        guard.policy._last_poll = None  # the next sample polls (the poll interval is wall-clock)
+    await run(guard, counters, mbit, 2 if why == "quiet" else 1)
+    assert sup.networks[NET0]["bgscan"] == "" and guard.engaged
+    assert guard.state == P.ERROR and "could not be restored and stays off" in guard.reason
+    assert "refused" in guard.status().error
+    assert not guard.scans.deferring and not guard.status().deferring_scans
+    assert listener.states[-1][0] == P.ERROR
+    await run(guard, counters, mbit, 1)
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and not guard.engaged
+    assert guard.state == (P.IDLE if why == "quiet" else P.WEAK) and not guard.status().error
+
+
+async def test_a_release_refused_when_the_network_changes_is_shown(guard, parts):
+    """CurrentNetwork moved (to "/": the link was lost) with nothing holding the link: the
+    release it starts is refused, and so is the one of the reconcile that follows.  That shows
+    as the problem and the state, and the next sample tries again."""
+    sup = parts["sup"]
+    guard.hold_changed(True)
+    await guard.kick()
+    assert guard.state == P.HELD
+    guard.hold_changed(False)
+    sup.set_errors = [ACCESS_DENIED, ACCESS_DENIED]  # its release, and reconcile's
+    await guard.network_changed("/")
+    assert "refused" in guard.status().error and sup.networks[NET0]["bgscan"] == ""
+    assert guard.state == P.ERROR and not guard.scans.deferring
+    await run(guard, parts["counters"], 0, 1)
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and guard.state == P.IDLE
+    assert not guard.status().error
+
+
 async def test_a_suspension_in_doubt_is_not_shown_as_held(guard, parts):
     """An unanswered Set whose read-back failed too may or may not have turned bgscan off: the
     status says so (error) until a read settles it, rather than claim it is off."""
