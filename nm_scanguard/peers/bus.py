@@ -75,6 +75,9 @@ def unwrap(value: Any) -> Any:
 # The errors of a call that got no answer: our own wait ran out, or the bus's.
 TIMEOUT = "org.freedesktop.DBus.Error.Timeout"
 NO_REPLY = "org.freedesktop.DBus.Error.NoReply"
+# Our own connection closed while the call waited (the library ends it with the error that
+# closed the stream: EOFError, or the socket's OSError): the peer may or may not have acted.
+DISCONNECTED = "org.freedesktop.DBus.Error.Disconnected"
 
 
 async def call(
@@ -96,6 +99,9 @@ async def call(
     except TimeoutError:
         raise BusError(TIMEOUT,
                        f"{destination} did not answer {member} within {timeout:g} s") from None
+    except (EOFError, OSError) as e:
+        raise BusError(DISCONNECTED, f"the bus connection closed before {destination} answered "
+                       f"{member} ({str(e) or type(e).__name__})") from None
     if reply.message_type == MessageType.ERROR:
         text = reply.body[0] if reply.body and isinstance(reply.body[0], str) else ""
         if len(reply.body) > 1 and isinstance(reply.body[1], str) and reply.body[1]:

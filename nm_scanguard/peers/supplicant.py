@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, Protocol
 
 from ..dbuslib import Message, MessageBus, Variant
 from ..names import WPAS
-from .bus import BusError, call, get_all, get_property, name_has_owner, set_property, unwrap
+from .bus import DISCONNECTED, BusError, call, get_all, get_property, name_has_owner, set_property, unwrap
 
 NAME, PATH = WPAS[:2]
 IFACE = NAME + ".Interface"
@@ -184,6 +184,9 @@ def explain(err: BusError, what: str) -> SupplicantError:
             f"wpa_supplicant refused {what}: the service user must be root or in group 'netdev' "
             "(Debian's D-Bus policy for fi.w1.wpa_supplicant1 allows it); it said: "
             f"{err.text or name}", name)
+    if name == DISCONNECTED:  # the call may have reached wpa_supplicant before the bus went
+        return UncertainOutcome(f"the system bus connection closed during {what}, which "
+                                "wpa_supplicant may or may not have carried out", name)
     if name in _UNCERTAIN:
         return UncertainOutcome(f"wpa_supplicant did not answer {what} in time ({name}); "
                                 "is wpa_supplicant.service running?", name)

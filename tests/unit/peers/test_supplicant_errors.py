@@ -2,8 +2,9 @@
 
 import pytest
 
-from nm_scanguard.peers.bus import BusError
-from nm_scanguard.peers.supplicant import ObjectGone, SupplicantError, explain, unquote
+from nm_scanguard.peers.bus import DISCONNECTED, BusError, call
+from nm_scanguard.peers.supplicant import (NAME, ObjectGone, SupplicantError, explain, is_uncertain,
+                                           unquote)
 
 
 def test_access_denied_says_which_group_is_needed():
@@ -38,3 +39,23 @@ def test_other_errors_keep_the_original_text():
                                         ('""', ""), ("simple", "simple"), ('"', '"')])
 def test_unquote_strips_exactly_one_pair(raw, value):
     assert unquote(raw) == value
+
+
+@pytest.mark.parametrize("closed", [EOFError(), ConnectionResetError(104, "Connection reset by peer"),
+                                    BrokenPipeError(32, "Broken pipe")])
+async def test_a_call_our_closing_connection_ends_is_a_bus_error_of_uncertain_outcome(closed):
+    """The library ends a call still waiting on a connection that closes with the error that
+    closed it: a D-Bus error (Disconnected) like a call that got no answer, so that every
+    caller's handling of a failed call applies; to wpa_supplicant's callers the Set or Get may
+    or may not have been carried out."""
+    class ClosingBus:
+        async def call(self, _msg):
+            raise closed
+
+    with pytest.raises(BusError) as caught:
+        await call(ClosingBus(), NAME, "/fi/w1/wpa_supplicant1", NAME, "GetInterface", "s",  # type: ignore[arg-type]
+                   ["wlan0"])
+    assert caught.value.name == DISCONNECTED
+    assert "closed before fi.w1.wpa_supplicant1 answered GetInterface" in str(caught.value)
+    e = explain(caught.value, "setting bgscan on /fi/w1/wpa_supplicant1/Interfaces/0/Networks/0")
+    assert is_uncertain(e) and "may or may not have carried out" in str(e)
