@@ -683,3 +683,44 @@ def test_a_polkit_check_cut_short_by_a_kill_leaves_no_task_failing_after_it():
         state.bgscan_is_safe()
     finally:
         state.teardown()
+
+
+def test_a_guard_stopped_with_its_roaming_scan_on_the_way_does_not_start_it():
+    """Found 2026-12-04 by make model-long (seed 684268312): wpa_supplicant restarted during a
+    fade, NetworkManager re-activated wlan0, and a hold's kick of the old guard, still under
+    way, asked for its targeted scan after that guard stopped.  The new guard on wlan0 took the
+    scan for another program's and aborted the daemon's own roaming scan.  A guard that stops
+    asks for no scan of its own."""
+    state = Machine()
+    try:
+        state.sigkill(then=0.0)
+        state.restart_supplicant(gap=0.0, then=0.0003)
+        state.sigkill(then=0.5)
+        state.restart_supplicant(gap=1.4124003984664843e-308, then=0.0)
+        state.restart_supplicant(gap=0.0003, then=0.01)
+        state.fade(ifname="wlan0", itself=False, then=0.0)
+        state.restart_supplicant(gap=0.001, then=0.0)
+        state.hold(client=0, interface="", reason=CAFE, then=0.01)
+        state.bgscan_is_safe()
+    finally:
+        state.teardown()
+
+
+def test_a_stop_whose_restore_loses_the_bus_keeps_the_journal_for_the_next_start():
+    """Found 2026-12-04 by make model-long (seed 684268311): a `systemctl restart` stopped the
+    daemon and its stop replayed the journal; the bus dropped the daemon's connection during
+    that replay, and the EOFError of the call it waited on rose out of the stop.  A closed
+    connection is now a D-Bus error like any call that got no answer (peers.bus.call): the
+    entry stays in the journal and the next start restores it."""
+    state = Machine()
+    try:
+        state.hold(client=0, interface="", reason=CAFE, then=0.0)
+        state.advance(t=0.01)
+        state.race(bgscan=NM_BGSCAN, ifname="wlan0", member=None, then=0.0,
+                   what="daemon-restart")
+        state.fault(count=1, error=ACCESS_DENIED, kind="lost", member="Get", t=0.001, then=0.0)
+        state.lose_bus(then=1.0)
+        state.lose_bus(then=0.0003)
+        state.bgscan_is_safe()
+    finally:
+        state.teardown()

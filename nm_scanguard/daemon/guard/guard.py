@@ -103,7 +103,7 @@ class Guard:
     async def stop(self, restore: bool = True) -> None:
         """Stop sampling and give back whatever we suspended (unless the bus is gone: then
         the journal keeps it for the next start)."""
-        self._stopping = self.scans.stopping = True
+        self._stopping = self.scans.stopping = self.roaming.stopping = True
         await self.sampler.stop()
         if restore:
             async with self._lock:

@@ -92,6 +92,9 @@ class Roaming:
         self._roam_scan_at: float | None = None  # monotonic time of our last full scan request
         # The scans we asked for, for `scanguardctl diagnose` and the status.
         self.own: deque[OwnScan] = deque(maxlen=OWN_SCANS_KEPT)
+        # The guard stops: a scan asked for now would be nobody's, and the guard that follows on
+        # the interface would take it for another program's and abort it.
+        self.stopping = False
 
     @property
     def own_scans(self) -> list[float]:
@@ -133,6 +136,8 @@ class Roaming:
         the fading AP that long (lab: roamed 40 s after the fade without this scan, 10 s
         with it)."""
         now = time.monotonic()
+        if self.stopping:
+            return
         if self._roam_scan_at is not None and now - self._roam_scan_at < ROAM_SCAN_GAP:
             log.info("%s: no scan of our own for roaming: the last was %.0f s ago; bgscan's "
                      "own scans go on", self.ifname, now - self._roam_scan_at)
@@ -157,6 +162,8 @@ class Roaming:
     async def own_scan(self, kind: str, channels: list[int], ssid: bytes | None) -> bool:
         """Ask for a scan of `channels` probing for `ssid`, roaming allowed (targeted.py);
         whether it was (or may have been) started."""
+        if self.stopping:
+            return False
         self._own_scan_at, self._own_scan_started, self.own_kind = time.monotonic(), False, kind
         self.own.append(OwnScan(time.time(), kind, tuple(channels)))
         try:

@@ -226,6 +226,8 @@ class Targeted:
 
     async def scan(self, take: Targeting) -> Targeting | None:
         """The targeted scan of a fade taken on (fade); a give-up if it did not start."""
+        if self._roaming.stopping:
+            return None  # nothing more is scanned, nor given up, for a guard that stops
         if not await self._roaming.own_scan(TARGETED, list(take.channels), self.station.ssid()):
             return self._give_up("wpa_supplicant did not start the targeted scan", take.signal)
         return None

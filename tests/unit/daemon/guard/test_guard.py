@@ -559,6 +559,17 @@ async def test_a_release_refused_when_the_network_changes_is_shown(guard, parts)
     assert not guard.status().error
 
 
+async def test_a_guard_that_stops_asks_for_no_scan_of_its_own(guard, parts):
+    """A kick still under way when the guard stops (a hold's, run beside the sampling) must
+    not start a roaming scan: it would be nobody's, and the guard made next on the interface
+    would take it for another program's and abort it."""
+    sup = parts["sup"]
+    await guard.stop()
+    await guard.roaming.ask_for_scan()
+    assert await guard.roaming.own_scan("targeted", [2412], b"Caf\xc3\xa9 \xe2\x98\x95") is False
+    assert sup.scans == [] and not guard.roaming.is_ours() and list(guard.roaming.own) == []
+
+
 async def test_a_suspension_in_doubt_is_not_shown_as_held(guard, parts):
     """An unanswered Set whose read-back failed too may or may not have turned bgscan off: the
     status says so (error) until a read settles it, rather than claim it is off."""
