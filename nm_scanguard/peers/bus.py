@@ -94,6 +94,9 @@ async def call(
         destination=destination, path=path, interface=interface, member=member,
         signature=signature, body=list(body),
     )
+    if not getattr(bus, "connected", True):  # the library would wait out the timeout for it
+        raise BusError(DISCONNECTED, f"the bus connection is closed: {member} was not sent to "
+                       f"{destination}")
     try:
         reply = await asyncio.wait_for(bus.call(msg), timeout)
     except TimeoutError:

@@ -85,6 +85,8 @@ class Conn(Endpoint):
 
     @property
     def connected(self) -> bool:
+        if self.dead:  # a killed process runs nothing more: what the kill left stops here
+            raise SimulatedCrash()
         return self.alive
 
     def add_message_handler(self, handler: Callable[[Message], Any]) -> None:

@@ -59,3 +59,19 @@ async def test_a_call_our_closing_connection_ends_is_a_bus_error_of_uncertain_ou
     assert "closed before fi.w1.wpa_supplicant1 answered GetInterface" in str(caught.value)
     e = explain(caught.value, "setting bgscan on /fi/w1/wpa_supplicant1/Interfaces/0/Networks/0")
     assert is_uncertain(e) and "may or may not have carried out" in str(e)
+
+
+async def test_a_call_on_a_closed_connection_fails_at_once():
+    """dbus-next never answers a call made once its connection has closed (the reply handlers
+    were all ended at the close): it would wait out the timeout.  Refused at once instead."""
+    class ClosedBus:
+        connected = False
+
+        async def call(self, _msg):
+            raise AssertionError("nothing is sent on a closed connection")
+
+    with pytest.raises(BusError) as caught:
+        await call(ClosedBus(), NAME, "/fi/w1/wpa_supplicant1", NAME, "GetInterface", "s",  # type: ignore[arg-type]
+                   ["wlan0"])
+    assert caught.value.name == DISCONNECTED and "GetInterface was not sent" in str(caught.value)
+    assert is_uncertain(explain(caught.value, "GetInterface(wlan0)"))
