@@ -247,12 +247,12 @@ class Daemon:
             active = {d.ifname: d for d in devices if d.activated and d.ifname}
             for ifname in [i for i in self.guards if i not in active]:
                 await self.guards.stop(ifname)
-                if self.peers.bgscan.kept(ifname):
-                    # What the stop could not restore (wpa_supplicant refused or did not
-                    # answer) is tried again now, not at the next start.
+                if not self._running:  # stopped while this sync waited: stop_all has the rest
+                    return
+                if self.peers.bgscan.kept(ifname):  # refused or unanswered: tried again now
                     self._retry_journal()
             for ifname, dev in active.items():
-                if not self._running:  # stopped while this sync waited for an answer
+                if not self._running:
                     return
                 settings = self.settings_for(dev)
                 guard = self.guards.get(ifname)

@@ -146,7 +146,11 @@ class Roaming:
         self.own.append(OwnScan(time.time(), FULL, ()))  # for diagnose: ours
         self._own_scan_started, self.own_kind = False, FULL
         try:
-            await self._supplicant.scan(await self._interface())
+            iface = await self._interface()
+            if self.stopping:  # stopped while the interface was looked up
+                self._own_scan_at = None
+                return
+            await self._supplicant.scan(iface)
         except SupplicantError as e:
             if not isinstance(e, UncertainOutcome):  # no answer: it may have started all the same
                 self._own_scan_at = None
@@ -167,7 +171,11 @@ class Roaming:
         self._own_scan_at, self._own_scan_started, self.own_kind = time.monotonic(), False, kind
         self.own.append(OwnScan(time.time(), kind, tuple(channels)))
         try:
-            await self._supplicant.scan(await self._interface(), channels, ssid)
+            iface = await self._interface()
+            if self.stopping:  # stopped while the interface was looked up
+                self._own_scan_at = None
+                return False
+            await self._supplicant.scan(iface, channels, ssid)
         except SupplicantError as e:
             self._interface.look_up_again_if_gone(e)
             if isinstance(e, UncertainOutcome):

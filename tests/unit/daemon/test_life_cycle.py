@@ -36,14 +36,14 @@ class SlowNetworkManager:
         return [self.device]
 
 
-class NoBgscan:
-    """The bgscan core with nothing journaled; records whether a replay ran."""
+class JournaledBgscan:
+    """The bgscan core with one entry journaled; records whether a replay ran."""
 
     def __init__(self) -> None:
         self.replays = 0
 
     def kept(self, _ifname: str | None = None) -> int:
-        return 0
+        return 1  # an entry is in the journal: a stop of a started daemon replays it
 
     async def replay(self, *_args, **_kwargs) -> int:
         self.replays += 1
@@ -61,7 +61,7 @@ def daemon_on(tmp_path, name: str, monkeypatch) -> tuple[Daemon, SlowNetworkMana
     daemon = Daemon(Settings(), None, str(tmp_path), tasks=Supervisor())
     nm = SlowNetworkManager(name)
     daemon._peers = SimpleNamespace(bus=SimpleNamespace(connected=True), nm=nm,  # type: ignore[assignment]
-                                    supplicant=None, bgscan=NoBgscan())
+                                    supplicant=None, bgscan=JournaledBgscan())
 
     async def no_scan_events(_bus) -> None:
         return None

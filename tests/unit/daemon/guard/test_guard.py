@@ -570,6 +570,27 @@ async def test_a_guard_that_stops_asks_for_no_scan_of_its_own(guard, parts):
     assert sup.scans == [] and not guard.roaming.is_ours() and list(guard.roaming.own) == []
 
 
+@pytest.mark.parametrize("kind", ["full", "targeted"])
+async def test_a_guard_that_stops_while_its_scan_looks_up_the_interface_starts_none(
+        guard, parts, kind):
+    """wpa_supplicant restarted, so the interface is looked up again before the scan: a stop
+    that lands during that lookup still keeps the scan from starting."""
+    sup = parts["sup"]
+    guard.interface.path = None
+    lookup = sup.interface
+
+    async def stopping_during(ifname):
+        guard.roaming.stopping = True  # what Guard.stop sets before anything else
+        return await lookup(ifname)
+
+    sup.interface = stopping_during
+    if kind == "full":
+        await guard.roaming.ask_for_scan()
+    else:
+        assert await guard.roaming.own_scan(kind, [2412], "Café ☕".encode()) is False
+    assert sup.scans == [] and not guard.roaming.is_ours()
+
+
 async def test_a_suspension_in_doubt_is_not_shown_as_held(guard, parts):
     """An unanswered Set whose read-back failed too may or may not have turned bgscan off: the
     status says so (error) until a read settles it, rather than claim it is off."""
