@@ -24,7 +24,7 @@ from typing import Any, Coroutine
 import nm_scanguard.files as files_module
 import nm_scanguard.daemon.bgscan.journal as journal_module
 from nm_scanguard.daemon.api.methods import Api
-from nm_scanguard.peers.bus import CALL_TIMEOUT, close_bus
+from nm_scanguard.peers.bus import CALL_TIMEOUT, BusError, close_bus
 from nm_scanguard.config import ConfigError, load_file
 from nm_scanguard.profile_settings import ProfileWarnings, apply_profile
 from nm_scanguard.daemon.daemon import JOURNAL_RETRY_MAX, Daemon
@@ -216,14 +216,20 @@ class World:
             await close_bus(conn)  # type: ignore[arg-type]
 
     async def _serve(self, inst: Instance) -> None:
-        """service.serve() up to `await stop.wait()`, on the simulated connection."""
-        await inst.daemon.connect(inst.conn)  # type: ignore[arg-type]
-        Api(inst.daemon, inst.conn).start()  # type: ignore[arg-type]
-        problem = await own_name(inst.conn, BUS_NAME)  # type: ignore[arg-type]
-        if problem:
-            self.problems.append(f"{inst.label} could not own its name: {problem}")
-            return
-        await inst.daemon.start()
+        """service.serve() up to `await stop.wait()`, on the simulated connection.  As there, a
+        start whose connection was lost meanwhile ends (exit 1: systemd starts a new one)."""
+        try:
+            await inst.daemon.connect(inst.conn)  # type: ignore[arg-type]
+            Api(inst.daemon, inst.conn).start()  # type: ignore[arg-type]
+            problem = await own_name(inst.conn, BUS_NAME)  # type: ignore[arg-type]
+            if problem:
+                if inst.conn.connected:
+                    self.problems.append(f"{inst.label} could not own its name: {problem}")
+                return
+            await inst.daemon.start()
+        except BusError:
+            if inst.conn.connected:
+                raise
 
     async def restart_daemon(self) -> None:
         """`systemctl restart`: stop, then start.  systemd runs one job per unit at a time, so a
