@@ -724,3 +724,37 @@ def test_a_stop_whose_restore_loses_the_bus_keeps_the_journal_for_the_next_start
         state.bgscan_is_safe()
     finally:
         state.teardown()
+
+
+def test_a_stop_that_cancels_a_journal_retry_as_its_call_fails_ends():
+    """Found 2026-12-04 by the gate's seed once a closed connection became a BusError: the bus
+    was lost while the journal's retry waited on a call; on Python 3.11 wait_for handed the
+    retry the call's error instead of the stop's cancellation (CPython gh-86296), the retry
+    took it as a failed replay and slept again, and the stop waited for it forever.
+    peers.bus.call raises a pending cancellation instead of the call's outcome."""
+    state = Machine()
+    try:
+        state.restart_nm(gap=0.01, then=1.0)
+        state.restart_nm(gap=3.0, then=0.0)
+        state.busy_for_a_while()
+        state.second_ap(ifname='wlan1', same=False, then=0.0)
+        state.fault(count=1, error='org.freedesktop.DBus.Error.AccessDenied', kind='hang-before', member='Get.BSSs', t=11.0, then=1.0)
+        state.fault(count=1, error='fi.w1.wpa_supplicant1.Interface.ScanError', kind='hang-before', member=None, t=0.001, then=3.0)
+        state.sigkill(then=0.3333333333333333)
+        state.other_program_sets_bgscan(ifname='wlan0', then=0.0, value='learn:10:-60:600')
+        state.sigkill(then=16.0)
+        state.busy_for_a_while()
+        state.sigkill(then=2.225073858507203e-309)
+        state.release(client=1, then=0.0, which=3)
+        state.release(client=2, then=0.0003, which=2)
+        state.recreate_interface(ifname='wlan1', then=1.1)
+        state.release(client=2, then=0.0003, which=2)
+        state.reload(config='[scanguard]\nrelease_after = 2\nengage_after = 1\nsample_interval = 0.5\n', then=2.220446049250313e-16)
+        state.busy_for_a_while()
+        state.crash_nm(gap=16.0, then=0.0)
+        state.other_program_sets_bgscan(ifname='wlan0', then=2.00001, value='simple:60:-80:3600')
+        state.restart_nm(gap=3.0, then=0.0)
+        state.lose_bus(then=0.0)
+        state.bgscan_is_safe()
+    finally:
+        state.teardown()

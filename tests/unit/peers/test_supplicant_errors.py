@@ -1,7 +1,10 @@
 """What a person reads when wpa_supplicant says no: each error names the cause and the fix."""
 
+import asyncio
+
 import pytest
 
+from nm_scanguard.dbuslib import Message
 from nm_scanguard.peers.bus import DISCONNECTED, BusError, call
 from nm_scanguard.peers.supplicant import (NAME, ObjectGone, SupplicantError, explain, is_uncertain,
                                            unquote)
@@ -75,3 +78,32 @@ async def test_a_call_on_a_closed_connection_fails_at_once():
                    ["wlan0"])
     assert caught.value.name == DISCONNECTED and "GetInterface was not sent" in str(caught.value)
     assert is_uncertain(explain(caught.value, "GetInterface(wlan0)"))
+
+
+@pytest.mark.parametrize("outcome", ["connection closed", "answered"])
+async def test_a_cancellation_that_arrives_as_the_call_ends_is_not_lost(outcome):
+    """Python 3.11's wait_for hands back the call's outcome when the caller's cancellation
+    arrives just as the call ends: a retry loop that takes a failed call in stride would run
+    on, and whoever cancelled it wait forever.  The cancellation is raised instead."""
+    outer: asyncio.Task[str] | None = None
+
+    class EndingBus:
+        async def call(self, msg: Message) -> Message:
+            assert outer is not None
+            outer.cancel()  # the stop cancels the caller as the answer comes in
+            if outcome == "connection closed":
+                raise EOFError()
+            msg.serial = 7
+            return Message.new_method_return(msg, "o", ["/fi/w1/wpa_supplicant1/Interfaces/0"])
+
+    async def caller() -> str:
+        try:
+            await call(EndingBus(), NAME, "/fi/w1/wpa_supplicant1", NAME, "GetInterface", "s",  # type: ignore[arg-type]
+                       ["wlan0"])
+        except BusError:
+            return "carried on after a failed call"
+        return "carried on after an answer"
+
+    outer = asyncio.ensure_future(caller())
+    with pytest.raises(asyncio.CancelledError):
+        await outer
