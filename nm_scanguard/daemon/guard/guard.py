@@ -66,6 +66,7 @@ class Guard:
         self.sampler, self.roaming, self.targeted, self.scans = helpers(
             self, counters, supplicant, candidates)
         self._engage_failed = False  # the last try to suspend bgscan raised
+        self._left: str | None = None  # a network wpa_supplicant left with our "" on it
         self._lock = asyncio.Lock()  # one change to wpa_supplicant at a time
         show_settings_problem(self.problems, dev)
 
@@ -89,8 +90,7 @@ class Guard:
         self._spawn(coro, self)
 
     async def attach(self) -> None:
-        """Find the interface in wpa_supplicant now, so that scans are counted from the start,
-        and start sampling."""
+        """Look the interface up now, so that scans count from the start; start sampling."""
         try:
             iface = await self.iface()
         except SupplicantError as e:
@@ -101,8 +101,7 @@ class Guard:
         self.sampler.start(self.step, self.unexpected)
 
     async def stop(self, restore: bool = True) -> None:
-        """Stop sampling and give back whatever we suspended (unless the bus is gone: then
-        the journal keeps it for the next start)."""
+        """Stop sampling and give back what we suspended (what cannot be: the journal's)."""
         self._stopping = self.scans.stopping = self.roaming.stopping = True
         await self.sampler.stop()
         if restore:
@@ -162,6 +161,7 @@ class Guard:
             was = self.scans.state
             try:
                 await self._release_if_interface_replaced()
+                await self._release_if_network_left()
                 await self._recheck_if_in_doubt()
                 if self.policy.want_engaged and not self.engaged and not self._stopping:
                     # Once stopped, nothing restores what it would suspend (a kick spawned for
@@ -183,21 +183,24 @@ class Guard:
             return ok
 
     async def _release_if_interface_replaced(self) -> None:
-        """Our suspension lies under the interface object wpa_supplicant had when we suspended;
-        once that object was found gone (its path reset), a new one means the suspension
-        went with the old: else the guard counts itself engaged while the new object's network
-        keeps its bgscan and the link stays busy."""
+        """Our "" went with an interface object found gone (its path reset) once a new one
+        stands: else the guard counts itself engaged while the new one's bgscan runs."""
         if self.suspended is not None and self.interface.path is None \
                 and interface_of(self.suspended.network) != await self.iface():
             await self._release("wpa_supplicant re-created the interface")
 
+    async def _release_if_network_left(self) -> None:
+        """Our "" on a network object wpa_supplicant left (network_changed) is given back,
+        however busy the link: until then the current network keeps its bgscan (ERROR)."""
+        if (suspended := self.suspended) is not None and suspended.network == self._left:
+            await self._release("wpa_supplicant switched to another network object")
+        if (suspended := self.suspended) is None or suspended.network != self._left:
+            self._left = None
+
     async def _recheck_if_in_doubt(self) -> None:
-        """A suspension can be in doubt (Suspended.in_doubt): a release whose Set went
-        unanswered and whose read-back failed (the Set may have landed), or a suspend that
-        spanned a wpa_supplicant restart (its "" most likely went with the old process).
-        Before counting ourselves engaged, read bgscan (Bgscan.recheck); if it is no longer
-        "", the suspension ends here and the caller suspends anew.  (While the policy wants
-        bgscan on, the release is simply tried again, and restoring reads first anyway.)"""
+        """A suspension in doubt (Suspended.in_doubt: a Set unanswered and not read back, or a
+        suspend across a wpa_supplicant restart) is read again (Bgscan.recheck) before we count
+        ourselves engaged: no longer "" ends it, and the caller suspends anew."""
         suspended = self.suspended
         if suspended is not None and self.policy.want_engaged and suspended.in_doubt:
             await self._bgscan.recheck(self.ifname)
@@ -233,14 +236,10 @@ class Guard:
         log.info(log_lines.RESTORED, self.ifname, shown(suspended.saved), why)
 
     async def network_changed(self, net: str | None) -> None:
-        """wpa_supplicant's CurrentNetwork changed (NM re-activated, or we lost the AP)."""
-        if self.suspended is not None and net != self.suspended.network:
-            async with self._lock:
-                try:
-                    await self._release("wpa_supplicant switched to another network object")
-                except SupplicantError as e:  # shown, and the next release tries again
-                    self.interface.look_up_again_if_gone(e)
-                    self.problems.fail(f"{self.ifname}: {e}")
+        """wpa_supplicant's CurrentNetwork changed (NM re-activated, or we lost the AP): our ""
+        on the network it left is given back (reconcile), then the new one is guarded."""
+        suspended = self.suspended
+        self._left = suspended.network if suspended and net != suspended.network else None
         self.no_bgscan = None
         await self.reconcile()
 
@@ -261,7 +260,7 @@ class Guard:
     def supplicant_restarted(self) -> None:
         """A new wpa_supplicant has fresh networks from NM: nothing of ours is left to restore
         (Bgscan forgets every suspension)."""
-        self.interface.path = self.no_bgscan = None
+        self.interface.path = self.no_bgscan = self._left = None
         self.scans.supplicant_restarted()
         self.targeted.supplicant_restarted()
 
@@ -272,8 +271,9 @@ class Guard:
         self.problems.unexpected(e, what, self.ifname)
 
     def _publish(self) -> None:
-        state, reason = shown_state(self.policy, self.suspended, self.no_bgscan,
-                                    self._engage_failed)
+        suspended = self.suspended
+        state, reason = shown_state(self.policy, suspended, self.no_bgscan, self._engage_failed,
+                                    suspended is not None and suspended.network == self._left)
         # Scans follow what the policy wants: a release that failed (ERROR) keeps bgscan off,
         # but an idle link's scans, or the ones roaming needs, run as they would without it.
         watched = state if self.policy.want_engaged else self.policy.state
@@ -297,13 +297,17 @@ class Guard:
 
 
 def shown_state(policy: Policy, suspended: Suspended | None, no_bgscan: str | None,
-                engage_failed: bool) -> tuple[str, str]:
+                engage_failed: bool, left: bool = False) -> tuple[str, str]:
     """The state and reason to show.  GUARDING, HELD and ROAMING only while bgscan is surely
-    suspended (`suspended`, and not in doubt); else NO_BGSCAN when the network has none
-    (`no_bgscan` says why), ERROR when suspending it failed (the problem says why) or whether
-    it stands is in doubt.  Any other state only once bgscan is given back: ERROR while its
-    release failed."""
+    suspended (`suspended`, not in doubt, and not `left` on a network wpa_supplicant no longer
+    uses); else NO_BGSCAN when the network has none (`no_bgscan` says why), ERROR when
+    suspending it failed (the problem says why) or whether it stands is in doubt.  Any other
+    state only once bgscan is given back: ERROR while its release failed."""
     state, reason = policy.state, policy.reason
+    if suspended is not None and left:
+        return P.ERROR, (f"{reason}; bgscan could not be restored on the network "
+                         "wpa_supplicant left, see the problem; the current network keeps its "
+                         "bgscan; trying again at the next sample")
     if state not in P.ENGAGED and suspended is not None:
         return P.ERROR, (f"{reason}; bgscan could not be restored and stays off, see the "
                          "problem; trying again at the next sample")

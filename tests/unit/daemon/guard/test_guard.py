@@ -542,21 +542,60 @@ async def test_a_release_wpa_supplicant_refuses_shows_error_and_lets_scans_run(g
 
 
 async def test_a_release_refused_when_the_network_changes_is_shown(guard, parts):
-    """CurrentNetwork moved (to "/": the link was lost) with nothing holding the link: the
-    release it starts is refused, and so is the one of the reconcile that follows.  That shows
-    as the problem and the state, and the next sample tries again."""
+    """CurrentNetwork moved (to none: the link was lost) with nothing holding the link: the
+    release it starts is refused.  That shows as the problem and the state, and the next
+    sample tries again."""
     sup = parts["sup"]
     guard.hold_changed(True)
     await guard.kick()
     assert guard.state == P.HELD
     guard.hold_changed(False)
-    sup.set_errors = [ACCESS_DENIED, ACCESS_DENIED]  # its release, and reconcile's
-    await guard.network_changed("/")
+    sup.set_errors = [ACCESS_DENIED]
+    await guard.network_changed(None)
     assert "refused" in guard.status().error and sup.networks[NET0]["bgscan"] == ""
     assert guard.state == P.ERROR and not guard.scans.deferring
     await run(guard, parts["counters"], 0, 1)
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and guard.state == P.IDLE
     assert not guard.status().error
+
+
+async def test_a_release_refused_when_a_busy_link_moves_to_another_network_is_shown(guard, parts):
+    """CurrentNetwork moved to another network object while the old one, with our "", still
+    exists, and the link stays busy: a refused release of the old one is not guarding (the
+    new network's bgscan runs) but error.  The next sample gives the old one back and guards
+    the new one."""
+    sup, counters = parts["sup"], parts["counters"]
+    await guard.step()
+    await run(guard, counters, 8, 2)
+    assert guard.state == P.GUARDING and sup.networks[NET0]["bgscan"] == ""
+    net1 = NET0[:-1] + "1"
+    sup.networks[net1] = {"bgscan": NM_BGSCAN}
+    sup.current[IFACE0] = net1
+    sup.set_errors = [ACCESS_DENIED]
+    await guard.network_changed(net1)
+    assert sup.networks[NET0]["bgscan"] == "" and sup.networks[net1]["bgscan"] == NM_BGSCAN
+    assert guard.state == P.ERROR and "network wpa_supplicant left" in guard.reason
+    assert "refused" in guard.status().error
+    assert guard.scans.deferring  # the link is busy: other programs' scans wait all the same
+    await run(guard, counters, 8, 1)
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and sup.networks[net1]["bgscan"] == ""
+    assert guard.state == P.GUARDING and guard.suspended.network == net1
+    assert not guard.status().error
+
+
+async def test_a_network_announced_back_before_the_release_keeps_the_suspension(guard, parts):
+    """CurrentNetwork moved away and straight back to the network our "" is on: nothing is
+    left to give back, and guarding goes on without a Set."""
+    sup, counters = parts["sup"], parts["counters"]
+    await guard.step()
+    await run(guard, counters, 8, 2)
+    sup.set_errors = [ACCESS_DENIED]
+    await guard.network_changed(None)
+    assert guard.state == P.ERROR
+    sets = len(sup.sets())
+    await guard.network_changed(NET0)
+    assert guard.state == P.GUARDING and len(sup.sets()) == sets
+    assert sup.networks[NET0]["bgscan"] == ""
 
 
 async def test_a_guard_that_stops_asks_for_no_scan_of_its_own(guard, parts):
