@@ -53,9 +53,7 @@ class Guard:
         self.policy = Policy(settings)
         self.interface = Interface(self.ifname, supplicant)  # wpa_supplicant's object for it
         self.no_bgscan: str | None = None  # why there is nothing to suspend, if so
-        self.state = P.IDLE
-        self.reason = "connected"
-        self.since = time.time()
+        self.state, self.reason, self.since = P.IDLE, "connected", time.time()
         self._bgscan = bgscan
         self._spawn = spawn
         # A listener's failure rises into what changed the guard (its step: shown in its status).
@@ -236,10 +234,11 @@ class Guard:
         log.info(log_lines.RESTORED, self.ifname, shown(suspended.saved), why)
 
     async def network_changed(self, net: str | None) -> None:
-        """wpa_supplicant's CurrentNetwork changed (NM re-activated, or we lost the AP): our ""
-        on the network it left is given back (reconcile), then the new one is guarded."""
-        suspended = self.suspended
-        self._left = suspended.network if suspended and net != suspended.network else None
+        """CurrentNetwork changed (NM re-activated, or we lost the AP): reconcile gives back
+        our "" on the network left (once a suspend under way landed) and guards the new."""
+        async with self._lock:
+            suspended = self.suspended
+            self._left = suspended.network if suspended and net != suspended.network else None
         self.no_bgscan = None
         await self.reconcile()
 
@@ -306,8 +305,8 @@ def shown_state(policy: Policy, suspended: Suspended | None, no_bgscan: str | No
     state, reason = policy.state, policy.reason
     if suspended is not None and left:
         return P.ERROR, (f"{reason}; bgscan could not be restored on the network "
-                         "wpa_supplicant left, see the problem; the current network keeps its "
-                         "bgscan; trying again at the next sample")
+                         "wpa_supplicant left, see the problem; trying again at the next "
+                         "sample")
     if state not in P.ENGAGED and suspended is not None:
         return P.ERROR, (f"{reason}; bgscan could not be restored and stays off, see the "
                          "problem; trying again at the next sample")

@@ -3,6 +3,7 @@ journal.  No bus, no daemon: the guard's decisions and what it does with them, s
 
 from __future__ import annotations
 
+import asyncio
 import errno
 from typing import Any, Coroutine, Iterator, Sequence
 
@@ -581,6 +582,31 @@ async def test_a_release_refused_when_a_busy_link_moves_to_another_network_is_sh
     assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and sup.networks[net1]["bgscan"] == ""
     assert guard.state == P.GUARDING and guard.suspended.network == net1
     assert not guard.status().error
+
+
+async def test_a_network_change_during_a_suspend_gives_back_what_it_landed_on(guard, parts):
+    """CurrentNetwork moved while the suspend that had read the old network was sending its
+    Set: once that Set landed, the old network's bgscan is given back and the new network's
+    suspended, rather than the guard counting itself engaged on the network left."""
+    sup, counters = parts["sup"], parts["counters"]
+    net1 = NET0[:-1] + "1"
+    sup.networks[net1] = {"bgscan": NM_BGSCAN}
+    changed: list[asyncio.Task] = []
+    set_bgscan = sup.set_bgscan
+
+    async def moving(net_path: str, value: str) -> None:
+        if value == "" and not changed:
+            sup.current[IFACE0] = net1
+            changed.append(asyncio.create_task(guard.network_changed(net1)))
+            await asyncio.sleep(0)  # the change is heard while this Set is on its way
+        await set_bgscan(net_path, value)
+
+    sup.set_bgscan = moving
+    await guard.step()
+    await run(guard, counters, 8, 2)
+    await changed[0]
+    assert sup.networks[NET0]["bgscan"] == NM_BGSCAN and sup.networks[net1]["bgscan"] == ""
+    assert guard.state == P.GUARDING and guard.suspended.network == net1
 
 
 async def test_a_network_announced_back_before_the_release_keeps_the_suspension(guard, parts):
