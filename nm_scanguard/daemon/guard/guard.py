@@ -189,7 +189,7 @@ class Guard:
 
     async def _release_if_network_left(self) -> None:
         """Our "" on a network object wpa_supplicant left (network_changed) is given back,
-        however busy the link: until then the current network keeps its bgscan (ERROR)."""
+        however busy the link: until then the state is ERROR (shown_state)."""
         if (suspended := self.suspended) is not None and suspended.network == self._left:
             await self._release("wpa_supplicant switched to another network object")
         if (suspended := self.suspended) is None or suspended.network != self._left:
