@@ -758,3 +758,33 @@ def test_a_stop_that_cancels_a_journal_retry_as_its_call_fails_ends():
         state.bgscan_is_safe()
     finally:
         state.teardown()
+
+
+def test_a_roaming_scan_refused_while_our_own_runs_does_not_make_that_one_someone_elses():
+    """Found 2026-12-05 by a fresh-seed model run (`python3 -m tests.model.parallel --jobs 2
+    --sequences 16000 --seed 3237577631 --only-machine`, worker seed 3237577632): after two
+    NetworkManager restarts and a wpa_supplicant restart during a fade, the guard's targeted
+    scan started, and a second one it asked for was rejected (a scan was running).  The refusal
+    forgot the running scan was ours, and the guard aborted its own roaming scan when guarding
+    resumed.  A refused request now leaves a scan of ours that runs ours."""
+    state = Machine()
+    try:
+        state.bgscan_is_safe()
+        state.leave(client=1, then=0.0)
+        state.deactivate(ifname="wlan0", then=0.0)
+        state.deactivate(ifname="wlan1", then=0.001)
+        state.deactivate(ifname="wlan0", then=0.0)
+        state.crash_in_journal_write(then=0.0)
+        state.traffic(ifname="wlan0", mbit=3.0, then=0.0)
+        state.fade(ifname="wlan0", itself=False, then=0.0)
+        state.hold(client=0, interface="wlan1", reason=CAFE, then=1.5)
+        state.activate(bgscan=NM_BGSCAN, gap=0.0, ifname="wlan0", then=0.0)
+        state.fault(count=1, error=ACCESS_DENIED, kind="hang-before", member="Get", t=0.001,
+                    then=0.0)
+        state.restart_nm(gap=0.001, then=40.0)
+        state.fault(count=1, error=ACCESS_DENIED, kind="lost", member=None, t=0.001, then=0.0)
+        state.restart_nm(gap=0.0003, then=0.0)
+        state.restart_supplicant(gap=0.0, then=1.0)
+        state.bgscan_is_safe()
+    finally:
+        state.teardown()

@@ -142,6 +142,7 @@ class Roaming:
             log.info("%s: no scan of our own for roaming: the last was %.0f s ago; bgscan's "
                      "own scans go on", self.ifname, now - self._roam_scan_at)
             return
+        before = self._own_scan_at, self._own_scan_started, self.own_kind
         self._roam_scan_at = self._own_scan_at = now
         self.own.append(OwnScan(time.time(), FULL, ()))  # for diagnose: ours
         self._own_scan_started, self.own_kind = False, FULL
@@ -153,7 +154,7 @@ class Roaming:
             await self._supplicant.scan(iface)
         except SupplicantError as e:
             if not isinstance(e, UncertainOutcome):  # no answer: it may have started all the same
-                self._own_scan_at = None
+                self._own_scan_at, self._own_scan_started, self.own_kind = before
             self._interface.look_up_again_if_gone(e)
             # A scan already running ("Scan request rejected") serves as well; in any case
             # bgscan, restored, scans within its short interval.  Nothing to retry.
@@ -168,6 +169,7 @@ class Roaming:
         whether it was (or may have been) started."""
         if self.stopping:
             return False
+        before = self._own_scan_at, self._own_scan_started, self.own_kind
         self._own_scan_at, self._own_scan_started, self.own_kind = time.monotonic(), False, kind
         self.own.append(OwnScan(time.time(), kind, tuple(channels)))
         try:
@@ -180,7 +182,9 @@ class Roaming:
             self._interface.look_up_again_if_gone(e)
             if isinstance(e, UncertainOutcome):
                 return True  # no answer: it may have started all the same
-            self._own_scan_at = None
+            # Refused: a scan of ours still running (wpa_supplicant rejects a Scan while one
+            # runs) stays ours, never aborted.
+            self._own_scan_at, self._own_scan_started, self.own_kind = before
             log.info("%s: asked wpa_supplicant for a %s scan of %s, it did not start one (%s)",
                      self.ifname, kind, mhz(channels), e)
             return False

@@ -171,6 +171,28 @@ async def test_a_refused_scan_is_not_ours_an_unanswered_one_may_be(parts, caplog
     assert parts["owner"].problems.text() == ""  # nothing to retry: bgscan scans anyway
 
 
+async def _ask(r: Roaming, kind: str) -> None:
+    if kind == "full":
+        await r.ask_for_scan()
+    else:
+        await r.own_scan(kind, [2412], "Café ☕".encode())
+
+
+@pytest.mark.parametrize(("first", "second"), [("full", "targeted"), ("targeted", "targeted"),
+                                               ("targeted", "full")])
+async def test_a_refused_scan_leaves_our_running_scan_ours(parts, first, second):
+    """wpa_supplicant rejects a Scan while a scan runs: when that one is ours, it stays ours
+    (never aborted), and its end is still its end."""
+    sup, r = parts["sup"], parts["roaming"]
+    await _ask(r, first)
+    r.scanning_changed(True)
+    sup.scan_error = SCAN_REFUSED
+    await _ask(r, second)
+    assert len(sup.scans) == 2 and r.is_ours() and r.own_kind == first
+    r.scanning_changed(False)
+    assert not r.is_ours()
+
+
 async def test_a_wpa_supplicant_restart_ends_our_scan(parts):
     r = parts["roaming"]
     await r.ask_for_scan()
