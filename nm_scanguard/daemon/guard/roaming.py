@@ -142,56 +142,58 @@ class Roaming:
             log.info("%s: no scan of our own for roaming: the last was %.0f s ago; bgscan's "
                      "own scans go on", self.ifname, now - self._roam_scan_at)
             return
-        before = self._own_scan_at, self._own_scan_started, self.own_kind
-        self._roam_scan_at = self._own_scan_at = now
-        self.own.append(OwnScan(time.time(), FULL, ()))  # for diagnose: ours
-        self._own_scan_started, self.own_kind = False, FULL
-        try:
-            iface = await self._interface()
-            if self.stopping:  # stopped while the interface was looked up
-                self._own_scan_at = None
-                return
-            await self._supplicant.scan(iface)
-        except SupplicantError as e:
-            if not isinstance(e, UncertainOutcome):  # no answer: it may have started all the same
-                self._own_scan_at, self._own_scan_started, self.own_kind = before
-            self._interface.look_up_again_if_gone(e)
+        self._roam_scan_at = now
+        outcome = await self._request(FULL, [], None)
+        if isinstance(outcome, SupplicantError):
             # A scan already running ("Scan request rejected") serves as well; in any case
             # bgscan, restored, scans within its short interval.  Nothing to retry.
             log.info("%s: asked wpa_supplicant for a scan to roam, it did not start one (%s); "
-                     "bgscan's own scans go on", self.ifname, e)
-            return
-        log.info("%s: asked wpa_supplicant for a scan so that it can roam now, not when "
-                 "bgscan's short interval ends", self.ifname)
+                     "bgscan's own scans go on", self.ifname, outcome)
+        elif outcome:
+            log.info("%s: asked wpa_supplicant for a scan so that it can roam now, not when "
+                     "bgscan's short interval ends", self.ifname)
 
     async def own_scan(self, kind: str, channels: list[int], ssid: bytes | None) -> bool:
         """Ask for a scan of `channels` probing for `ssid`, roaming allowed (targeted.py);
         whether it was (or may have been) started."""
         if self.stopping:
             return False
+        outcome = await self._request(kind, channels, ssid)
+        if isinstance(outcome, UncertainOutcome):
+            return True  # no answer: it may have started all the same
+        if isinstance(outcome, SupplicantError):
+            log.info("%s: asked wpa_supplicant for a %s scan of %s, it did not start one (%s)",
+                     self.ifname, kind, mhz(channels), outcome)
+            return False
+        if outcome:
+            log.log(logging.INFO if kind in (TARGETED, WALK) else logging.DEBUG,
+                    "%s: asked wpa_supplicant for a %s scan of %s", self.ifname, kind,
+                    mhz(channels))
+            self._changed()
+        return outcome
+
+    async def _request(self, kind: str, channels: list[int],
+                       ssid: bytes | None) -> bool | SupplicantError:
+        """Record a scan of ours of `kind` and ask wpa_supplicant for it: True when asked,
+        False when the guard stopped while the interface was looked up (nothing asked), or the
+        error.  What was recorded before comes back unless the scan may have started (asked,
+        or no answer): a refusal leaves a scan of ours still running ours (wpa_supplicant
+        rejects a Scan while one runs), never aborted."""
         before = self._own_scan_at, self._own_scan_started, self.own_kind
         self._own_scan_at, self._own_scan_started, self.own_kind = time.monotonic(), False, kind
-        self.own.append(OwnScan(time.time(), kind, tuple(channels)))
+        self.own.append(OwnScan(time.time(), kind, tuple(channels)))  # for diagnose: ours
         try:
             iface = await self._interface()
-            if self.stopping:  # stopped while the interface was looked up
-                self._own_scan_at = None
-                return False
-            await self._supplicant.scan(iface, channels, ssid)
+            if not self.stopping:
+                await self._supplicant.scan(iface, channels, ssid)
+                return True
         except SupplicantError as e:
             self._interface.look_up_again_if_gone(e)
-            if isinstance(e, UncertainOutcome):
-                return True  # no answer: it may have started all the same
-            # Refused: a scan of ours still running (wpa_supplicant rejects a Scan while one
-            # runs) stays ours, never aborted.
-            self._own_scan_at, self._own_scan_started, self.own_kind = before
-            log.info("%s: asked wpa_supplicant for a %s scan of %s, it did not start one (%s)",
-                     self.ifname, kind, mhz(channels), e)
-            return False
-        log.log(logging.INFO if kind in (TARGETED, WALK) else logging.DEBUG,
-                "%s: asked wpa_supplicant for a %s scan of %s", self.ifname, kind, mhz(channels))
-        self._changed()
-        return True
+            if not isinstance(e, UncertainOutcome):
+                self._own_scan_at, self._own_scan_started, self.own_kind = before
+            return e
+        self._own_scan_at, self._own_scan_started, self.own_kind = before
+        return False
 
     def is_ours(self) -> bool:
         """Whether the scan running or announced now is our roaming scan (asked for, not yet

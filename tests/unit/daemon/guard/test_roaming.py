@@ -193,6 +193,25 @@ async def test_a_refused_scan_leaves_our_running_scan_ours(parts, first, second)
     assert not r.is_ours()
 
 
+@pytest.mark.parametrize("second", ["full", "targeted"])
+async def test_a_request_a_stop_cuts_short_leaves_our_running_scan_ours(parts, second):
+    """A stop that lands while the interface is looked up asks for nothing: the record of a
+    scan of ours still running is left as it was, not cleared."""
+    sup, r = parts["sup"], parts["roaming"]
+    await _ask(r, "targeted")
+    r.scanning_changed(True)
+    parts["owner"].interface.path = None
+    lookup = sup.interface
+
+    async def stopping_during(ifname):
+        r.stopping = True
+        return await lookup(ifname)
+
+    sup.interface = stopping_during
+    await _ask(r, second)
+    assert len(sup.scans) == 1 and r.is_ours() and r.own_kind == "targeted"
+
+
 async def test_a_wpa_supplicant_restart_ends_our_scan(parts):
     r = parts["roaming"]
     await r.ask_for_scan()
