@@ -181,7 +181,11 @@ class Roaming:
         rejects a Scan while one runs), never aborted."""
         before = self._own_scan_at, self._own_scan_started, self.own_kind
         self._own_scan_at, self._own_scan_started, self.own_kind = time.monotonic(), False, kind
-        self.own.append(OwnScan(time.time(), kind, tuple(channels)))  # for diagnose: ours
+        # For diagnose, from before the scan can start (its start may be announced before the
+        # answer): a scan that starts within attribution's window after it is labelled ours.
+        entry = OwnScan(time.time(), kind, tuple(channels))
+        pushed_out = self.own[0] if len(self.own) == self.own.maxlen else None
+        self.own.append(entry)
         try:
             iface = await self._interface()
             if not self.stopping:
@@ -190,10 +194,21 @@ class Roaming:
         except SupplicantError as e:
             self._interface.look_up_again_if_gone(e)
             if not isinstance(e, UncertainOutcome):
-                self._own_scan_at, self._own_scan_started, self.own_kind = before
+                self._unrecord(before, entry, pushed_out)
             return e
-        self._own_scan_at, self._own_scan_started, self.own_kind = before
+        self._unrecord(before, entry, pushed_out)
         return False
+
+    def _unrecord(self, before: tuple[float | None, bool, str], entry: OwnScan,
+                  pushed_out: OwnScan | None) -> None:
+        """A request that started no scan: the running scan of ours is the one `before` names,
+        and `entry` is no scan of ours (somebody else's that starts next must not be labelled
+        ours); the oldest it pushed out of `own` comes back."""
+        self._own_scan_at, self._own_scan_started, self.own_kind = before
+        if entry in self.own:
+            self.own.remove(entry)
+            if pushed_out is not None and len(self.own) < OWN_SCANS_KEPT:
+                self.own.appendleft(pushed_out)
 
     def is_ours(self) -> bool:
         """Whether the scan running or announced now is our roaming scan (asked for, not yet

@@ -167,6 +167,7 @@ async def test_a_refused_scan_is_not_ours_an_unanswered_one_may_be(parts, caplog
     caplog.set_level(logging.INFO, "scanguard")
     await r.ask_for_scan()
     assert r.is_ours() is ours
+    assert len(r.own_scans) == (1 if ours else 0)  # for diagnose: no scan of ours if refused
     assert "asked wpa_supplicant for a scan to roam, it did not start one" in caplog.text
     assert parts["owner"].problems.text() == ""  # nothing to retry: bgscan scans anyway
 
@@ -210,6 +211,24 @@ async def test_a_request_a_stop_cuts_short_leaves_our_running_scan_ours(parts, s
     sup.interface = stopping_during
     await _ask(r, second)
     assert len(sup.scans) == 1 and r.is_ours() and r.own_kind == "targeted"
+    assert [o.kind for o in r.own] == ["targeted"]  # what was not asked for is not listed
+
+
+async def test_a_refused_request_leaves_the_scans_kept_as_they_were(parts, clock):
+    """The list of our scans for diagnose is full: a refused request neither lists itself nor
+    pushes the oldest out."""
+    sup, r = parts["sup"], parts["roaming"]
+    for _ in range(OWN_SCANS_KEPT):
+        clock[0] += 1
+        await r.own_scan("targeted", [2412], "Café ☕".encode())
+    kept = list(r.own)
+    assert len(kept) == OWN_SCANS_KEPT
+    sup.scan_error = SCAN_REFUSED
+    assert not await r.own_scan("walk", [2437, 2462], "Café ☕".encode())
+    assert list(r.own) == kept
+    sup.scan_error = NO_REPLY  # no answer: it may have started, so it is listed
+    assert await r.own_scan("walk", [2437], "Café ☕".encode())
+    assert list(r.own) == kept[1:] + [r.own[-1]] and r.own[-1].kind == "walk"
 
 
 async def test_a_wpa_supplicant_restart_ends_our_scan(parts):

@@ -61,6 +61,21 @@ async def test_our_roaming_scan_is_labelled_ours(guard: Guard, parts):
     assert guard.status().own_scans == list(guard.roaming.own_scans)
 
 
+@pytest.mark.parametrize("ssid", [b"Lab", CAFE])
+async def test_a_scan_after_our_refused_request_is_not_labelled_ours(guard: Guard, parts, ssid):
+    """wpa_supplicant refused our Scan (one of its own runs): the wildcard scan a program asks
+    NetworkManager for a second later is that program's, and the status lists no scan of ours."""
+    parts["sup"].scan_error = "fi.w1.wpa_supplicant1.Interface.ScanError"
+    await guard.roaming.own_scan("targeted", [2412], ssid)
+    await guard.roaming.ask_for_scan()
+    assert guard.roaming.own_scans == [] and guard.status().own_scan_details == []
+    now = time.time()
+    seen = [A.Request(at=now - 0.3, program="Café ☕", pid=4242, user="alice")]
+    await guard.scans.scan_started((b"",), now + 1.0, seen, GeoClue(None))
+    assert guard.scans.scans_by_source == {A.NETWORKMANAGER: 1}
+    assert guard.scans.last_scan == "Café ☕ through NetworkManager"
+
+
 async def test_an_ssid_that_cannot_be_read_leaves_a_single_ssid_scan_unknown(guard: Guard, parts):
     parts["sup"].ssid_error = "org.freedesktop.DBus.Error.AccessDenied"
     await guard.scans.scan_started((CAFE,), time.time(), [], GeoClue(None))
