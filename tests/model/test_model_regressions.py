@@ -788,3 +788,25 @@ def test_a_roaming_scan_refused_while_our_own_runs_does_not_make_that_one_someon
         state.bgscan_is_safe()
     finally:
         state.teardown()
+
+
+def test_a_scan_asked_for_as_wpa_supplicant_restarts_is_ours_if_the_new_process_starts_it():
+    """Found 2026-12-05 by a fresh-seed model run (`python3 -m tests.model.parallel --jobs 2
+    --sequences 30000 --seed 1792946409 --only-machine`, worker seed 1792946410): wpa_supplicant
+    restarted just after the suspend's Set on a fading link; the guard's targeted Scan, sent
+    before it heard of the restart, reached the new process, which started it.  Hearing of the
+    restart then forgot that scan was ours, and the guard aborted it as another program's.  A
+    restart now leaves a request on its way to its answer."""
+    state = Machine()
+    try:
+        state.bgscan_is_safe()
+        state.advance(t=0.0003)
+        state.hold(client=0, interface="wlan1", reason=CAFE, then=0.0)
+        state.advance(t=0.0)
+        state.signal(ifname="wlan1", rssi=-78, then=0.0)
+        state.restart_supplicant(gap=0.0, then=0.0)
+        state.race(bgscan=NM_BGSCAN, ifname="wlan0", member="Set", then=1.0,
+                   what="wpa-restart-after")
+        state.bgscan_is_safe()
+    finally:
+        state.teardown()

@@ -90,6 +90,8 @@ class Roaming:
         self._own_scan_started = False  # ...and seen starting
         self.own_kind = FULL  # ...and what kind
         self._roam_scan_at: float | None = None  # monotonic time of our last full scan request
+        self._asking = 0  # our Scan requests on their way
+        self._restarts = 0  # wpa_supplicant restarts seen
         # The scans we asked for, for `scanguardctl diagnose` and the status.
         self.own: deque[OwnScan] = deque(maxlen=OWN_SCANS_KEPT)
         # The guard stops: a scan asked for now would be nobody's, and the guard that follows on
@@ -178,14 +180,20 @@ class Roaming:
         False when the guard stopped while the interface was looked up (nothing asked), or the
         error.  What was recorded before comes back unless the scan may have started (asked,
         or no answer): a refusal leaves a scan of ours still running ours (wpa_supplicant
-        rejects a Scan while one runs), never aborted."""
+        rejects a Scan while one runs), never aborted.
+
+        A restart seen while the request is on its way ended whatever `before` names; the
+        request itself may reach the new process (the bus hands a call to whoever owns the name
+        when it arrives), so the record stands until its answer says no."""
         before = self._own_scan_at, self._own_scan_started, self.own_kind
+        restarts = self._restarts
         self._own_scan_at, self._own_scan_started, self.own_kind = time.monotonic(), False, kind
         # For diagnose, from before the scan can start (its start may be announced before the
         # answer): a scan that starts within attribution's window after it is labelled ours.
         entry = OwnScan(time.time(), kind, tuple(channels))
         pushed_out = self.own[0] if len(self.own) == self.own.maxlen else None
         self.own.append(entry)
+        self._asking += 1
         try:
             iface = await self._interface()
             if not self.stopping:
@@ -194,17 +202,23 @@ class Roaming:
         except SupplicantError as e:
             self._interface.look_up_again_if_gone(e)
             if not isinstance(e, UncertainOutcome):
-                self._unrecord(before, entry, pushed_out)
+                self._unrecord(before if self._restarts == restarts else None, entry,
+                               pushed_out)
             return e
-        self._unrecord(before, entry, pushed_out)
+        finally:
+            self._asking -= 1
+        self._unrecord(before if self._restarts == restarts else None, entry, pushed_out)
         return False
 
-    def _unrecord(self, before: tuple[float | None, bool, str], entry: OwnScan,
+    def _unrecord(self, before: tuple[float | None, bool, str] | None, entry: OwnScan,
                   pushed_out: OwnScan | None) -> None:
-        """A request that started no scan: the running scan of ours is the one `before` names,
-        and `entry` is no scan of ours (somebody else's that starts next must not be labelled
-        ours); the oldest it pushed out of `own` comes back."""
-        self._own_scan_at, self._own_scan_started, self.own_kind = before
+        """A request that started no scan: the running scan of ours is the one `before` names
+        (None: none, a restart ended it), and `entry` is no scan of ours (somebody else's that
+        starts next must not be labelled ours); the oldest it pushed out of `own` comes back."""
+        if before is None:
+            self._own_scan_at, self._own_scan_started = None, False
+        else:
+            self._own_scan_at, self._own_scan_started, self.own_kind = before
         if entry in self.own:
             self.own.remove(entry)
             if pushed_out is not None and len(self.own) < OWN_SCANS_KEPT:
@@ -229,7 +243,11 @@ class Roaming:
                 self._own_scan_at, self._own_scan_started = None, False
 
     def supplicant_restarted(self) -> None:
-        self._own_scan_at = None  # a scan asked of the old process ended with it
+        """A scan asked of the old process ended with it; one asked for now is decided by its
+        answer (_request)."""
+        self._restarts += 1
+        if not self._asking:
+            self._own_scan_at = None
 
 
 def mhz(channels: list[int]) -> str:

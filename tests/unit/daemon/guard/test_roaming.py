@@ -238,6 +238,34 @@ async def test_a_wpa_supplicant_restart_ends_our_scan(parts):
     assert not r.is_ours()
 
 
+@pytest.mark.parametrize(("error", "ours"), [(None, True), (NO_REPLY, True),
+                                               (SCAN_REFUSED, False)])
+async def test_a_restart_while_our_scan_request_is_on_its_way_leaves_its_answer_to_decide(
+        parts, error, ours):
+    """The bus hands a Scan to whoever owns wpa_supplicant's name when it arrives: a restart
+    announced while ours is on its way may mean the new process started it.  An answer that
+    it did (or none) keeps it ours; a refusal leaves nothing ours, not even the scan that ran
+    before the restart."""
+    sup, r = parts["sup"], parts["roaming"]
+    await _ask(r, "targeted")
+    r.scanning_changed(True)  # the old process's scan of ours
+    asked = sup.scan
+
+    async def restarted_on_the_way(*args):
+        r.supplicant_restarted()
+        sup.scan_error = error
+        await asked(*args)
+
+    sup.scan = restarted_on_the_way
+    await _ask(r, "walk")
+    assert r.is_ours() is ours and len(r.own_scans) == (2 if ours else 1)
+    if ours:
+        assert r.own_kind == "walk"
+        r.scanning_changed(True)
+        r.scanning_changed(False)
+        assert not r.is_ours()
+
+
 async def test_a_scan_asked_of_an_object_found_gone_looks_it_up_again(parts):
     sup, owner, r = parts["sup"], parts["owner"], parts["roaming"]
     await owner.iface()
