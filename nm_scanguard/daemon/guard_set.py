@@ -24,12 +24,16 @@ class Guards(dict[str, Guard]):
         super().__init__()
         self._journal = journal  # named in the log when a stop could not restore
         self._spawn = spawn
+        # A stopped guard's scan of our own still running, by interface, for the guard that
+        # follows (a re-activation): until a wpa_supplicant restart ends it.
+        self._running_scans: dict[str, tuple[float | None, bool, str]] = {}
 
     # ---- start / stop ---------------------------------------------------------------------
 
     async def start(self, guard: Guard, held: bool) -> None:
         """Guard a newly activated interface from now on."""
         self[guard.ifname] = guard
+        guard.roaming.carry_on(self._running_scans.pop(guard.ifname, None))
         guard.hold_changed(held)
         dev = guard.dev
         if guard.settings.enabled:
@@ -44,6 +48,8 @@ class Guards(dict[str, Guard]):
     async def stop(self, ifname: str) -> None:
         """The interface is no longer activated: stop guarding it and restore its bgscan."""
         gone = self.pop(ifname)
+        if (running := gone.roaming.running()) is not None:
+            self._running_scans[ifname] = running
         log.info("%s: no longer activated in NetworkManager; stop guarding", ifname)
         try:
             await gone.stop()
@@ -77,6 +83,7 @@ class Guards(dict[str, Guard]):
             guard.scans.deferral_status(deferral.in_force, deferral.problem)
 
     def supplicant_restarted(self) -> None:
+        self._running_scans.clear()
         for guard in self.values():
             guard.supplicant_restarted()
 

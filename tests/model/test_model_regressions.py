@@ -810,3 +810,22 @@ def test_a_scan_asked_for_as_wpa_supplicant_restarts_is_ours_if_the_new_process_
         state.bgscan_is_safe()
     finally:
         state.teardown()
+
+
+def test_a_reactivation_keeps_the_roaming_scan_the_guard_before_asked_for_ours():
+    """Found 2026-12-05 by a fresh-seed model run (`python3 -m tests.model.parallel --jobs 2
+    --sequences 20000 --seed 1706357889 --only-machine`, worker seed 1706357889): a weak signal
+    released wlan0's bgscan and its guard asked for a scan of every channel; NetworkManager
+    restarted and re-activated wlan0, and the new guard, held before it read the signal,
+    aborted that scan as one running when it engaged.  A guard now carries on the scan of ours
+    the guard before it on the interface left running."""
+    state = Machine()
+    try:
+        state.hold(client=0, interface="", reason=CAFE, then=0.01)
+        state.signal(ifname="wlan0", rssi=-78, then=0.0)
+        state.recover(then=5.0)
+        state.crash_nm(gap=0.0, then=0.001)
+        state.activate(bgscan=NM_BGSCAN, gap=0.0003, ifname="wlan0", then=0.01)
+        state.bgscan_is_safe()
+    finally:
+        state.teardown()

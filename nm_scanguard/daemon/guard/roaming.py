@@ -224,6 +224,18 @@ class Roaming:
             if pushed_out is not None and len(self.own) < OWN_SCANS_KEPT:
                 self.own.appendleft(pushed_out)
 
+    def running(self) -> tuple[float | None, bool, str] | None:
+        """Our scan that runs or is on its way, for the guard that follows this one on the
+        interface (Guards.stop, carry_on); None if none."""
+        return (self._own_scan_at, self._own_scan_started, self.own_kind) \
+            if self.is_ours() else None
+
+    def carry_on(self, running: tuple[float | None, bool, str] | None) -> None:
+        """The scan of ours a guard before this one left running on the interface is ours too:
+        the daemon asked for it, and aborting it would cut short the roam it is for."""
+        if running is not None and self._own_scan_at is None:
+            self._own_scan_at, self._own_scan_started, self.own_kind = running
+
     def is_ours(self) -> bool:
         """Whether the scan running or announced now is our roaming scan (asked for, not yet
         seen ending, and not older than OWN_SCAN_LIMIT)."""
