@@ -15,6 +15,7 @@ from .bgscan import Journal, Suspended
 from .deferral import ScanDeferral
 from .guard.guard import Guard, Spawn
 from .guard.policy import threshold_words
+from .guard.roaming import Ours
 
 log = logging.getLogger("scanguard")
 
@@ -26,7 +27,7 @@ class Guards(dict[str, Guard]):
         self._spawn = spawn
         # A stopped guard's scan of our own still running, by interface, for the guard that
         # follows (a re-activation): until a wpa_supplicant restart ends it.
-        self._running_scans: dict[str, tuple[float | None, bool, str]] = {}
+        self._running_scans: dict[str, Ours] = {}
 
     # ---- start / stop ---------------------------------------------------------------------
 

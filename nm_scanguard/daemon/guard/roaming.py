@@ -78,6 +78,15 @@ class OwnScan(NamedTuple):
     channels: tuple[int, ...]  # MHz; () for every channel
 
 
+class Ours(NamedTuple):
+    """What the guard knows of its own scan: when it asked (monotonic; None when no scan of
+    ours runs), whether it saw the scan start, and its kind."""
+
+    at: float | None
+    started: bool
+    kind: str
+
+
 class Roaming:
     def __init__(self, interface: Interface, supplicant: WpaSupplicant, problems: ProblemSink,
                  changed: Callable[[], None]) -> None:
@@ -185,9 +194,8 @@ class Roaming:
         A restart seen while the request is on its way ended whatever `before` names; the
         request itself may reach the new process (the bus hands a call to whoever owns the name
         when it arrives), so the record stands until its answer says no."""
-        before = self._own_scan_at, self._own_scan_started, self.own_kind
-        restarts = self._restarts
-        self._own_scan_at, self._own_scan_started, self.own_kind = time.monotonic(), False, kind
+        before, restarts = self._ours(), self._restarts
+        self._become(Ours(time.monotonic(), False, kind))
         # For diagnose, from before the scan can start (its start may be announced before the
         # answer): a scan that starts within attribution's window after it is labelled ours.
         entry = OwnScan(time.time(), kind, tuple(channels))
@@ -202,39 +210,44 @@ class Roaming:
         except SupplicantError as e:
             self._interface.look_up_again_if_gone(e)
             if not isinstance(e, UncertainOutcome):
-                self._unrecord(before if self._restarts == restarts else None, entry,
-                               pushed_out)
+                self._unrecord(before, restarts, entry, pushed_out)
             return e
         finally:
             self._asking -= 1
-        self._unrecord(before if self._restarts == restarts else None, entry, pushed_out)
+        self._unrecord(before, restarts, entry, pushed_out)
         return False
 
-    def _unrecord(self, before: tuple[float | None, bool, str] | None, entry: OwnScan,
+    def _unrecord(self, before: Ours, restarts: int, entry: OwnScan,
                   pushed_out: OwnScan | None) -> None:
-        """A request that started no scan: the running scan of ours is the one `before` names
-        (None: none, a restart ended it), and `entry` is no scan of ours (somebody else's that
-        starts next must not be labelled ours); the oldest it pushed out of `own` comes back."""
-        if before is None:
+        """A request that started no scan: the running scan of ours is the one `before` names,
+        unless a restart since the request (`restarts` then) ended it, and `entry` is no scan
+        of ours (somebody else's that starts next must not be labelled ours); the oldest it
+        pushed out of `own` comes back."""
+        if self._restarts != restarts:
             self._own_scan_at, self._own_scan_started = None, False
         else:
-            self._own_scan_at, self._own_scan_started, self.own_kind = before
+            self._become(before)
         if entry in self.own:
             self.own.remove(entry)
             if pushed_out is not None and len(self.own) < OWN_SCANS_KEPT:
                 self.own.appendleft(pushed_out)
 
-    def running(self) -> tuple[float | None, bool, str] | None:
+    def _ours(self) -> Ours:
+        return Ours(self._own_scan_at, self._own_scan_started, self.own_kind)
+
+    def _become(self, ours: Ours) -> None:
+        self._own_scan_at, self._own_scan_started, self.own_kind = ours
+
+    def running(self) -> Ours | None:
         """Our scan that runs or is on its way, for the guard that follows this one on the
         interface (Guards.stop, carry_on); None if none."""
-        return (self._own_scan_at, self._own_scan_started, self.own_kind) \
-            if self.is_ours() else None
+        return self._ours() if self.is_ours() else None
 
-    def carry_on(self, running: tuple[float | None, bool, str] | None) -> None:
+    def carry_on(self, running: Ours | None) -> None:
         """The scan of ours a guard before this one left running on the interface is ours too:
         the daemon asked for it, and aborting it would cut short the roam it is for."""
         if running is not None and self._own_scan_at is None:
-            self._own_scan_at, self._own_scan_started, self.own_kind = running
+            self._become(running)
 
     def is_ours(self) -> bool:
         """Whether the scan running or announced now is our roaming scan (asked for, not yet
