@@ -829,3 +829,26 @@ def test_a_reactivation_keeps_the_roaming_scan_the_guard_before_asked_for_ours()
         state.bgscan_is_safe()
     finally:
         state.teardown()
+
+
+def test_a_sync_while_the_targeted_path_reads_the_station_does_not_scan_every_channel():
+    """Found 2026-12-05 by a fresh-seed model run (`python3 -m tests.model.parallel --jobs 2
+    --sequences 20000 --seed 464344138 --only-machine`, worker seed 464344139): the signal fell
+    below the floor on a busy wlan0 with a second access point known; while the targeted path
+    read CurrentBSS (its answer lost), the sync a profile change started reconciled the guard,
+    found the policy WEAK and released bgscan for a scan of every channel.  The targeted path
+    now takes the fade on before it awaits anything."""
+    state = Machine()
+    try:
+        state.second_ap(ifname="wlan0", same=True, then=0.0)
+        state.sigkill(then=0.0)
+        state.recreate_interface(ifname="wlan0", then=0.0)
+        state.busy_for_a_while()
+        state.recreate_interface(ifname="wlan0", then=0.0)
+        state.fault(count=1, error=ACCESS_DENIED, kind="error", member=None, t=0.001, then=1.0)
+        state.fault(count=1, error=ACCESS_DENIED, kind="lost", member="Get", t=0.001, then=0.0)
+        state.fade(ifname="wlan0", itself=False, then=4.0)
+        state.profile(data={}, ifname="wlan0", readable=True, then=0.01)
+        state.bgscan_is_safe()
+    finally:
+        state.teardown()

@@ -110,11 +110,11 @@ class Link(NamedTuple):
 
 class Targeting(NamedTuple):
     """What the policy's `targeted` flag is to become (Policy.set_targeted), and why; taking a
-    fade on, the channels its scan is to cover and the signal that made it."""
+    fade on, when (monotonic: which fade Targeted.scan is for) and the signal that made it."""
 
     on: bool
     why: str
-    channels: tuple[int, ...] = ()
+    at: float | None = None
     signal: float | None = None
 
 
@@ -206,15 +206,17 @@ class Targeted:
                          self.ifname)
                 self._spent = True
                 return None
-            channels = await station.channels()
             self._targeted_at, self._targeted_scanned, self._roam_asked = now, False, None
             station.why_looked = (f"a targeted scan: the signal fell to {_dbm(link.signal)} "
                                   "dBm, below the floor")
-            # Scanned (Targeted.scan) once the policy has it: ROAMING keeps bgscan off.
+            # Taken on with nothing awaited since the policy saw the fade: a reconcile that runs
+            # in between (the daemon's sync, a hold's kick) would find it WEAK, release bgscan
+            # and ask for a scan of every channel.  Scanned (Targeted.scan) once the policy has
+            # it: ROAMING keeps bgscan off.
             return Targeting(True, f"signal {_dbm(link.signal)} dBm below the floor of "
-                                   f"{settings.signal_floor_dbm:.0f} dBm: scanning "
-                                   f"{mhz(channels)} to roam, bgscan kept off", tuple(channels),
-                             link.signal)
+                                   f"{settings.signal_floor_dbm:.0f} dBm: scanning the "
+                                   "channels of this network's access points to roam, bgscan "
+                                   "kept off", now, link.signal)
         if settings.roam_scans != TARGETED:
             return self._give_up("roam_scans was set to full", link.signal)
         if now - self._targeted_at >= TARGETED_LIMIT:
@@ -225,10 +227,14 @@ class Targeted:
         return None
 
     async def scan(self, take: Targeting) -> Targeting | None:
-        """The targeted scan of a fade taken on (fade); a give-up if it did not start."""
+        """The targeted scan of a fade taken on (fade): the current access point's channel and
+        the other candidates', read now; a give-up if it did not start."""
         if self._roaming.stopping:
             return None  # nothing more is scanned, nor given up, for a guard that stops
-        if not await self._roaming.own_scan(TARGETED, list(take.channels), self.station.ssid()):
+        channels = await self.station.channels()
+        if self._targeted_at != take.at:
+            return None  # that fade ended (a sample in between found the signal back) or gave up
+        if not await self._roaming.own_scan(TARGETED, channels, self.station.ssid()):
             return self._give_up("wpa_supplicant did not start the targeted scan", take.signal)
         return None
 

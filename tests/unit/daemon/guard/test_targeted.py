@@ -3,6 +3,7 @@ takes, the channels scanned, when to ask for a Roam, the fallback, and the refre
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from typing import Any
@@ -77,10 +78,44 @@ async def test_a_fade_with_another_ap_known_scans_its_channel_and_keeps_bgscan_o
     assert guard.state == P.ROAMING and guard.engaged
     assert sup.networks[NET0]["bgscan"] == ""  # bgscan kept off: no scan of every channel
     assert sup.scan_channels == [(2412, 5180)]  # the current channel and the other AP's
-    assert "scanning 2412 MHz, 5180 MHz to roam, bgscan kept off" in guard.reason
+    assert "scanning the channels of this network's access points to roam, bgscan kept off" \
+        in guard.reason
     assert guard.status().own_scans and guard.roaming.own[-1].kind == "targeted"
     guard.scans.scanning_changed(True)  # our scan starts while guarded: never aborted
     assert parts["listener"].beside == [] and sup.aborts == []
+
+
+async def test_a_reconcile_while_the_fade_is_taken_on_finds_it_roaming(guard, parts, two_aps,
+                                                                     clock, caplog):
+    """The daemon's sync reconciles a guard at any time.  One that runs while the targeted
+    path reads where the station is (CurrentBSS, slow to answer) finds the fade taken on
+    (ROAMING, bgscan kept off), not a weak signal to release bgscan and scan every channel
+    for."""
+    sup = parts["sup"]
+    caplog.set_level(logging.INFO, "scanguard")
+    await learned(guard, parts)
+    answer = asyncio.Event()
+    read = sup.current_bss
+
+    async def slow(iface_path: str) -> str | None:
+        await answer.wait()
+        return await read(iface_path)
+
+    sup.current_bss = slow
+    sup.rssi = -85
+    guard.policy._last_poll = None  # this sample polls the signal
+    parts["counters"].traffic(8)
+    step = asyncio.create_task(guard.step())
+    for _ in range(50):  # the step runs until it waits for the answer
+        await asyncio.sleep(0)
+    assert not step.done()
+    await guard.reconcile()  # the daemon's sync, while the read is on its way
+    assert guard.state == P.ROAMING and guard.engaged
+    assert sup.networks[NET0]["bgscan"] == "" and sup.scan_channels == []
+    answer.set()
+    await step
+    assert sup.scan_channels == [(2412, 5180)]  # the targeted scan, no scan of every channel
+    assert "asked wpa_supplicant for a targeted scan of 2412 MHz, 5180 MHz" in caplog.text
 
 
 async def test_when_wpa_supplicant_does_not_move_a_clearly_better_ap_is_roamed_to(
